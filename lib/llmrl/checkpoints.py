@@ -1,0 +1,243 @@
+"""Supervised fine-tuning of TinyLM and the cached checkpoints every lab starts from.
+
+Three checkpoints come from one SFT run (one schedule, snapshots along the way):
+
+* ``student``: about 50% greedy and 30% sampled accuracy (lab21), taken at the first check from
+  step 100 on (every 5 steps) where greedy accuracy on a fixed set reaches 55%;
+* ``sft``: about 80% greedy, 55% at T=1 (lab11, lab19), the first check where it reaches 83%;
+* ``teacher``: after all 1,200 steps, about 100% greedy (lab21).
+
+Accuracy jumps within a few dozen steps somewhere between steps 250 and 480 (where depends on the
+seed and the machine's arithmetic), so the two early snapshots are defined by the accuracy the
+handouts calibrate, not by a fixed step; each records the step it was taken at.
+
+They are created on first use in a cache folder (``$LLMRL_CACHE``, else ``~/.cache/llmrl``), under a
+file name keyed by a hash of everything that determines them, written atomically, verified by a
+checksum when loaded, and rebuilt when missing, stale or corrupted. Delete the folder at any time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .addition import SFT_MIX, sft_batch
+from .sampling import response_logits
+from .tinylm import TinyLM, TinyLMConfig
+from .utils import check_float, check_int, set_threads
+
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    """One SFT run. ``snapshots`` maps checkpoint names to the step after which they are taken."""
+
+    steps: int = 1200
+    batch_size: int = 64
+    lr: float = 3e-3
+    warmup: int = 50
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.01
+    seed: int = 0
+    mix: tuple = tuple(SFT_MIX.items())
+    model: TinyLMConfig = field(default_factory=TinyLMConfig)
+
+    def __post_init__(self):
+        check_int("steps", self.steps, minimum=1)
+        check_int("batch_size", self.batch_size, minimum=1)
+        check_int("warmup", self.warmup, minimum=0)
+        check_int("seed", self.seed, minimum=0)
+        check_float("lr", self.lr, minimum=0.0)
+
+    def key(self) -> str:
+        blob = json.dumps({"cfg": asdict(self), "v": FORMAT_VERSION, "torch": torch.__version__},
+                          sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def lr_at(step: int, cfg: SFTConfig) -> float:
+    """Linear warmup, then cosine decay to ``min_lr_ratio * lr`` at the last step."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    t = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def sft_loss(model, tokens, response_mask) -> torch.Tensor:
+    """Mean cross-entropy over real response tokens (the prompt is never a target)."""
+    logits = response_logits(model, tokens)
+    targets = tokens[:, -logits.shape[1]:]
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none")
+    m = response_mask.reshape(-1).float()
+    return (ce * m).sum() / m.sum()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Take a copy at the first check (every ``every`` steps) at or after ``min_step`` where greedy
+    accuracy on the fixed SFT check set is at least ``greedy_at_least`` (None: at ``min_step``)."""
+
+    min_step: int
+    greedy_at_least: float | None = None
+    every: int = 10
+
+
+def _check_set():
+    from .addition import TWO_DIGIT, eval_problems
+    return eval_problems(200, TWO_DIGIT, seed=777)
+
+
+def sft_train(cfg: SFTConfig = SFTConfig(), snapshots: dict[str, Snapshot] | None = None,
+              model: TinyLM | None = None, progress: bool = False, callback=None):
+    """Run SFT; return (model, {name: (step, state_dict)}, losses).
+
+    A snapshot whose accuracy is never reached is taken at the last step.
+    """
+    set_threads(1)
+    snapshots = dict(snapshots or {})
+    for name, s in snapshots.items():
+        if not isinstance(s, Snapshot):
+            raise TypeError(f"snapshot {name!r} must be a Snapshot, got {type(s).__name__}")
+        if not 1 <= s.min_step <= cfg.steps:
+            raise ValueError(f"snapshot {name!r} at step {s.min_step} is outside 1..{cfg.steps}")
+    check = _check_set() if any(s.greedy_at_least is not None for s in snapshots.values()) else None
+    torch.manual_seed(cfg.seed)
+    g = torch.Generator().manual_seed(cfg.seed)
+    model = model if model is not None else TinyLM(cfg.model)
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.98),
+                            fused=True)
+    mix = dict(cfg.mix)
+    taken, losses = {}, []
+    steps = range(cfg.steps)
+    if progress:
+        from tqdm.auto import tqdm
+        steps = tqdm(steps, desc="SFT", leave=False)
+    model.train()
+    for step in steps:
+        for grp in opt.param_groups:
+            grp["lr"] = lr_at(step, cfg)
+        tokens, rm = sft_batch(cfg.batch_size, g, mix)
+        loss = sft_loss(model, tokens, rm)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        if callback is not None:
+            callback(step + 1, model, loss.item())
+        n = step + 1
+        acc = None
+        for name, s in snapshots.items():
+            if name in taken or n < s.min_step:
+                continue
+            ok = n == cfg.steps
+            if s.greedy_at_least is None:
+                ok = ok or n == s.min_step
+            elif (n - s.min_step) % s.every == 0:
+                if acc is None:
+                    from .evaluation import accuracy
+                    acc = accuracy(model, check, 0.0)
+                    model.train()
+                ok = ok or acc >= s.greedy_at_least
+            if ok:
+                taken[name] = (n, {k: v.detach().clone() for k, v in model.state_dict().items()})
+    model.eval()
+    return model, taken, losses
+
+
+# The course's one SFT run and the snapshots the labs use.
+COURSE_SFT = SFTConfig()
+COURSE_SNAPSHOTS = {"student": Snapshot(100, 0.55, every=5), "sft": Snapshot(100, 0.83, every=5),
+                    "teacher": Snapshot(1200)}
+
+
+def cache_dir() -> Path:
+    d = Path(os.environ.get("LLMRL_CACHE") or Path.home() / ".cache" / "llmrl")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _key(cfg: SFTConfig, snapshots: dict) -> str:
+    blob = cfg.key() + json.dumps({k: asdict(v) for k, v in sorted(snapshots.items())}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _path(name: str, key: str) -> Path:
+    return cache_dir() / f"tinylm-{name}-{key}.pt"
+
+
+def _save(path: Path, state: dict, meta: dict) -> None:
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    payload = buf.getvalue()
+    meta = dict(meta, sha256=hashlib.sha256(payload).hexdigest())
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        torch.save({"meta": meta, "state": payload}, f)
+    os.replace(tmp, path)  # atomic: a reader sees the old file or the whole new one
+
+
+def _load(path: Path, expect_key: str):
+    """(meta, state dict), or None when the file is missing, corrupted or stale."""
+    if not path.exists():
+        return None
+    try:
+        blob = torch.load(path, weights_only=True)
+        meta, payload = blob["meta"], blob["state"]
+        if meta.get("key") != expect_key or meta.get("version") != FORMAT_VERSION:
+            return None
+        if hashlib.sha256(payload).hexdigest() != meta.get("sha256"):
+            return None
+        return meta, torch.load(io.BytesIO(payload), weights_only=True)
+    except Exception:
+        return None
+
+
+def load_checkpoint(name: str, cfg: SFTConfig = COURSE_SFT, snapshots: dict[str, Snapshot] | None = None,
+                    progress: bool = True, with_meta: bool = False):
+    """A fresh TinyLM in eval mode holding the named checkpoint, building the cache if needed.
+
+    ``with_meta=True`` returns (model, meta) where meta records the SFT step it was taken at.
+    """
+    snapshots = COURSE_SNAPSHOTS if snapshots is None else snapshots
+    if name not in snapshots:
+        raise ValueError(f"unknown checkpoint {name!r}; known: {sorted(snapshots)}")
+    key = _key(cfg, snapshots)
+    loaded = _load(_path(name, key), key)
+    if loaded is None:
+        _, taken, _ = sft_train(cfg, snapshots, progress=progress)
+        for other, (step, st) in taken.items():
+            _save(_path(other, key), st, {"key": key, "version": FORMAT_VERSION, "name": other, "step": step})
+        loaded = _load(_path(name, key), key)
+        if loaded is None:  # the cache folder is not writable or was removed under us
+            step, st = taken[name]
+            loaded = ({"name": name, "step": step}, st)
+    meta, state = loaded
+    model = TinyLM(cfg.model)
+    model.load_state_dict(state)
+    model.eval()
+    return (model, meta) if with_meta else model
+
+
+def teacher() -> TinyLM:
+    return load_checkpoint("teacher")
+
+
+def student() -> TinyLM:
+    return load_checkpoint("student")
+
+
+def sft_model() -> TinyLM:
+    return load_checkpoint("sft")
