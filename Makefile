@@ -1,0 +1,113 @@
+# The course's commands. `make help` lists them. Restrict to one assignment with A=, e.g.
+#   make build A=lab11
+# Assignments are the folders notebooks/<assignment>/ holding jupytext sources <name>.py.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+PY := $(BIN)/python
+# Re-installs only when pyproject.toml changes (or the environment is new).
+STAMP := $(VENV)/.llmrl-installed
+COURSE := $(PY) autograder/course.py
+PYTEST := $(PY) -m pytest -p no:cacheprovider
+SANITIZE := autograder/nbval_sanitize.cfg
+A ?=
+# source/ paths for nbval: one assignment's folder or all of source/.
+NBVAL_PATHS := $(if $(A),$(addprefix source/,$(A)),source)
+
+export PATH := $(BIN):$(PATH)
+# Outside nbgrader the notebooks run their full experiments.
+unexport NBGRADER_EXECUTION
+
+.PHONY: help venv build execute release validate submissions autograde scores nbval \
+        test test-lib test-pipeline test-checks test-fast demo lab clean distclean
+
+help:
+	@echo "make demo        environment, build, execute, release, grade the sample submissions"
+	@echo "make test        every check (library tests, pipeline tests, validate, strict nbval)"
+	@echo "make venv        create/refresh .venv (pip install -e '.[dev]'); fast when nothing changed"
+	@echo "make build       notebooks/A/x.py -> source/A/x.ipynb (checks the nbgrader metadata)"
+	@echo "make execute     run the source notebooks in place, storing outputs (the nbval reference)"
+	@echo "make release     nbgrader generate_assignment -> release/A/x.ipynb"
+	@echo "make validate    sources pass every test; unmodified releases fail every graded test cell"
+	@echo "make submissions write the sample submissions (autograder/samples) into submitted/"
+	@echo "make autograde   autograde submitted/, write feedback/ (no hidden tests) and grades.csv"
+	@echo "make nbval       strict nbval on the executed source notebooks"
+	@echo "make lab         JupyterLab on this folder"
+	@echo "make clean       remove grading output, plots and caches (keeps .venv)"
+	@echo "Restrict to one assignment with A=lab11 (build, execute, release, validate, autograde, nbval)."
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $@
+
+build: $(STAMP)
+	$(COURSE) build $(A)
+
+execute: $(STAMP)
+	$(COURSE) execute $(A)
+
+release: $(STAMP)
+	$(COURSE) release $(A)
+
+validate: $(STAMP)
+	$(COURSE) validate $(A)
+
+submissions: $(STAMP)
+	$(COURSE) submissions $(A)
+
+autograde: $(STAMP)
+	$(COURSE) autograde $(A)
+
+scores: $(STAMP)
+	@$(COURSE) scores $(A)
+
+nbval: $(STAMP)
+	$(PYTEST) -q --nbval --nbval-current-env --nbval-sanitize-with $(SANITIZE) $(NBVAL_PATHS)
+
+test-lib: $(STAMP)
+	$(PYTEST) -q lib/tests
+
+test-pipeline: $(STAMP)
+	$(PYTEST) -q autograder/tests
+
+# Library tests, pipeline tests and validate one after another, next to nbval (2 jobs).
+test-checks: $(STAMP)
+	@$(MAKE) --no-print-directory test-lib
+	@$(MAKE) --no-print-directory test-pipeline
+	@$(MAKE) --no-print-directory validate
+
+test: $(STAMP)
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-checks nbval
+	@echo "make test: all checks passed"
+
+# Quick loop while writing code: no nbval, no slow library tests.
+test-fast: $(STAMP)
+	$(PYTEST) -q -m "not slow" lib/tests autograder/tests
+
+demo: $(STAMP)
+	$(COURSE) build $(A)
+	$(COURSE) execute $(A)
+	$(COURSE) release $(A)
+	$(COURSE) submissions $(A)
+	$(COURSE) autograde $(A)
+	@echo
+	@echo "Student notebooks: release/<assignment>/*.ipynb   reference runs: source/<assignment>/*.ipynb"
+	@echo "Plots:"; found=$$(find . -path ./$(VENV) -prune -o -path '*artifacts/*' -name '*.png' -print | sort); \
+	  if [ -n "$$found" ]; then echo "$$found" | sed 's/^/  /'; else echo "  (none yet: no lab saves plots so far)"; fi
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab
+
+clean:
+	rm -rf submitted autograded feedback gradebook.db gradebook.db-journal grades.csv
+	find . -path ./$(VENV) -prune -o \( -name artifacts -o -name __pycache__ -o -name .ipynb_checkpoints \) -type d -print0 | xargs -0 rm -rf
+
+distclean: clean
+	rm -rf $(VENV) lib/*.egg-info

@@ -1,0 +1,595 @@
+"""The course pipeline: jupytext sources -> nbgrader source notebooks -> releases -> grades.
+
+    python autograder/course.py build     [ASSIGNMENT...]   notebooks/A/x.py -> source/A/x.ipynb
+    python autograder/course.py execute   [ASSIGNMENT...]   run source notebooks in place (nbval reference)
+    python autograder/course.py release   [ASSIGNMENT...]   nbgrader generate_assignment -> release/A/
+    python autograder/course.py validate  [ASSIGNMENT...]   sources pass every test, releases fail every test cell
+    python autograder/course.py submissions [ASSIGNMENT...] write the sample submissions into submitted/
+    python autograder/course.py autograde [ASSIGNMENT...]   autograde submitted/, feedback, grades.csv, score table
+
+An assignment is a folder notebooks/<assignment>/; each <name>.py in it (jupytext percent format,
+names starting with "_" are skipped) becomes the notebook source/<assignment>/<name>.ipynb.
+The Makefile calls these commands; the tests import the functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "autograder" / "nbgrader_config.py"
+SAMPLES = ROOT / "autograder" / "samples"
+
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+NBGRADER_KEYS = ("grade", "grade_id", "locked", "schema_version", "solution", "task")
+GRADE_ID_RE = re.compile(r"^[a-zA-Z0-9_\-]+$")
+# Cell metadata that only describes how jupytext laid out the text file.
+JUPYTEXT_CELL_KEYS = ("lines_to_next_cell", "lines_to_end_of_cell_marker", "cell_marker")
+SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
+HIDDEN_MARKERS = ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
+# A student's own working files that must never reach a release or a scratch course.
+COPY_IGNORE = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", "*.pyc", "artifacts")
+
+
+# nbgrader runs `alembic` as a command: the environment's scripts must be on PATH even when
+# this file is run as .venv/bin/python without activating the environment.
+_BIN = str(Path(sys.executable).parent)
+if _BIN not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = _BIN + os.pathsep + os.environ.get("PATH", "")
+
+
+def _speedups() -> None:
+    """Two start-up costs of nbgrader 0.9.6 that grading one notebook does not need.
+
+    1. jsonschema (imported by nbformat) builds about 40 lark parsers for the optional
+       rfc3987_syntax "iri" format checker: about 4.5 s per process on this class of CPU, and the
+       notebook schema never uses that format. Marking the module absent skips it.
+    2. A new gradebook asks a fresh `alembic heads` subprocess for the schema version (another
+       4-5 s, since that process imports nbformat too); reading nbgrader's migration folder
+       in-process gives the same answer.
+    """
+    if "jsonschema" not in sys.modules:
+        sys.modules.setdefault("rfc3987_syntax", None)
+    import nbgrader.api
+
+    def alembic_head() -> str:
+        from alembic.config import Config
+        from alembic.script import ScriptDirectory
+
+        cfg = Config()
+        cfg.set_main_option("script_location", str(Path(nbgrader.api.__file__).parent / "alembic"))
+        return ScriptDirectory.from_config(cfg).get_current_head()
+
+    original = nbgrader.api.get_alembic_version
+
+    def get_alembic_version() -> str:
+        try:
+            return alembic_head()
+        except Exception:  # a layout this code does not know: nbgrader's own (slow) way
+            return original()
+
+    nbgrader.api.get_alembic_version = get_alembic_version
+
+
+_speedups()
+
+
+class PipelineError(Exception):
+    """A problem the author must fix; the message names the file (and cell)."""
+
+
+# ----------------------------------------------------------------------------- discovery
+
+@dataclass(frozen=True)
+class Lab:
+    """One notebook of one assignment."""
+
+    assignment: str
+    name: str
+    root: Path = ROOT
+
+    @property
+    def jupytext(self) -> Path:
+        return self.root / "notebooks" / self.assignment / f"{self.name}.py"
+
+    @property
+    def source(self) -> Path:
+        return self.root / "source" / self.assignment / f"{self.name}.ipynb"
+
+    @property
+    def release(self) -> Path:
+        return self.root / "release" / self.assignment / f"{self.name}.ipynb"
+
+
+def discover(selected: list[str] | tuple[str, ...] = (), root: Path = ROOT) -> list[Lab]:
+    """Every notebooks/<assignment>/<name>.py, restricted to `selected` assignments if given."""
+    labs = [
+        Lab(p.parent.name, p.stem, root)
+        for p in sorted((root / "notebooks").glob("*/*.py"))
+        if not p.name.startswith(("_", "."))
+    ]
+    known = sorted({lab.assignment for lab in labs})
+    for a in selected:
+        if a not in known:
+            raise PipelineError(
+                f"assignment {a!r} has no notebooks/{a}/*.py; known assignments: {', '.join(known) or 'none'}"
+            )
+    return [lab for lab in labs if not selected or lab.assignment in selected]
+
+
+def assignments(labs: list[Lab]) -> list[str]:
+    return sorted({lab.assignment for lab in labs})
+
+
+def rel(path: Path, root: Path = ROOT) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(root.resolve()))
+    except ValueError:
+        return str(path)
+
+
+# ----------------------------------------------------------------------------- build
+
+def _header_lines(text: str) -> list[int]:
+    """1-based line numbers of the `# %%` cell headers of a percent-format file."""
+    return [i + 1 for i, line in enumerate(text.splitlines()) if line.startswith("# %%")]
+
+
+def _cell_where(path: Path, index: int, headers: list[int], n_cells: int) -> str:
+    """'notebooks/A/x.py:42 (cell 5)': where an author finds cell `index` (0-based)."""
+    offset = n_cells - len(headers)  # 1 when text before the first `# %%` became a cell
+    line = headers[index - offset] if offset in (0, 1) and 0 <= index - offset < len(headers) else None
+    return f"{rel(path)}:{line} (cell {index + 1})" if line else f"{rel(path)} (cell {index + 1})"
+
+
+def check_cells(nb, path: Path, text: str) -> list[str]:
+    """All problems with the nbgrader metadata of a notebook read from `path`, one line each."""
+    headers = _header_lines(text)
+    problems: list[str] = []
+    seen: dict[str, str] = {}
+    for i, cell in enumerate(nb.cells):
+        where = _cell_where(path, i, headers, len(nb.cells))
+        bad = cell.metadata.get("incorrectly_encoded_metadata")
+        if bad is not None:
+            problems.append(
+                f"{where}: the header's metadata did not parse ({bad!r}); "
+                "write it as JSON: true/false/null, double quotes"
+            )
+        source = cell.source
+        meta = cell.metadata.get("nbgrader")
+        if meta is None:
+            for marker in SOLUTION_MARKERS + HIDDEN_MARKERS:
+                if marker in source:
+                    problems.append(f"{where}: '{marker}' in a cell without nbgrader metadata")
+            continue
+        if not isinstance(meta, dict):
+            problems.append(f"{where}: nbgrader metadata must be a JSON object, got {meta!r}")
+            continue
+        missing = [k for k in NBGRADER_KEYS if k not in meta]
+        if meta.get("grade") is True and "points" not in meta:
+            missing.append("points")
+        if missing:
+            problems.append(f"{where}: nbgrader metadata lacks {', '.join(missing)} (write the whole dictionary)")
+            continue
+        for key in ("grade", "locked", "solution", "task"):
+            if not isinstance(meta[key], bool):
+                problems.append(f"{where}: nbgrader {key!r} must be true or false, got {meta[key]!r}")
+        if meta["schema_version"] != 3:
+            problems.append(f"{where}: nbgrader schema_version must be 3, got {meta['schema_version']!r}")
+        gid = meta["grade_id"]
+        if not isinstance(gid, str) or not GRADE_ID_RE.match(gid):
+            problems.append(f"{where}: grade_id {gid!r} must be letters, digits, '_' or '-'")
+        elif gid in seen:
+            problems.append(f"{where}: grade_id {gid!r} is also used by {seen[gid]}")
+        else:
+            seen[gid] = where
+        if meta.get("grade") is True:
+            points = meta["points"]
+            if isinstance(points, bool) or not isinstance(points, (int, float)) or points <= 0:
+                problems.append(f"{where}: points must be a number > 0, got {points!r}")
+        is_test = meta.get("grade") is True and meta.get("solution") is False
+        if is_test and cell.cell_type == "code" and meta.get("locked") is not True:
+            problems.append(f"{where}: a graded test cell must be locked (\"locked\": true)")
+        has_solution = any(m in source for m in SOLUTION_MARKERS)
+        if has_solution and meta.get("solution") is not True:
+            problems.append(f"{where}: solution markers in a cell that is not a solution cell")
+        if cell.cell_type == "code" and meta.get("solution") is True:
+            if not all(m in source for m in SOLUTION_MARKERS):
+                problems.append(f"{where}: a code solution cell needs both '### BEGIN SOLUTION' and '### END SOLUTION'")
+        if any(m in source for m in HIDDEN_MARKERS):
+            if not is_test:
+                problems.append(f"{where}: hidden-test markers in a cell that is not a graded test cell")
+            elif not all(m in source for m in HIDDEN_MARKERS):
+                problems.append(f"{where}: a hidden-test block needs both BEGIN and END HIDDEN TESTS")
+    return problems
+
+
+def convert(path: Path):
+    """Read one jupytext percent source into a clean nbgrader source notebook (no outputs)."""
+    import jupytext
+    import nbformat
+
+    text = path.read_text(encoding="utf-8")
+    if not _header_lines(text):
+        raise PipelineError(f"{rel(path)}: no '# %%' cell header; not a jupytext percent-format notebook")
+    nb = jupytext.reads(text, fmt="py:percent")
+    problems = check_cells(nb, path, text)
+    if problems:
+        raise PipelineError("\n".join(problems))
+    nb.nbformat, nb.nbformat_minor = 4, 5
+    nb.metadata = nbformat.from_dict({"kernelspec": dict(KERNELSPEC), "language_info": {"name": "python"}})
+    for i, cell in enumerate(nb.cells):
+        for key in JUPYTEXT_CELL_KEYS:
+            cell.metadata.pop(key, None)
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        cell["id"] = gid if gid else f"cell-{i:03d}"
+        if cell.cell_type == "code":
+            cell.outputs = []
+            cell.execution_count = None
+    ids = [c["id"] for c in nb.cells]
+    if len(set(ids)) != len(ids):
+        raise PipelineError(f"{rel(path)}: a grade_id looks like a generated cell id (cell-NNN); rename it")
+    nbformat.validate(nb)
+    return nb
+
+
+def normalized(nb) -> str:
+    """The notebook as text without what running it adds (outputs, counts, timings, widget state)."""
+    import nbformat
+
+    nb = copy.deepcopy(nb)
+    for key in ("widgets", "language_info", "jupytext"):
+        nb.metadata.pop(key, None)
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+        if cell.cell_type == "code":
+            cell.outputs = []
+            cell.execution_count = None
+    return nbformat.writes(nb)
+
+
+def build(labs: list[Lab], out_root: Path | None = None) -> list[Path]:
+    """Write source/A/x.ipynb for each lab; an unchanged notebook keeps its stored outputs.
+
+    Every file is checked before anything is written, and all problems are reported together.
+    Returns the notebooks written.
+    """
+    import nbformat
+
+    problems, built = [], []
+    for lab in labs:
+        try:
+            built.append((lab, convert(lab.jupytext)))
+        except PipelineError as e:
+            problems.append(str(e))
+    if problems:
+        raise PipelineError("\n".join(problems))
+    written = []
+    for lab, nb in built:
+        target = lab.source if out_root is None else out_root / "source" / lab.assignment / f"{lab.name}.ipynb"
+        if target.exists():
+            try:
+                if normalized(nbformat.read(target, as_version=4)) == normalized(nb):
+                    continue
+            except Exception:  # unreadable old file: overwrite it
+                pass
+        target.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, target)
+        written.append(target)
+    return written
+
+
+def stale_sources(labs: list[Lab], root: Path = ROOT) -> list[Path]:
+    """Source notebooks of the given assignments that no jupytext file produces any more."""
+    wanted = {lab.source.resolve() for lab in labs}
+    found = []
+    for a in assignments(labs):
+        found += [p for p in sorted((root / "source" / a).glob("*.ipynb")) if p.resolve() not in wanted]
+    return found
+
+
+# ----------------------------------------------------------------------------- execute
+
+def execute_one(path: str, timeout: int = 3600) -> str:
+    """Run a source notebook top to bottom in its own folder and store the outputs in place."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    os.environ.pop("NBGRADER_EXECUTION", None)  # the full experiments, not the graded shortcut
+    p = Path(path)
+    nb = nbformat.read(p, as_version=4)
+    client = NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(p.parent)}},
+        record_timing=False, store_widget_state=False,
+    )
+    try:
+        client.execute()
+    except CellExecutionError as e:
+        index = next((i for i, c in enumerate(nb.cells) if c.get("outputs") and
+                      any(o.get("output_type") == "error" for o in c.outputs)), None)
+        where = f" (cell {index + 1})" if index is not None else ""
+        last = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        raise PipelineError(f"{rel(p)}{where} failed while executing: {last}") from None
+    nbformat.write(nb, p)
+    return rel(p)
+
+
+def _parallel(fn, items, workers: int = 2):
+    """Run fn over items in worker processes; collect PipelineErrors instead of stopping at the first."""
+    results, errors = [], []
+    if not items:
+        return results, errors
+    with ProcessPoolExecutor(max_workers=min(workers, len(items))) as pool:
+        futures = [pool.submit(fn, *item) if isinstance(item, tuple) else pool.submit(fn, item) for item in items]
+        for f in futures:
+            try:
+                results.append(f.result())
+            except PipelineError as e:
+                errors.append(str(e))
+    return results, errors
+
+
+# ----------------------------------------------------------------------------- nbgrader
+
+def load_config(root: Path = ROOT):
+    """The course's nbgrader configuration, with the course directory moved to `root`."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    cfg = PyFileConfigLoader(CONFIG.name, path=str(CONFIG.parent)).load_config()
+    cfg.CourseDirectory.root = str(root)
+    return cfg
+
+
+def nbgrader(*args: str, cwd: Path = ROOT, quiet: bool = False) -> None:
+    """Run one nbgrader command line in the course directory (its nbgrader_config.py loads ours)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "nbgrader", *args]
+    print("+ nbgrader " + " ".join(args), flush=True)
+    proc = subprocess.run(cmd, cwd=cwd, text=True, capture_output=quiet)
+    if proc.returncode != 0:
+        detail = (proc.stderr or "").strip().splitlines()[-20:] if quiet else []
+        raise PipelineError("nbgrader " + " ".join(args) + " failed" + ("\n" + "\n".join(detail) if detail else ""))
+
+
+def release(labs: list[Lab]) -> None:
+    for a in assignments(labs):
+        missing = [rel(lab.source) for lab in labs if lab.assignment == a and not lab.source.exists()]
+        if missing:
+            raise PipelineError(f"{', '.join(missing)} missing: run `make build A={a}` first")
+        nbgrader("generate_assignment", a, "--force", "--log-level=WARN")
+
+
+def graded_test_cells(nb) -> list[str]:
+    """grade_ids of the autograded code cells (tests, or graded answers) of a notebook."""
+    return [
+        c.metadata.nbgrader["grade_id"]
+        for c in nb.cells
+        if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")
+    ]
+
+
+def validate_one(path: str, invert: bool) -> str:
+    """nbgrader validate one notebook; raise naming every test cell with the wrong outcome.
+
+    invert=False (a source notebook): every graded cell must earn full points.
+    invert=True (an unmodified release): every graded cell must earn less than full points.
+    """
+    import nbformat
+    from nbgrader.validator import Validator
+
+    p = Path(path)
+    nb = nbformat.read(p, as_version=4)
+    by_source = {c.source.strip(): c.metadata.nbgrader["grade_id"]
+                 for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+    validator = Validator(config=load_config(), invert=invert)
+    results = validator.validate(str(p))
+    if "type_changed" in results or "changed" in results:
+        kind = "type_changed" if "type_changed" in results else "changed"
+        ids = [by_source.get(c["source"], c["source"][:40]) for c in results[kind]]
+        raise PipelineError(f"{rel(p)}: locked or graded cells were modified ({kind}): {', '.join(ids)}")
+    if invert and results.get("passed"):
+        ids = [by_source.get(c["source"], c["source"][:40]) for c in results["passed"]]
+        raise PipelineError(
+            f"{rel(p)}: the unmodified release PASSES test cell(s) {', '.join(ids)}: "
+            "a test that passes on the stub tests nothing"
+        )
+    if not invert and results.get("failed"):
+        lines = []
+        for c in results["failed"]:
+            err = (c.get("raw_error") or "").strip().splitlines()
+            lines.append(f"{rel(p)}: cell {by_source.get(c['source'], '?')} fails: {err[-1] if err else 'error'}")
+        raise PipelineError("\n".join(lines))
+    n = len(graded_test_cells(nb))
+    return f"{rel(p)}: {'all ' + str(n) + ' graded cells fail on the stubs' if invert else 'all tests pass'}"
+
+
+def validate(labs: list[Lab]) -> None:
+    items = []
+    for lab in labs:
+        for path in (lab.source, lab.release):
+            if not path.exists():
+                raise PipelineError(f"{rel(path)} missing: run `make build release A={lab.assignment}`")
+        items += [(str(lab.source), False), (str(lab.release), True)]
+    results, errors = _parallel(validate_one, items)
+    for line in results:
+        print("ok  " + line)
+    if errors:
+        raise PipelineError("\n".join(errors))
+
+
+# ----------------------------------------------------------------------------- submissions
+
+def _patches(path: Path) -> dict[str, str]:
+    """Read a sample file: each `# %% grade_id=NAME` header starts the new code of that cell."""
+    patches: dict[str, str] = {}
+    current = None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        m = re.match(r"^# %% grade_id=([A-Za-z0-9_\-]+)\s*$", line)
+        if m:
+            current = m.group(1)
+            patches[current] = ""
+        elif current is not None:
+            patches[current] += line + "\n"
+    return {k: v.strip("\n") + "\n" for k, v in patches.items()}
+
+
+def _strip_solution_markers(source: str) -> str:
+    return "\n".join(l for l in source.splitlines() if l.strip() not in SOLUTION_MARKERS)
+
+
+def sample_submissions(lab: Lab) -> dict[str, object]:
+    """student id -> submitted notebook for one lab, all built from its release notebook.
+
+    `reference` answers with the source's solutions, `untouched` hands in the release as is,
+    and every autograder/samples/<student>/<assignment>/<name>.py replaces the code of the
+    solution cells it names.
+    """
+    import nbformat
+
+    release_nb = nbformat.read(lab.release, as_version=4)
+    source_nb = nbformat.read(lab.source, as_version=4)
+    solutions = {c.metadata.nbgrader["grade_id"]: _strip_solution_markers(c.source)
+                 for c in source_nb.cells if c.metadata.get("nbgrader", {}).get("solution")}
+    students = {"reference": solutions, "untouched": {}}
+    for f in sorted(SAMPLES.glob(f"*/{lab.assignment}/{lab.name}.py")):
+        students[f.parent.parent.name] = _patches(f)
+    out = {}
+    for student, patch in students.items():
+        nb = copy.deepcopy(release_nb)
+        ids = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
+        for gid, code in patch.items():
+            cell = ids.get(gid)
+            if cell is None or not cell.metadata.nbgrader.get("solution"):
+                raise PipelineError(f"sample {student}: {rel(lab.release)} has no solution cell {gid!r}")
+            cell.source = code.rstrip("\n")
+        out[student] = nb
+    return out
+
+
+def write_submissions(labs: list[Lab], root: Path = ROOT) -> list[Path]:
+    import nbformat
+
+    missing = [rel(lab.release) for lab in labs if not lab.release.exists()]
+    if missing:
+        raise PipelineError(f"{', '.join(missing)} missing: run `make release` first")
+    written = []
+    for lab in labs:
+        for student, nb in sample_submissions(lab).items():
+            target = root / "submitted" / student / lab.assignment / f"{lab.name}.ipynb"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, target)
+            written.append(target)
+    return written
+
+
+def score_table(labs: list[Lab], root: Path = ROOT) -> str:
+    """Score of every autograded submission in the gradebook, as a text table."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    rows = [("assignment", "student", "score", "max")]
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        for a in assignments(labs):
+            try:
+                assignment = gb.find_assignment(a)
+            except MissingEntry:
+                continue
+            for sub in sorted(assignment.submissions, key=lambda s: s.student_id):
+                rows.append((a, sub.student_id, f"{sub.score:g}", f"{sub.max_score:g}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows)
+
+
+def autograde(labs: list[Lab]) -> None:
+    submitted = ROOT / "submitted"
+    if not submitted.is_dir() or not any(submitted.iterdir()):
+        print("submitted/ is empty: grading the sample submissions (make submissions)")
+        write_submissions(labs)
+    # The gradebook must hold the current source cells (autograde restores tests from it).
+    release(labs)
+    for a in assignments(labs):
+        if not list(submitted.glob(f"*/{a}")):
+            print(f"no submissions for {a}")
+            continue
+        # ERROR: nbgrader warns at WARN level for every test cell with hidden tests (its checksum
+        # differs between source and release by design) and for a harmless ClearHiddenTests option.
+        nbgrader("autograde", a, "--create", "--force", "--log-level=ERROR")
+        nbgrader("generate_feedback", a, "--force", "--log-level=ERROR")
+    nbgrader("export", "--log-level=WARN")
+    print()
+    print(score_table(labs))
+    print("\ngrades.csv, feedback/<student>/<assignment>/*.html (no hidden tests), autograded/")
+
+
+# ----------------------------------------------------------------------------- command line
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["build", "execute", "release", "validate", "submissions", "autograde",
+                                            "scores", "list"])
+    parser.add_argument("assignments", nargs="*", help="restrict to these assignments (default: all)")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["nbgrader"]:  # `course.py nbgrader ARGS`: nbgrader's own command line, sped up
+        import warnings
+
+        from nbgrader.apps.nbgraderapp import main as nbgrader_main
+
+        # SQLAlchemy 2 warns about nbgrader 0.9.6's session use; the gradebook is still correct.
+        warnings.filterwarnings("ignore", module=r"nbgrader\.api")
+
+        sys.argv = ["nbgrader", *argv[1:]]
+        return nbgrader_main()
+    args = parser.parse_args(argv)
+    try:
+        labs = discover(args.assignments)
+        if not labs:
+            print("no notebooks under notebooks/*/*.py: nothing to do")
+            return 0
+        if args.command == "list":
+            print("\n".join(f"{lab.assignment}/{lab.name}" for lab in labs))
+        elif args.command == "build":
+            for p in build(labs):
+                print(f"wrote {rel(p)}")
+            for p in stale_sources(labs):
+                p.unlink()
+                print(f"removed {rel(p)} (its notebooks/ source is gone)")
+            print(f"built {len(labs)} notebook(s): source/ in sync with notebooks/")
+        elif args.command == "execute":
+            missing = [rel(lab.source) for lab in labs if not lab.source.exists()]
+            if missing:
+                raise PipelineError(f"{', '.join(missing)} missing: run `make build` first")
+            done, errors = _parallel(execute_one, [str(lab.source) for lab in labs])
+            for d in done:
+                print(f"executed {d}")
+            if errors:
+                raise PipelineError("\n".join(errors))
+        elif args.command == "release":
+            release(labs)
+            print("released " + ", ".join(f"release/{a}/" for a in assignments(labs)))
+        elif args.command == "validate":
+            validate(labs)
+        elif args.command == "submissions":
+            for p in write_submissions(labs):
+                print(f"wrote {rel(p)}")
+        elif args.command == "autograde":
+            autograde(labs)
+        elif args.command == "scores":
+            print(score_table(labs))
+    except PipelineError as e:
+        for line in str(e).splitlines():
+            print(f"error: {line}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,11 @@
+# A student who masks by multiplying: fine until a padding position holds -inf (0 * -inf = nan).
+# Task 1a is correct. Expected: 3 of 5 points.
+
+# %% grade_id=task1a_response_logprobs
+def response_logprobs(logits, tokens, prompt_len):
+    logp = torch.log_softmax(logits, dim=-1)[:, prompt_len - 1 : -1]
+    return torch.gather(logp, 2, tokens[:, prompt_len:, None])[..., 0]
+
+# %% grade_id=task1b_sequence_logprob
+def sequence_logprob(token_logprobs, mask):
+    return (token_logprobs * mask).sum(dim=1)
