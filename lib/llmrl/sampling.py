@@ -114,12 +114,26 @@ def generate(model, problems: Problems, group_size: int = 1, temperature: float 
                    temperature=temperature)
 
 
-def response_logits(model, tokens: torch.Tensor) -> torch.Tensor:
-    """[B, P+R] tokens -> [B, R, V] logits that score the R response tokens (the shift done)."""
+def response_logits(model, tokens: torch.Tensor, group_size: int = 1) -> torch.Tensor:
+    """[B, P+R] tokens -> [B, R, V] logits that score the R response tokens (the shift done).
+
+    ``group_size=G`` says that rows come in groups of G sharing one prompt (a rollout's layout):
+    the prompt is then encoded once per group and its key/value cache shared, which gives the same
+    logits (and gradients) for about half the work.
+    """
     if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.shape[1] <= PROMPT_LEN:
         raise ValueError(f"tokens must be [B, P+R] with P = {PROMPT_LEN}, got "
                          f"{tuple(getattr(tokens, 'shape', ()))}")
-    return model(tokens[:, :-1], logits_from=PROMPT_LEN - 1)
+    if group_size <= 1:
+        return model(tokens[:, :-1], logits_from=PROMPT_LEN - 1)
+    B = tokens.shape[0]
+    if B % group_size:
+        raise ValueError(f"{B} rows is not a multiple of group_size={group_size}")
+    prompts = tokens[::group_size, :PROMPT_LEN]
+    head, past = model(prompts, return_past=True, logits_from=PROMPT_LEN - 1)
+    past = [(k.repeat_interleave(group_size, 0), v.repeat_interleave(group_size, 0)) for k, v in past]
+    rest = model(tokens[:, PROMPT_LEN:-1], past=past)
+    return torch.cat([head.repeat_interleave(group_size, 0), rest], 1)
 
 
 def gather_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -127,13 +141,13 @@ def gather_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
     return torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 
-def response_logprobs(model, tokens: torch.Tensor, return_logits: bool = False):
+def response_logprobs(model, tokens: torch.Tensor, return_logits: bool = False, group_size: int = 1):
     """[B, R] log-probs of the response tokens under ``model`` (gradients flow if enabled).
 
     Positions after EOS hold finite junk; combine with ``response_mask``. ``return_logits=True``
     also returns the [B, R, V] logits (for entropy and full-vocabulary KL).
     """
-    logits = response_logits(model, tokens)
+    logits = response_logits(model, tokens, group_size)
     lp = gather_logprobs(logits, tokens[:, PROMPT_LEN:])
     return (lp, logits) if return_logits else lp
 

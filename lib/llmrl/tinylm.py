@@ -69,7 +69,7 @@ class Block(nn.Module):
             v = torch.cat([past[1], v], dim=2)
         if mask is None:  # causal; a single new token may attend to the whole cache
             att = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1 and past is None)
-        else:
+        else:  # [T, S] causal with an offset, or a padding-aware [B, 1, T, S]
             att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         x = x + self.proj(att.transpose(1, 2).reshape(B, T, D))
         x = x + self.out(F.relu(self.fc(self.ln2(x))))
@@ -120,9 +120,8 @@ class TinyLM(nn.Module):
         pos = torch.arange(t0, t0 + T)
         x = self.tok(tokens) + self.pos(pos)
         if attention_mask is None:
-            if past is not None and T > 1:
-                raise ValueError("several new tokens after a cache need an attention_mask")
-            mask = None
+            # several new tokens after a cache: causal among themselves, all of the cache visible
+            mask = torch.ones(T, t0 + T, dtype=torch.bool).tril(diagonal=t0) if (past is not None and T > 1) else None
         else:
             mask = _attention_mask(B, t0, T, attention_mask)
         new_past = []

@@ -170,13 +170,13 @@ def rl_train(policy, config: RLConfig | None = None, *, reward_fn: Callable = ex
             if config.rollout_from == "policy" and config.temperature == 1.0:
                 old_lp = roll.sample_logprobs
             else:
-                old_lp = gather_logprobs(response_logits(policy, roll.tokens), roll.response_tokens)
+                old_lp = gather_logprobs(response_logits(policy, roll.tokens, G), roll.response_tokens)
             ref_lp = None
             if ref_model is not None:
-                ref_lp = gather_logprobs(response_logits(ref_model, roll.tokens), roll.response_tokens)
+                ref_lp = gather_logprobs(response_logits(ref_model, roll.tokens, G), roll.response_tokens)
             t_logits = t_lp = None
             if teacher is not None and config.loss in ("opd-sampled", "opd-full"):
-                t_logits = response_logits(teacher, roll.tokens)
+                t_logits = response_logits(teacher, roll.tokens, G)
                 t_lp = gather_logprobs(t_logits, roll.response_tokens)
         if config.kl_coef > 0 and config.kl_mode == "reward":
             if kl_reward_fn is not None:
@@ -194,7 +194,7 @@ def rl_train(policy, config: RLConfig | None = None, *, reward_fn: Callable = ex
         grad_norm = 0.0
         policy.train()
         for epoch in range(config.epochs):
-            logits = response_logits(policy, roll.tokens)
+            logits = response_logits(policy, roll.tokens, G)
             lp = gather_logprobs(logits, roll.response_tokens)
             if epoch == 0:
                 with torch.no_grad():

@@ -1,0 +1,133 @@
+"""SFT checkpoints (cache, corruption, staleness) and the RL trainer (learning, determinism, bad input)."""
+
+import copy
+
+import pytest
+import torch
+
+from llmrl import checkpoints as C
+from llmrl.addition import PromptSampler, eval_problems
+from llmrl.evaluation import accuracy
+from llmrl.rewards import exact_match
+from llmrl.tinylm import TinyLM
+from llmrl.trainer import RLConfig, rl_train
+
+TINY = C.SFTConfig(steps=30, batch_size=16, warmup=5)
+TINY_SNAPS = {"early": C.Snapshot(10), "last": C.Snapshot(30)}
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLMRL_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def test_checkpoint_is_cached_and_reloaded(cache, monkeypatch):
+    m1, meta = C.load_checkpoint("early", TINY, TINY_SNAPS, progress=False, with_meta=True)
+    assert meta["step"] == 10
+    files = sorted(p.name for p in cache.glob("*.pt"))
+    assert len(files) == 2  # one SFT run wrote both snapshots
+    calls = []
+    monkeypatch.setattr(C, "sft_train", lambda *a, **k: calls.append(1))
+    m2 = C.load_checkpoint("early", TINY, TINY_SNAPS)
+    assert not calls  # served from the cache
+    assert all(torch.equal(a, b) for a, b in zip(m1.state_dict().values(), m2.state_dict().values()))
+
+
+def test_corrupted_checkpoint_is_rebuilt(cache):
+    m1 = C.load_checkpoint("last", TINY, TINY_SNAPS, progress=False)
+    for p in cache.glob("*last*.pt"):
+        p.write_bytes(p.read_bytes()[:100])  # truncated file
+    m2 = C.load_checkpoint("last", TINY, TINY_SNAPS, progress=False)
+    assert all(torch.equal(a, b) for a, b in zip(m1.state_dict().values(), m2.state_dict().values()))
+
+
+def test_tampered_checkpoint_fails_its_checksum(cache):
+    C.load_checkpoint("last", TINY, TINY_SNAPS, progress=False)
+    path = next(cache.glob("*last*.pt"))
+    blob = torch.load(path, weights_only=True)
+    blob["state"] = blob["state"][:-8] + b"\x00" * 8
+    torch.save(blob, path)
+    key = C._key(TINY, TINY_SNAPS)
+    assert C._load(path, key) is None  # detected, so load_checkpoint would rebuild it
+
+
+def test_stale_key_is_not_loaded(cache):
+    C.load_checkpoint("last", TINY, TINY_SNAPS, progress=False)
+    path = next(cache.glob("*last*.pt"))
+    assert C._load(path, "another-config") is None
+
+
+def test_checkpoint_bad_name(cache):
+    with pytest.raises(ValueError, match="unknown checkpoint"):
+        C.load_checkpoint("professor", TINY, TINY_SNAPS)
+
+
+def test_rl_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="group_size"):
+        RLConfig(group_size=1)
+    with pytest.raises(ValueError, match="eps_low"):
+        RLConfig(eps_low=-0.1)
+    with pytest.raises(ValueError, match="advantage"):
+        RLConfig(advantage="median")
+    with pytest.raises(ValueError, match="loss"):
+        RLConfig(loss="ppo2")
+    with pytest.raises(TypeError, match="steps"):
+        RLConfig(steps=1.5)
+    with pytest.raises(ValueError, match="teacher"):
+        rl_train(TinyLM(), steps=1, loss="opd-full", progress=False)
+
+
+def _one_digit_answers_reward(responses, answers):
+    """An easy task for an untrained model: answer with exactly one character."""
+    return torch.tensor([float(len(r) == 1) for r in responses])
+
+
+def test_trainer_improves_reward_on_an_easy_task():
+    torch.manual_seed(0)
+    m = TinyLM()
+    h = rl_train(m, steps=40, lr=1e-3, reward_fn=_one_digit_answers_reward, progress=False, seed=0)
+    first, last = h.series("reward")[:5].mean(), h.series("reward")[-5:].mean()
+    assert last > first + 0.3, (first, last)
+    for key in ("entropy_nats", "kl_to_reference_nats", "clip_fraction_high", "response_length"):
+        assert key in h.names
+
+
+def test_trainer_is_deterministic():
+    def run():
+        torch.manual_seed(123)
+        m = TinyLM()
+        return rl_train(m, steps=5, lr=1e-3, reward_fn=_one_digit_answers_reward, progress=False, seed=3)
+
+    a, b = run(), run()
+    assert a.series("reward").tolist() == b.series("reward").tolist()
+    assert a.series("loss").tolist() == b.series("loss").tolist()
+
+
+def test_trainer_runs_each_arm_and_custom_pieces():
+    teacher, student = TinyLM(), TinyLM()
+    for loss, src in (("opd-full", "policy"), ("opd-sampled", "policy"), ("sft", "teacher")):
+        h = rl_train(copy.deepcopy(student), steps=2, loss=loss, rollout_from=src, teacher=teacher, progress=False)
+        assert len(h) == 2
+    seen = {}
+
+    def adv(rewards, g):
+        seen["adv"] = (rewards.shape, g)
+        return rewards - rewards.mean()
+
+    def loss_fn(batch):
+        seen["loss"] = batch.logprobs.shape
+        return -(batch.logprobs * batch.mask).sum() / batch.mask.sum()
+
+    def kl_fn(rewards, lp, ref, mask, beta):
+        seen["kl"] = beta
+        return rewards
+
+    rl_train(TinyLM(), steps=1, n_prompts=3, group_size=4, advantage_fn=adv, policy_loss_fn=loss_fn,
+             kl_reward_fn=kl_fn, kl_coef=0.1, progress=False)
+    assert seen == {"adv": (torch.Size([12]), 4), "loss": torch.Size([12, 5]), "kl": 0.1}
+
+
+def test_bad_reward_shape_is_reported():
+    with pytest.raises(ValueError, match="reward_fn"):
+        rl_train(TinyLM(), steps=1, reward_fn=lambda r, a: torch.zeros(3), progress=False)
