@@ -71,8 +71,9 @@ scores: $(STAMP)
 nbval: $(STAMP)
 	$(PYTEST) -q --nbval --nbval-current-env --nbval-sanitize-with $(SANITIZE) $(NBVAL_PATHS)
 
+# Exit status 5 is pytest's "no tests collected" (an empty lib/tests is not a failure).
 test-lib: $(STAMP)
-	$(PYTEST) -q lib/tests
+	$(PYTEST) -q lib/tests || [ $$? -eq 5 ]
 
 test-pipeline: $(STAMP)
 	$(PYTEST) -q autograder/tests

@@ -537,6 +537,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["build", "execute", "release", "validate", "submissions", "autograde",
                                             "scores", "list"])
     parser.add_argument("assignments", nargs="*", help="restrict to these assignments (default: all)")
+    parser.add_argument("--root", type=Path, default=ROOT,
+                        help="course directory (default: this repository); build and list only")
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["nbgrader"]:  # `course.py nbgrader ARGS`: nbgrader's own command line, sped up
         import warnings
@@ -550,7 +552,9 @@ def main(argv: list[str] | None = None) -> int:
         return nbgrader_main()
     args = parser.parse_args(argv)
     try:
-        labs = discover(args.assignments)
+        if args.root.resolve() != ROOT and args.command not in ("build", "list"):
+            raise PipelineError(f"--root works with build and list only, not {args.command}")
+        labs = discover(args.assignments, root=args.root.resolve())
         if not labs:
             print("no notebooks under notebooks/*/*.py: nothing to do")
             return 0
@@ -559,7 +563,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "build":
             for p in build(labs):
                 print(f"wrote {rel(p)}")
-            for p in stale_sources(labs):
+            for p in stale_sources(labs, root=args.root.resolve()):
                 p.unlink()
                 print(f"removed {rel(p)} (its notebooks/ source is gone)")
             print(f"built {len(labs)} notebook(s): source/ in sync with notebooks/")

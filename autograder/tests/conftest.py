@@ -1,0 +1,7 @@
+import sys
+from pathlib import Path
+
+# autograder/course.py and autograder/grade.py are scripts, not a package: import them by path.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import course  # noqa: E402,F401  (first, so that its start-up speedups apply before nbformat loads)

@@ -1,0 +1,300 @@
+"""The authoring -> release -> autograde pipeline, checked on every notebook under notebooks/.
+
+A notebook added under notebooks/<assignment>/ is covered here without any change: the tests are
+parametrized over what `course.discover()` finds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import course
+from course import ROOT, PipelineError
+
+LABS = course.discover()
+ASSIGNMENTS = course.assignments(LABS)
+GRADE = ROOT / "autograder" / "grade"
+lab_ids = [f"{lab.assignment}/{lab.name}" for lab in LABS]
+
+
+def run_grade(assignment: str, *paths) -> subprocess.CompletedProcess:
+    return subprocess.run([str(GRADE), assignment, *map(str, paths)], capture_output=True, text=True, timeout=600)
+
+
+def grade_json(assignment: str, *paths) -> dict:
+    proc = run_grade(assignment, *paths)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def read(path: Path):
+    return nbformat.read(path, as_version=4)
+
+
+def test_the_course_has_notebooks():
+    assert LABS, "no notebooks/*/*.py found"
+
+
+# ----------------------------------------------------------------------------- build in sync
+
+@pytest.mark.parametrize("lab", LABS, ids=lab_ids)
+def test_source_notebook_is_built_from_the_current_jupytext_file(lab):
+    assert lab.source.exists(), f"{course.rel(lab.source)} missing: run make build"
+    assert course.normalized(read(lab.source)) == course.normalized(course.convert(lab.jupytext)), (
+        f"{course.rel(lab.source)} differs from {course.rel(lab.jupytext)}: run make build execute release"
+    )
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lab_ids)
+def test_source_notebook_is_stored_executed(lab):
+    nb = read(lab.source)
+    unexecuted = [i + 1 for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.strip()
+                  and c.execution_count is None]
+    assert not unexecuted, f"{course.rel(lab.source)}: cells {unexecuted} have no stored run: make execute A={lab.assignment}"
+
+
+def test_no_source_or_release_notebook_without_a_jupytext_file():
+    wanted = {course.rel(p) for lab in LABS for p in (lab.source, lab.release)}
+    found = {course.rel(p) for d in ("source", "release") for p in (ROOT / d).glob("*/*.ipynb")}
+    assert found - wanted == set()
+
+
+def test_release_is_generated_from_the_current_source(tmp_path):
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
+    shutil.copytree(ROOT / "source", tmp_path / "source", ignore=course.COPY_IGNORE)
+    cfg = course.load_config(tmp_path)
+    cfg.Application.log_level = "ERROR"
+    api = NbGraderAPI(CourseDirectory(config=cfg), config=cfg)
+    for a in ASSIGNMENTS:
+        result = api.generate_assignment(a, force=True, create=True)
+        assert result["success"], result.get("error")
+    for lab in LABS:
+        fresh = tmp_path / "release" / lab.assignment / f"{lab.name}.ipynb"
+        assert course.normalized(read(lab.release)) == course.normalized(read(fresh)), (
+            f"{course.rel(lab.release)} is out of date: run make release A={lab.assignment}"
+        )
+
+
+# ----------------------------------------------------------------------------- release content
+
+def _blocks(source: str, begin: str, end: str) -> list[str]:
+    return re.findall(re.escape(begin) + r"(.*?)" + re.escape(end), source, flags=re.S)
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lab_ids)
+def test_release_holds_no_solution_no_hidden_test_and_no_output(lab):
+    src, rel_nb = read(lab.source), read(lab.release)
+    release_text = "\n".join(c.source for c in rel_nb.cells)
+    for marker in course.SOLUTION_MARKERS + course.HIDDEN_MARKERS:
+        assert marker not in release_text
+    secret, public = set(), set()
+    for c in src.cells:
+        inside = _blocks(c.source, *course.SOLUTION_MARKERS) + _blocks(c.source, *course.HIDDEN_MARKERS)
+        lines = {l.strip() for block in inside for l in block.splitlines()}
+        secret |= lines
+        outside = c.source
+        for block in inside:
+            outside = outside.replace(block, "")
+        public |= {l.strip() for l in outside.splitlines()}
+    # Lines that also occur outside the blocks (a bare `return`, a comment) are not secrets.
+    secret = {l for l in secret - public if len(l) > 12 and not l.startswith("#")}
+    leaked = sorted(l for l in secret if l in {x.strip() for x in release_text.splitlines()})
+    assert leaked == [], f"{course.rel(lab.release)} shows solution or hidden-test lines: {leaked}"
+    assert all(not c.get("outputs") for c in rel_nb.cells if c.cell_type == "code")
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lab_ids)
+def test_every_solution_cell_is_stubbed_in_the_release(lab):
+    stubs = [c for c in read(lab.release).cells if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"]
+    assert all("raise NotImplementedError()" in c.source for c in stubs)
+
+
+# ----------------------------------------------------------------------------- grading
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_sources_score_full_marks_and_releases_zero(assignment):
+    labs = [lab for lab in LABS if lab.assignment == assignment]
+    db = ROOT / "gradebook.db"
+    before = hashlib.sha256(db.read_bytes()).hexdigest() if db.exists() else None
+
+    full = grade_json(assignment, *[lab.source for lab in labs])
+    assert full["max_points"] > 0
+    for nb in full["notebooks"]:
+        for cell in nb["cells"]:
+            if not cell["needs_manual_grade"]:
+                assert cell["points"] == cell["max_points"], f"{nb['notebook']}/{cell['grade_id']}: {cell['error']}"
+
+    zero = grade_json(assignment, *[lab.release for lab in labs])
+    for nb in zero["notebooks"]:
+        for cell in nb["cells"]:
+            assert not cell["points"], f"the unmodified release earns points in {nb['notebook']}/{cell['grade_id']}"
+    assert zero["points"] == 0 and zero["max_points"] == full["max_points"]
+
+    after = hashlib.sha256(db.read_bytes()).hexdigest() if db.exists() else None
+    assert before == after, "autograder/grade changed the course's gradebook.db"
+
+
+SAMPLES = sorted(course.SAMPLES.glob("*/*/*.py"))
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=[f"{p.parent.parent.name}:{p.parent.name}" for p in SAMPLES])
+def test_hand_written_samples_score_what_they_say(sample, tmp_path):
+    """Each sample names its expected score ("Expected: 2 of 5 points"): the hidden tests catch the mistake."""
+    m = re.search(r"Expected: (\d+(?:\.\d+)?) of (\d+(?:\.\d+)?) points", sample.read_text())
+    assert m, f"{course.rel(sample)}: say 'Expected: N of M points' in its description"
+    lab = course.Lab(sample.parent.name, sample.stem)
+    nb = course.sample_submissions(lab)[sample.parent.parent.name]
+    path = tmp_path / f"{lab.name}.ipynb"
+    nbformat.write(nb, path)
+    report = grade_json(lab.assignment, path)
+    assert (report["points"], report["max_points"]) == (float(m.group(1)), float(m.group(2))), report
+
+
+def test_grade_rejects_a_file_that_is_not_json(tmp_path):
+    bad = tmp_path / "broken.ipynb"
+    bad.write_text('{"cells": [')
+    proc = run_grade(ASSIGNMENTS[0], bad)
+    assert proc.returncode != 0
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and "broken.ipynb" in lines[0] and "not a valid notebook" in lines[0]
+
+
+def test_grade_rejects_a_notebook_of_no_assignment(tmp_path):
+    foreign = tmp_path / "my_homework.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("print(1)")]
+    nbformat.write(nb, foreign)
+    proc = run_grade(ASSIGNMENTS[0], foreign)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "my_homework.ipynb" in lines[0] and "belongs to no notebook" in lines[0]
+
+
+def test_grade_rejects_an_unknown_assignment():
+    proc = run_grade("no_such_lab", LABS[0].release)
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and "no_such_lab" in proc.stderr
+
+
+# ----------------------------------------------------------------------------- validate is per cell
+
+def test_validate_names_each_test_cell_a_stub_would_pass_and_each_failing_source_cell(tmp_path):
+    lab = LABS[0]
+    graded = course.graded_test_cells(read(lab.release))
+    subs = course.sample_submissions(lab)
+    answered, stubbed = tmp_path / "answered.ipynb", tmp_path / "stubbed.ipynb"
+    nbformat.write(subs["reference"], answered)
+    nbformat.write(subs["untouched"], stubbed)
+    # A "release" whose stubs already pass: every graded cell must be reported by name.
+    with pytest.raises(PipelineError) as err:
+        course.validate_one(str(answered), invert=True)
+    for gid in graded:
+        assert gid in str(err.value)
+    # A "source" whose solutions are stubs: every failing graded cell is named.
+    with pytest.raises(PipelineError) as err:
+        course.validate_one(str(stubbed), invert=False)
+    for gid in graded:
+        assert gid in str(err.value)
+
+
+# ----------------------------------------------------------------------------- nbval is strict
+
+def test_nbval_notices_a_changed_printed_number(tmp_path):
+    """Strict nbval with the sanitize file compares printed numbers (the sanitizer is not too broad)."""
+    lab = next((l for l in LABS if any(o.get("name") == "stdout" and re.search(r"\d", o.get("text", ""))
+                                        for c in read(l.source).cells for o in c.get("outputs", []))), None)
+    if lab is None:
+        pytest.skip("no source notebook prints a number")
+    nb = read(lab.source)
+    for i, c in enumerate(nb.cells):
+        outs = [o for o in c.get("outputs", []) if o.get("name") == "stdout" and re.search(r"\d", o.get("text", ""))]
+        if outs:
+            outs[0]["text"] = re.sub(r"\d", lambda m: str((int(m.group()) + 1) % 10), outs[0]["text"], count=1)
+            nb.cells = nb.cells[: i + 1]  # nothing after the changed cell needs to run
+            break
+    target = tmp_path / lab.source.name
+    nbformat.write(nb, target)
+    shutil.copytree(lab.source.parent, tmp_path, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.ipynb", "artifacts"))
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--nbval",
+                           "--nbval-current-env", "--nbval-sanitize-with",
+                           str(ROOT / "autograder" / "nbval_sanitize.cfg"), str(target)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=900)
+    assert proc.returncode == 1 and "1 failed" in proc.stdout, proc.stdout[-2000:]
+
+
+# ----------------------------------------------------------------------------- build errors
+
+HEADER = "# %%"
+GOOD_SOLUTION = ('# %% nbgrader={"grade": false, "grade_id": "f", "locked": false, "schema_version": 3, '
+                 '"solution": true, "task": false}\n'
+                 "def f():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION\n")
+GOOD_TEST = ('# %% nbgrader={"grade": true, "grade_id": "test_f", "locked": true, "points": 1, '
+             '"schema_version": 3, "solution": false, "task": false}\nassert f() == 1\n')
+
+
+def write_lab(root: Path, cells: list[str]) -> Path:
+    path = root / "notebooks" / "labx" / "bad.py"
+    path.parent.mkdir(parents=True)
+    path.write_text("# %% [markdown]\n# A title\n\n" + "\n\n".join(cells))
+    return path
+
+
+def test_a_well_formed_source_builds(tmp_path):
+    write_lab(tmp_path, [GOOD_SOLUTION, GOOD_TEST])
+    written = course.build(course.discover(root=tmp_path))
+    nb = read(written[0])
+    assert [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells] == [None, "f", "test_f"]
+
+
+@pytest.mark.parametrize("bad_cell, words", [
+    (GOOD_TEST.replace('"grade": true', '"grade": True'), "did not parse"),
+    (GOOD_TEST.replace(', "task": false', ""), "lacks task"),
+    (GOOD_TEST.replace('"points": 1, ', ""), "lacks points"),
+    (GOOD_TEST.replace('"test_f"', '"f"'), "grade_id 'f' is also used by"),
+    (GOOD_TEST.replace('"locked": true', '"locked": false'), "must be locked"),
+    (GOOD_TEST + "### BEGIN SOLUTION\n", "solution markers in a cell that is not a solution cell"),
+    ("# %%\nx = 1\n### BEGIN HIDDEN TESTS\nassert x\n### END HIDDEN TESTS\n", "without nbgrader metadata"),
+], ids=["python-True", "missing-key", "missing-points", "duplicate-grade-id", "unlocked-test",
+        "stray-solution-marker", "hidden-tests-outside-a-test-cell"])
+def test_bad_metadata_fails_the_build_naming_file_line_and_cell(tmp_path, bad_cell, words):
+    path = write_lab(tmp_path, [GOOD_SOLUTION, bad_cell])
+    line = path.read_text().splitlines().index(bad_cell.splitlines()[0]) + 1  # the bad cell's header
+    with pytest.raises(PipelineError) as err:
+        course.build(course.discover(root=tmp_path))
+    assert f"{path}:{line} (cell 3)" in str(err.value)
+    assert words in str(err.value)
+    assert not (tmp_path / "source").exists(), "nothing may be written when a source is bad"
+
+
+def test_make_build_exits_non_zero_and_names_the_file_and_cell(tmp_path):
+    bad = GOOD_TEST.replace('"solution": false', '"solution": False')
+    path = write_lab(tmp_path, [GOOD_SOLUTION, bad])
+    proc = subprocess.run([sys.executable, str(ROOT / "autograder" / "course.py"), "--root", str(tmp_path), "build"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(f"error: {path}:11 (cell 3): the header's metadata did not parse"), proc.stderr
+
+
+def test_a_file_without_cell_headers_is_refused(tmp_path):
+    path = tmp_path / "notebooks" / "labx" / "helper.py"
+    path.parent.mkdir(parents=True)
+    path.write_text("def helper():\n    return 1\n")
+    with pytest.raises(PipelineError, match="helper.py: no '# %%' cell header"):
+        course.build(course.discover(root=tmp_path))
+
+
+def test_an_unknown_assignment_is_refused():
+    with pytest.raises(PipelineError, match="no_such_lab"):
+        course.discover(["no_such_lab"])
