@@ -42,7 +42,7 @@ BUCKET_INFO = {
 }
 # the RL prompt distribution of the labs: every 2-digit + 2-digit problem, uniformly
 TWO_DIGIT = ("2d+2d_nocarry", "2d+2d_carry", "2d+2d_ge100")
-SFT_MIX: Mapping[str, float] = {"1d+1d": 0.005, "2d+2d": 0.995}
+SFT_MIX: Mapping[str, float] = {"1d+1d": 0.002, "2d+2d": 0.998}
 
 
 def _all_pairs(bucket: str) -> torch.Tensor:
