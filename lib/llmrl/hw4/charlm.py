@@ -1,0 +1,233 @@
+"""The CPU base model of hw4: a character-level TinyLM, pretrained here on an imperfect corpus.
+
+Why a character model: it needs no downloaded tokenizer or weights, runs a whole RL step in a
+fraction of a second on one CPU thread, and still has the shape of the real thing (a prompt, a
+sampled completion that ends with EOS, a reward parsed from text).
+
+Sequence layout (the same in pretraining, sampling and scoring): the prompt is ``<bos>`` + its
+characters + ``<sep>``, left-padded with ``<pad>`` to ``PROMPT_WIDTH`` columns, then the completion's
+characters and ``<eos>``, right-padded. PAD is an ordinary token the model learns to ignore (as
+everywhere in llmrl), so positions are the same in every phase.
+
+The pretraining corpus is deliberately imperfect, so that RL has something to fix:
+
+* format_copy: most completions answer "Answer: N" with no tag (greedy decoding picks this), a
+  quarter give the clean tag, some add text after the tag and a few copy a digit wrong.
+* math_toy: sums are mostly right; differences, products and three-term sums are right only
+  ``HARD_CORRECT`` of the time, otherwise they show a typical slip (the sign flipped, the operands
+  added instead of multiplied, the third term forgotten), which is the greedy answer. A quarter of
+  the answers are written without a box.
+
+The pretrained weights are cached like llmrl's SFT checkpoints (file keyed by a hash of the whole
+configuration, atomic writes, checksum, rebuilt when stale or corrupted).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from ..checkpoints import FORMAT_VERSION, _load, _save, cache_dir
+from ..tinylm import TinyLM, TinyLMConfig
+from ..utils import check_float, check_int, set_threads
+from .tasks import FormatCopyTask, MathToyTask, math_problem
+
+# ----------------------------------------------------------------------------- tokenizer
+
+SPECIALS = ("<pad>", "<bos>", "<eos>", "<sep>")
+PAD, BOS, EOS, SEP = range(4)
+CHARS = "\n" + "".join(chr(c) for c in range(32, 127))
+VOCAB = SPECIALS + tuple(CHARS)
+VOCAB_SIZE = len(VOCAB)
+_CHAR_ID = {c: i + len(SPECIALS) for i, c in enumerate(CHARS)}
+PROMPT_WIDTH = 36   # <bos> + at most 34 characters + <sep>
+MAX_LEN = 64        # so completions may hold up to 27 characters + <eos>
+
+
+def encode_text(text: str, what: str = "text") -> list[int]:
+    if not isinstance(text, str):
+        raise TypeError(f"{what} must be a str, got {type(text).__name__}")
+    try:
+        return [_CHAR_ID[c] for c in text]
+    except KeyError as e:
+        raise ValueError(f"{what} holds the character {e.args[0]!r}, outside the character model's "
+                         f"vocabulary (printable ASCII and newline)") from None
+
+
+def encode_prompt(prompt: str, width: int = PROMPT_WIDTH) -> list[int]:
+    """``width`` ids: left padding, <bos>, the prompt's characters, <sep>."""
+    ids = [BOS] + encode_text(prompt, "prompt") + [SEP]
+    if len(ids) > width:
+        raise ValueError(f"prompt {prompt!r} has {len(prompt)} characters; the character model takes at most "
+                         f"{width - 2}")
+    return [PAD] * (width - len(ids)) + ids
+
+
+def decode(ids) -> str:
+    """Characters of ``ids`` up to the first <eos>; other special tokens are dropped."""
+    out = []
+    for i in (ids.tolist() if isinstance(ids, torch.Tensor) else ids):
+        if i == EOS:
+            break
+        if i >= len(SPECIALS):
+            out.append(VOCAB[i])
+    return "".join(out)
+
+
+# ----------------------------------------------------------------------------- pretraining corpus
+
+HARD_CORRECT = 0.3           # how often the corpus answers a hard math family right
+EASY_CORRECT = 0.9           # ... and the sums
+
+
+def _wrong_copy(n: int, g: torch.Generator) -> int:
+    s = list(str(abs(n)))
+    i = int(torch.randint(len(s), (1,), generator=g))
+    s[i] = str((int(s[i]) + 1 + int(torch.randint(9, (1,), generator=g))) % 10)
+    v = int("".join(s))
+    return -v if n < 0 else v
+
+
+def copy_completion(n: int, g: torch.Generator) -> str:
+    """One completion of the base model's corpus for "Copy this integer exactly: n"."""
+    u = float(torch.rand((), generator=g))
+    if u < 0.55:
+        return f"Answer: {n}"
+    if u < 0.80:
+        return f"<answer>{n}</answer>"
+    if u < 0.92:
+        return f"<answer>{n}</answer> ok"
+    return f"<answer>{_wrong_copy(n, g)}</answer>"
+
+
+def slip(meta: dict) -> int:
+    """The typical wrong answer of a math_toy family."""
+    a, b, c, fam = meta["a"], meta["b"], meta["c"], meta["family"]
+    return {"add": a + b + 1, "sub": b - a, "mul": a + b, "add3": a + b}[fam]
+
+
+def math_completion(meta: dict, answer: str, g: torch.Generator, hard_correct: float = HARD_CORRECT) -> str:
+    """One completion of the base model's corpus for a math_toy problem."""
+    p = EASY_CORRECT if meta["family"] == "add" else hard_correct
+    value = answer if float(torch.rand((), generator=g)) < p else str(slip(meta))
+    return f"\\boxed{{{value}}}" if float(torch.rand((), generator=g)) < 0.75 else f"The answer is {value}."
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    steps: int = 1200
+    batch_size: int = 32
+    lr: float = 3e-3
+    warmup: int = 50
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.01
+    copy_fraction: float = 0.5
+    seed: int = 0
+    hard_correct: float = HARD_CORRECT
+    model: TinyLMConfig = field(default_factory=lambda: TinyLMConfig(
+        vocab_size=VOCAB_SIZE, d=64, n_layers=2, n_heads=4, max_len=MAX_LEN))
+
+    def __post_init__(self):
+        check_int("steps", self.steps, minimum=1)
+        check_int("batch_size", self.batch_size, minimum=1)
+        check_int("seed", self.seed, minimum=0)
+        check_float("lr", self.lr, minimum=0.0)
+        if not 0 <= self.copy_fraction <= 1:
+            raise ValueError(f"copy_fraction must be in [0, 1], got {self.copy_fraction}")
+        if self.model.vocab_size != VOCAB_SIZE or self.model.max_len < MAX_LEN:
+            raise ValueError(f"model must have vocab_size={VOCAB_SIZE} and max_len >= {MAX_LEN}")
+
+    def key(self) -> str:
+        blob = json.dumps({"cfg": asdict(self), "v": FORMAT_VERSION, "torch": torch.__version__,
+                           "easy": EASY_CORRECT, "vocab": VOCAB, "width": PROMPT_WIDTH}, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def pretrain_batch(cfg: PretrainConfig, g: torch.Generator, copy_task=None, math_task=None):
+    """(tokens [N, T] long, target mask [N, T-1] bool: True where column t+1 is a completion token)."""
+    copy_task = copy_task or FormatCopyTask()
+    math_task = math_task or MathToyTask()
+    rows = []
+    n_copy = int((torch.rand(cfg.batch_size, generator=g) < cfg.copy_fraction).sum())
+    for ex in copy_task.sample(n_copy, g) if n_copy else []:
+        rows.append((ex.prompt, copy_completion(int(ex.answer), g)))
+    n_math = cfg.batch_size - n_copy
+    for ex in math_task.sample(n_math, g, include_eval=True) if n_math else []:
+        rows.append((ex.prompt, math_completion(ex.meta, ex.answer, g, cfg.hard_correct)))
+    seqs = [encode_prompt(p) + encode_text(c) + [EOS] for p, c in rows]
+    T = max(map(len, seqs))
+    tokens = torch.full((len(seqs), T), PAD, dtype=torch.long)
+    mask = torch.zeros(len(seqs), T - 1, dtype=torch.bool)
+    for i, s in enumerate(seqs):
+        tokens[i, :len(s)] = torch.tensor(s)
+        mask[i, PROMPT_WIDTH - 1:len(s) - 1] = True
+    return tokens, mask
+
+
+def _lr(step, cfg):
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    t = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def pretrain(cfg: PretrainConfig = PretrainConfig(), progress: bool = False) -> tuple[TinyLM, list[float]]:
+    """Train the character model on the corpus from scratch; (model in eval mode, losses)."""
+    set_threads(1)
+    torch.manual_seed(cfg.seed)
+    g = torch.Generator().manual_seed(cfg.seed)
+    model = TinyLM(cfg.model)
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    rest = [p for p in model.parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": rest, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.98))
+    copy_task, math_task = FormatCopyTask(), MathToyTask()
+    steps = range(cfg.steps)
+    if progress:
+        from tqdm.auto import tqdm
+        steps = tqdm(steps, desc="pretraining the character model", leave=False)
+    losses = []
+    model.train()
+    for step in steps:
+        for grp in opt.param_groups:
+            grp["lr"] = _lr(step, cfg)
+        tokens, mask = pretrain_batch(cfg, g, copy_task, math_task)
+        logits = model(tokens)[:, :-1]
+        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1), reduction="none")
+        loss = (ce * mask.reshape(-1)).sum() / mask.sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    model.eval()
+    return model, losses
+
+
+DEFAULT_PRETRAIN = PretrainConfig()
+
+
+def load_base_model(cfg: PretrainConfig = DEFAULT_PRETRAIN, progress: bool = True) -> TinyLM:
+    """A fresh copy of the pretrained character model, training it once into the cache if needed."""
+    if not isinstance(cfg, PretrainConfig):
+        raise TypeError(f"cfg must be a PretrainConfig, got {type(cfg).__name__}")
+    key = cfg.key()
+    path = cache_dir() / f"hw4-charlm-{key}.pt"
+    loaded = _load(path, key)
+    if loaded is None:
+        model, losses = pretrain(cfg, progress=progress)
+        state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        try:
+            _save(path, state, {"key": key, "version": FORMAT_VERSION, "name": "hw4-charlm",
+                                "final_loss": losses[-1]})
+        except OSError:  # read-only cache: keep the model in memory only
+            pass
+        loaded = ({}, state)
+    model = TinyLM(cfg.model)
+    model.load_state_dict(loaded[1])
+    model.eval()
+    return model
