@@ -76,7 +76,8 @@ def generate(model, problems: Problems, group_size: int = 1, temperature: float 
         raise TypeError(f"problems must be llmrl.addition.Problems, got {type(problems).__name__}")
     g = make_generator(generator)
     was_training = model.training
-    model.eval()
+    if was_training:  # walking the modules costs time on every step; skip it when already in eval mode
+        model.eval()
     prompt = problems.prompt_tokens()
     logits, past = model(prompt, return_past=True)
     last = logits[:, -1]
@@ -106,7 +107,8 @@ def generate(model, problems: Problems, group_size: int = 1, temperature: float 
             break
         step_logits, past = model(resp[:, r:r + 1], past=past, return_past=True)
         last = step_logits[:, -1]
-    model.train(was_training)
+    if was_training:
+        model.train()
     tokens = torch.cat([prompt, resp], 1)
     return Rollout(problems=problems.repeat(group_size) if group_size > 1 else problems,
                    tokens=tokens, response_mask=resp_mask,

@@ -147,6 +147,8 @@ def rl_train(policy, config: RLConfig | None = None, *, reward_fn: Callable = ex
     opt = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=config.weight_decay,
                             betas=(0.9, 0.999), fused=True)
     G = config.group_size
+    # TinyLM has no dropout, so eval mode is right for sampling and for the gradient steps alike
+    policy.eval()
     history = History()
     bar = None
     if progress:
@@ -192,7 +194,6 @@ def rl_train(policy, config: RLConfig | None = None, *, reward_fn: Callable = ex
         stats_acc: dict[str, list] = {}
         entropy = None
         grad_norm = 0.0
-        policy.train()
         for epoch in range(config.epochs):
             logits = response_logits(policy, roll.tokens, G)
             lp = gather_logprobs(logits, roll.response_tokens)
@@ -240,7 +241,6 @@ def rl_train(policy, config: RLConfig | None = None, *, reward_fn: Callable = ex
             vals = [x for x in v if not math.isnan(x)]
             rec[k] = float(np.mean(vals)) if vals else float("nan")
         if eval_fn is not None and eval_every and (step % eval_every == 0 or step == config.steps):
-            policy.eval()
             rec.update(eval_fn(policy))
         history.append(rec)
         if callback is not None:
