@@ -1,0 +1,1 @@
+"""Experiment and widget code behind the lab notebooks, one module per lab."""
