@@ -10,8 +10,12 @@ import torch
 
 
 def grading_mode() -> bool:
-    """True while nbgrader runs the notebook (autograde, validate): experiments should shrink."""
-    return bool(os.environ.get("NBGRADER_EXECUTION"))
+    """True when experiment cells should shrink to a few steps.
+
+    nbgrader sets NBGRADER_EXECUTION while it runs a notebook (autograde, validate); LLMRL_FAST=1
+    asks for the same from anywhere else (the browser test, a quick look at a notebook).
+    """
+    return bool(os.environ.get("NBGRADER_EXECUTION")) or os.environ.get("LLMRL_FAST", "") not in ("", "0")
 
 
 def set_threads(n: int = 1) -> None:
