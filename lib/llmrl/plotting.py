@@ -1,0 +1,146 @@
+"""Plots with seeds shown: the mean over seeds as a line, the spread (min to max) as a band, and the
+single seeds as thin lines or dots. Inputs are the ``{arm: [result per seed]}`` dicts of
+:mod:`llmrl.experiments`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+
+def smooth(y: Sequence[float], window: int) -> np.ndarray:
+    """Trailing moving average (nan-aware) over ``window`` points; window 1 returns y."""
+    y = np.asarray([np.nan if v is None else v for v in y], dtype=float)
+    if window <= 1 or len(y) == 0:
+        return y
+    out = np.empty_like(y)
+    for i in range(len(y)):
+        seg = y[max(0, i - window + 1): i + 1]
+        seg = seg[~np.isnan(seg)]
+        out[i] = seg.mean() if len(seg) else np.nan
+    return out
+
+
+def seed_band(ax, x, ys: Sequence[Sequence[float]], label: str, color=None, show_seeds: bool = True):
+    """Plot the mean of ``ys`` (one row per seed) with a min-max band; returns the line."""
+    ys = np.asarray(ys, dtype=float)
+    mean = np.nanmean(ys, axis=0)
+    n = ys.shape[0]
+    line, = ax.plot(x, mean, color=color, lw=2, label=f"{label} (n={n})" if n > 1 else label)
+    if n > 1:
+        ax.fill_between(x, np.nanmin(ys, 0), np.nanmax(ys, 0), color=line.get_color(), alpha=0.2, lw=0)
+        if show_seeds:
+            for row in ys:
+                ax.plot(x, row, color=line.get_color(), lw=0.6, alpha=0.5)
+    return line
+
+
+def _series(results, metric, where, window):
+    """x and the per-seed rows of ``metric`` for one arm (trimmed to the shortest seed)."""
+    rows, x = [], None
+    for r in results:
+        block = r[where]
+        if metric not in block:
+            continue
+        y = smooth(block[metric], window if where == "curve" else 1)
+        xs = np.asarray(block["step"])
+        if x is None or len(xs) < len(x):
+            x = xs
+        rows.append(y)
+    if not rows:
+        return None, None
+    m = len(x)
+    return x, [row[:m] for row in rows]
+
+
+def plot_metric(results: dict, metric: str, where: str = "evals", ax=None, window: int = 10,
+                title: str | None = None, ylabel: str | None = None):
+    """One line per arm of ``metric`` against step (``where``: 'evals' or per-step 'curve')."""
+    ax = ax or plt.gca()
+    for arm, runs in results.items():
+        x, rows = _series(runs, metric, where, window)
+        if x is not None:
+            seed_band(ax, x, rows, arm)
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel or metric)
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_final(results: dict, metric: str, ax=None, expected: dict | None = None, where: str = "evals",
+               start: bool = True, title: str | None = None):
+    """Bars: final ``metric`` per arm (mean over seeds, each seed a dot, +- the eval's standard error
+    when a ``<metric>_se`` series exists); the handout's value as a black tick; the start as a dashed line."""
+    ax = ax or plt.gca()
+    arms = list(results)
+    for i, arm in enumerate(arms):
+        vals = [r[where][metric][-1] for r in results[arm] if metric in r[where]]
+        vals = [v for v in vals if v is not None]
+        if not vals:
+            continue
+        se = [r[where].get(f"{metric}_se", [None])[-1] for r in results[arm]]
+        se = [s for s in se if s is not None]
+        ax.bar(i, np.mean(vals), color=f"C{i}", alpha=0.6, yerr=np.mean(se) if se else None, capsize=4)
+        ax.scatter(np.full(len(vals), i) + np.linspace(-0.15, 0.15, len(vals)), vals, color="k", s=12, zorder=3)
+        e = (expected or {}).get(arm, {}).get(metric)
+        if isinstance(e, (int, float)):
+            ax.plot([i - 0.35, i + 0.35], [e, e], color="k", lw=2, label="handout" if i == 0 else None)
+    if start:
+        s = [r[where][metric][0] for runs in results.values() for r in runs if metric in r[where]]
+        s = [v for v in s if v is not None]
+        if s:
+            ax.axhline(np.mean(s), color="gray", ls="--", lw=1, label="start")
+    ax.set_xticks(range(len(arms)), arms, rotation=15)
+    ax.set_ylabel(metric)
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    return ax
+
+
+def plot_pass_at_k(results: dict, which: str = "in_dist", ax=None, title: str | None = None):
+    """pass@k against k (log axis), before and after training, mean and spread over seeds."""
+    ax = ax or plt.gca()
+    for arm, runs in results.items():
+        ks = np.asarray(runs[0]["extra"]["ks"])
+        if arm == list(results)[0]:
+            seed_band(ax, ks, [r["extra"]["before"][which] for r in runs], "before RL", color="gray")
+        seed_band(ax, ks, [r["extra"]["after"][which] for r in runs], f"after ({arm})")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("k")
+    ax.set_ylabel("pass@k")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.set_title(title or which)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_usage(runs: Sequence[dict], buckets: Sequence[str], ax=None, window: int = 10, title: str | None = None):
+    """Stacked share of samples per bucket against step (mean over seeds)."""
+    ax = ax or plt.gca()
+    x = np.asarray(runs[0]["curve"]["step"])
+    ys = [np.nanmean([smooth(r["curve"][f"usage_{b}"], window)[:len(x)] for r in runs], 0) for b in buckets]
+    ax.stackplot(x, ys, labels=buckets, alpha=0.8)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("step")
+    ax.set_ylabel("share of samples")
+    ax.set_title(title or f"bucket usage (n={len(runs)} seeds)")
+    ax.legend(fontsize=7, loc="upper left")
+    return ax
+
+
+def save(fig, path: str | Path) -> Path:
+    """Save ``fig`` as a PNG (creating the folder) and return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    return path
