@@ -365,19 +365,19 @@ print(f"handout start: pass@1 {EXPECTED['project0']['start']['pass@1']:.2f}, "
       f"KL {EXPECTED['project0']['start']['kl_to_teacher_nats']:.2f}")
 _end = {arm: experiments.final(p0, "pass@1")[arm][0] for arm in p0}
 _kl = {arm: experiments.final(p0, "kl_to_teacher_nats")[arm][0] for arm in p0}
-print("dense beats sparse (both dense arms end closer to the teacher than both sparse ones):",
-      min(_kl["opd-full"], _kl["sft-teacher"]) < min(_kl["opd-sampled"], _kl["rl"])
-      and max(_kl["opd-full"], _kl["sft-teacher"]) < min(_kl["opd-sampled"], _kl["rl"]))
-print("full-vocabulary beats sampled-token (KL and pass@1):",
-      _kl["opd-full"] < _kl["opd-sampled"] and _end["opd-full"] > _end["opd-sampled"])
+print("dense (opd-full, sft-teacher) vs one bit per response (rl), final KL:",
+      f"{_kl['opd-full']:.3f}, {_kl['sft-teacher']:.3f} vs {_kl['rl']:.3f}")
+print("full vocabulary vs sampled token, final pass@1:",
+      f"{_end['opd-full']:.3f} vs {_end['opd-sampled']:.3f}; final KL: {_kl['opd-full']:.3f} vs {_kl['opd-sampled']:.3f}")
 
 # %%
 fig, axes = plt.subplots(1, 3, figsize=(15, 4))
 plotting.plot_metric(p0, "pass@1", ax=axes[0], title="pass@1 (sampled accuracy, T = 1)")
 plotting.plot_metric(p0, "kl_to_teacher_nats", ax=axes[1], title="KL(student || teacher) per token",
                      ylabel="nats per token")
-plotting.plot_metric(p0, "sampled_accuracy", where="curve", ax=axes[2], window=20,
-                     title="training batch accuracy (moving average)")
+# sft-teacher trains on the teacher's samples, so its batch accuracy is the teacher's: leave it out
+plotting.plot_metric({a: r for a, r in p0.items() if a != "sft-teacher"}, "sampled_accuracy", where="curve",
+                     ax=axes[2], window=20, title="accuracy of the student's own training samples")
 fig.suptitle("Project 0: on-policy distillation vs SFT on teacher samples vs RL")
 fig.tight_layout()
 plotting.save(fig, "artifacts/lab21/opd_comparison.png")
@@ -388,18 +388,20 @@ plt.show()
 #
 # - *Dense signals beat the sparse one.* `opd-full` and `sft-teacher` learn from every token; `rl`
 #   learns from one bit per response, and a group in which all samples fail or all succeed teaches
-#   it nothing.
-# - *The exact KL beats its one-sample estimate.* `opd-full` and `opd-sampled` see the same states;
-#   the sampled-token reward is a single-sample estimate of the same quantity, and its variance
-#   costs progress at an equal number of steps. This is the argument for full-vocabulary OPD.
+#   it nothing. In our runs `rl` ends last on both pass@1 and KL, for every seed we tried.
+# - *The exact KL beats its one-sample estimate, but only by a little here.* `opd-full` and
+#   `opd-sampled` see the same states; the sampled-token reward is a one-sample estimate of the same
+#   KL, and its variance costs progress. The handout saw a wide gap (0.67 against 0.54 pass@1). With
+#   this course's student we measured a gap of about 0.02 pass@1 averaged over seeds 0-2, smaller
+#   than the spread between seeds, so a single seed may even rank them the other way. That is the
+#   lesson of the projects in one line: one seed cannot separate two arms this close.
 # - *Why is on-policy only slightly ahead of SFT here?* Answers are 2-4 tokens long, so a student
 #   that imitates the teacher's samples rarely lands in a state the teacher never produced. The
 #   compounding-error argument for on-policy training needs long outputs before it matters.
 #
-# The ordering, not the exact numbers, is the finding: your run differs from the handout's table in
-# the third digit or more (different checkpoint, machine and random stream). Two seeds is the least
-# you need before claiming that two arms differ; `experiments.project0(seeds=[0, 1, 2], workers=2)`
-# runs them.
+# Your numbers differ from the handout's table (a different checkpoint, machine and random stream).
+# `experiments.project0(seeds=[0, 1, 2], workers=2)` runs three seeds; the plot functions then show
+# the mean and the spread.
 #
 # **Extensions.** (i) A student of another width: `experiments.project0(student={"d": 48})`
 # trains a d = 48 student with the course's SFT recipe (cached after the first time) and distills
