@@ -55,8 +55,10 @@ def _summary(result, axis, value) -> dict:
 
 def sweep(impl: Impl, out_dir="artifacts/hw4/ablation", base: HW4Config | None = None,
           axes: dict[str, list] | None = None, tolerance: float = 0.15, progress: bool = True,
-          callback=None) -> list[dict]:
-    """Run the study; returns the summaries (also appended to ``out_dir/results.jsonl``)."""
+          callback=None, fresh: bool = False) -> list[dict]:
+    """Run the study; returns the summaries (also appended to ``out_dir/results.jsonl``).
+
+    ``fresh``: forget earlier results in ``out_dir`` and rerun everything."""
     base = base or default_config("format_copy", "grpo")
     axes = AXES if axes is None else axes
     for axis in axes:
@@ -67,6 +69,8 @@ def sweep(impl: Impl, out_dir="artifacts/hw4/ablation", base: HW4Config | None =
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.jsonl"
+    if fresh and results_path.exists():
+        results_path.unlink()
     done = {r["key"]: r for r in read_jsonl(results_path)}
     rows: list[dict] = []
 
@@ -76,7 +80,8 @@ def sweep(impl: Impl, out_dir="artifacts/hw4/ablation", base: HW4Config | None =
             row = dict(done[cfg.key()], axis=axis, value=list(value) if isinstance(value, tuple) else value,
                        label=_label(axis, value))
         else:
-            res = train(cfg, impl, run_dir=out / f"{axis}-{_label(axis, value)}", resume=True, progress=progress)
+            res = train(cfg, impl, run_dir=out / f"{axis}-{_label(axis, value)}", resume=not fresh,
+                        progress=progress)
             row = _summary(res, axis, value)
             done[cfg.key()] = row
             with open(results_path, "a") as f:
@@ -86,6 +91,8 @@ def sweep(impl: Impl, out_dir="artifacts/hw4/ablation", base: HW4Config | None =
         return row
 
     for axis, values in axes.items():
+        if DEFAULT_VALUES[axis] not in values:
+            raise ValueError(f"axes[{axis!r}] must contain the default value {DEFAULT_VALUES[axis]!r}")
         centre = values.index(DEFAULT_VALUES[axis])
         ref = run(axis, values[centre])
         ref["is_default"] = True

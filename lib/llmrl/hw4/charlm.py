@@ -81,7 +81,7 @@ def decode(ids) -> str:
 
 # ----------------------------------------------------------------------------- pretraining corpus
 
-HARD_CORRECT = 0.3           # how often the corpus answers a hard math family right
+HARD_CORRECT = 0.45          # how often the corpus answers a hard math family right
 EASY_CORRECT = 0.9           # ... and the sums
 
 
@@ -120,13 +120,13 @@ def math_completion(meta: dict, answer: str, g: torch.Generator, hard_correct: f
 
 @dataclass(frozen=True)
 class PretrainConfig:
-    steps: int = 1200
+    steps: int = 2000
     batch_size: int = 32
     lr: float = 3e-3
     warmup: int = 50
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.01
-    copy_fraction: float = 0.5
+    copy_fraction: float = 0.35
     seed: int = 0
     hard_correct: float = HARD_CORRECT
     model: TinyLMConfig = field(default_factory=lambda: TinyLMConfig(

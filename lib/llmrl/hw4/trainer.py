@@ -330,6 +330,7 @@ def train(config: HW4Config, impl: Impl, *, run_dir=None, backend: PolicyBackend
         adv = impl.maybe_normalize_advantages(adv, cfg.normalize_advantages, cfg.adv_clip)
         if adv.shape != (B,):
             raise ValueError(f"advantages must have shape ({B},), got {tuple(adv.shape)}")
+        adv = adv.float()
         # 4. old and reference log-probs, completion mask
         ids, am = rb.input_ids, rb.attention_mask
         with torch.no_grad():
