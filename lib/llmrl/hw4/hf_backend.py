@@ -141,11 +141,14 @@ def load_pretrained(name: str, dtype: torch.dtype, progress: bool = False):
 
 
 def lora_targets(model: torch.nn.Module, wanted: Sequence[str] = LORA_TARGETS) -> list[str]:
-    """The names among ``wanted`` that are Linear layers of ``model`` (e.g. GPT-2 has none of them)."""
+    """The names among ``wanted`` that are linear layers of ``model`` (nn.Linear, or GPT-2's Conv1D);
+    e.g. GPT-2 has none of the default seven (it names them c_attn, c_proj, c_fc)."""
+    from transformers.pytorch_utils import Conv1D
+
     present = set()
     for full, module in model.named_modules():
         leaf = full.rsplit(".", 1)[-1]
-        if leaf in wanted and isinstance(module, torch.nn.Linear):
+        if leaf in wanted and isinstance(module, (torch.nn.Linear, Conv1D)):
             present.add(leaf)
     return [w for w in wanted if w in present]
 
@@ -187,6 +190,9 @@ class HFBackend:
         device: default cuda when available, else cpu. dtype: default bf16 on GPU, fp32 on CPU.
         chat_template: format prompts with the tokenizer's chat template when it has one.
         system_prompt: optional system message for the chat template.
+        fewshot: (user, assistant) example turns put before every prompt (chat template only): how a
+            small model like SmolLM2-135M learns the format a task rewards, e.g.
+            ``[("Copy this integer exactly: 12", "<answer>12</answer>")]``.
         use_vllm: sample with vLLM (GPU only, needs the vllm package); the adapter is synced to it
             after every optimizer step through a LoRA request.
         gradient_checkpointing: trade compute for memory on long math completions.
@@ -200,7 +206,7 @@ class HFBackend:
                  lora_r: int = 16, lora_alpha: int = 32, lora_dropout: float = 0.05,
                  target_modules: Sequence[str] = LORA_TARGETS, device: str | torch.device | None = None,
                  dtype: torch.dtype | str | None = None, chat_template: bool = True,
-                 system_prompt: str | None = None, use_vllm: bool = False,
+                 system_prompt: str | None = None, fewshot: Sequence[Sequence[str]] | None = None, use_vllm: bool = False,
                  gradient_checkpointing: bool = False, logits_dtype: torch.dtype = torch.float32,
                  vllm_gpu_memory_utilization: float = 0.35, progress: bool = True):
         self.device = torch.device(device) if device is not None else default_device()
@@ -237,6 +243,9 @@ class HFBackend:
         self.stop_token_ids = sorted(stops)
         self.chat_template = bool(chat_template) and getattr(tok, "chat_template", None) is not None
         self.system_prompt = system_prompt
+        self.fewshot = [tuple(pair) for pair in (fewshot or [])]
+        if any(len(pair) != 2 or not all(isinstance(x, str) for x in pair) for pair in self.fewshot):
+            raise ValueError("fewshot must be a list of (user, assistant) string pairs")
 
         self.lora = bool(lora)
         if self.lora:
@@ -267,6 +276,7 @@ class HFBackend:
         self._vllm_mem = vllm_gpu_memory_utilization
         self._vllm_version = 0
         self._vllm_synced = -1
+        self._loads = 0
         if self.use_vllm:
             if importlib.util.find_spec("vllm") is None:
                 raise ValueError("use_vllm=True needs the vllm package (pip install vllm on a CUDA machine)")
@@ -279,6 +289,8 @@ class HFBackend:
         if not self.chat_template:
             return prompt
         messages = ([{"role": "system", "content": self.system_prompt}] if self.system_prompt else [])
+        for user, assistant in self.fewshot:
+            messages += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
         messages.append({"role": "user", "content": prompt})
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
@@ -345,11 +357,13 @@ class HFBackend:
             self._vllm_dir = Path(tempfile.mkdtemp(prefix="llmrl-vllm-lora-"))
         lora_request = None
         if self.lora:
+            self._vllm_version = self._weights_version()
             if self._vllm_synced != self._vllm_version:
                 adapter_dir = self._vllm_dir / f"v{self._vllm_version}"
                 self.model.save_pretrained(adapter_dir)
                 self._vllm_synced = self._vllm_version
-            lora_request = LoRARequest(f"policy-v{self._vllm_synced}", self._vllm_synced + 1,
+            self._vllm_requests = getattr(self, "_vllm_requests", 0) + 1
+            lora_request = LoRARequest(f"policy-v{self._vllm_synced}", self._vllm_requests,
                                        str(self._vllm_dir / f"v{self._vllm_synced}"))
         else:
             raise ValueError("use_vllm=True supports LoRA training only (lora=True)")
@@ -359,13 +373,13 @@ class HFBackend:
         outs = self._vllm.generate(texts, params, lora_request=lora_request, use_tqdm=False)
         return [list(c.token_ids) for o in outs for c in o.outputs]
 
-    def mark_updated(self) -> None:
-        """Tell the vLLM engine that the adapter changed (called by :meth:`after_step`)."""
-        self._vllm_version += 1
+    def _weights_version(self) -> int:
+        """Changes whenever a trainable tensor is modified in place (optimizer steps, loads): vLLM
+        gets a fresh copy of the adapter only then, with no hook needed in the trainer."""
+        return sum(p._version for p in self.trainable_parameters()) + self._loads
 
-    def after_step(self) -> None:
-        """Hook for the trainer after each optimizer step (re-syncs vLLM's copy of the adapter)."""
-        self.mark_updated()
+    def mark_updated(self) -> None:
+        self._loads += 1
 
     def _assemble(self, prompts, prompt_ids, prompt_mask, completion_ids, group_size) -> RolloutBatch:
         """Cut each completion after its first stop token (kept, as a real token) and right-pad."""
