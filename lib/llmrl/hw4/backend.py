@@ -8,6 +8,12 @@ Layout of a rollout batch (B = n_prompts * group_size rows, grouped by prompt):
 ``input_ids`` [B, T] long: the prompt left-padded to a common width P, then the completion,
 right-padded; ``attention_mask`` [B, T] long/bool: 1 on real tokens; ``prompt_len`` = P, the same
 for every row, so completion tokens sit at columns P..T-1. The logits at column t score token t+1.
+The end-of-sequence token that closes a completion is a real token (mask 1: the policy chose to
+stop, so it is scored and trained); a completion cut at max_new_tokens has none.
+
+Optional members the trainer uses when present: ``train(mode: bool)`` (switch dropout on for the
+update and off for sampling), ``describe() -> str``. Checkpoints go through ``save(path)`` /
+``load(path)`` with a file path chosen by the trainer (``run_dir/policy-stepNNNNN.pt``).
 """
 
 from __future__ import annotations
