@@ -217,16 +217,25 @@ def peak(curves: dict) -> dict[str, float]:
     return {"n": int(curves["n"][i]), "kl": float(curves["kl"][i]), "gold_gain": float(curves["gold_gain"][i])}
 
 
-def plot_best_of_n(ax, curves: dict, label: str = "", style: str = "-", fit: tuple | None = None, color=None):
-    """Draw proxy and gold gain against sqrt(KL) on ``ax`` (and the fitted d(alpha - beta d))."""
+def plot_best_of_n(ax, curves: dict, label: str = "", style: str = "-", fit: tuple | None = None, color=None,
+                   proxy_ax=None):
+    """Draw gold (and proxy) gain against sqrt(KL) on ``ax``, with the fitted d(alpha - beta d).
+
+    The proxy gain grows several times faster than the gold gain: pass ``proxy_ax`` (e.g.
+    ``ax.twinx()``) to draw it on its own scale, or None to draw it on ``ax``.
+    """
     d = curves["d"]
-    line, = ax.plot(d, curves["gold_gain"], style, color=color, label=f"gold {label}".strip())
-    ax.plot(d, curves["proxy_gain"], style, color=line.get_color(), alpha=0.45, label=f"proxy {label}".strip())
+    line, = ax.plot(d, curves["gold_gain"], style, color=color, ms=3, label=f"gold {label}".strip())
+    pax = ax if proxy_ax is None else proxy_ax
+    pax.plot(d, curves["proxy_gain"], style, color=line.get_color(), ms=3, alpha=0.35,
+             label=f"proxy {label}".strip() + (" (right axis)" if proxy_ax is not None else ""))
+    if proxy_ax is not None:
+        proxy_ax.set_ylabel("proxy gain", color="grey")
     if fit is not None:
         dd = np.linspace(0, d.max(), 100)
         ax.plot(dd, dd * (fit[0] - fit[1] * dd), ":", color=line.get_color(),
-                label=f"fit: alpha={fit[0]:.2f}, beta={fit[1]:.2f}")
+                label=f"fit d(alpha - beta d): alpha={fit[0]:.2f}, beta={fit[1]:.2f}")
     ax.axhline(0, color="grey", lw=0.6)
-    ax.set_xlabel("sqrt(KL from the base policy)  [sqrt(nats)]")
-    ax.set_ylabel("gain over the base policy")
+    ax.set_xlabel("d = sqrt(KL from the base policy)")
+    ax.set_ylabel("gold gain over the base policy")
     return ax

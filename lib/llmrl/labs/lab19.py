@@ -1,0 +1,488 @@
+"""Lab 19 (failure modes you can watch happen): experiments, reference runs, plots and widgets.
+
+Part 1 (overoptimization) lives in :mod:`llmrl.overopt`; this module draws its widget.
+Part 2 (reward hacking): :func:`hacking_run` trains the SFT TinyLM with the flawed
+:func:`llmrl.rewards.proxy_reward` (or the gold exact-match reward), optionally with a KL penalty
+folded into the reward by the student's ``kl_penalized_rewards``.
+Part 3 (entropy collapse): :func:`entropy_run` trains with 4 epochs per batch under one of three
+clip settings (:data:`CLIP_ARMS`) and records which tokens the upper clip switches off.
+
+Full-length runs take minutes on a laptop CPU, longer than the notebook may spend, so the runs
+behind the notebook's plots and the beta slider are stored in ``lab19_reference.json`` (made by
+:func:`compute_reference`; ``python -m llmrl.labs.lab19 reference`` rebuilds it). The notebook
+runs a short stretch of the same runs live on the student's code and overlays it.
+
+:data:`EXPECTED` holds the handout's numbers; :func:`expected_report` prints them beside ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .. import overopt
+from ..losses import LossBatch, clip_stats, clipped_pg_loss
+from ..rewards import exact_match, make_proxy_reward
+from ..utils import check_float, check_int
+
+ARTIFACTS = Path("artifacts") / "lab19"
+REFERENCE_PATH = Path(__file__).with_name("lab19_reference.json")
+
+#: The handout's "what you should see" (reference solution on its own machine and model).
+EXPECTED = {
+    # Part 1, b = 1 (sigma = 1)
+    "bon_peak_n": 10, "bon_peak_kl": 1.4, "bon_peak_gold_gain": 0.66,
+    "bon_gold_gain_n3000_sign": "negative", "gao_alpha": 1.1, "gao_beta": 0.47,
+    "noise_only_gao_beta": 0.0,
+    "pool_gold_gain_n3000": -0.4, "exact_gold_gain_n3000": 0.10,
+    # Part 2
+    "hack_accuracy_start": 0.52, "hack_accuracy_peak": 0.62, "hack_peak_step": 50,
+    "hack_final_accuracy": 0.0, "hack_final_length": 4.0, "hack_final_kl": 15.0,
+    "kl005_final_accuracy": 0.75, "gold_final_accuracy": 0.80,
+    # Part 3
+    "entropy_start": 0.35, "entropy_end_clipped": 0.15, "entropy_end_no_upper": 0.19,
+    "clip_high_of_positive_rare": 0.90, "clip_high_of_positive_common": 0.0,
+}
+
+#: Settings of the reward-hacking runs (SFT TinyLM, 16 prompts x 8 samples, mean-centred advantages).
+HACK_SETTINGS = dict(steps=300, lr=5e-4, advantage="mean", seed=0)
+SWEEP_BETAS = (0.0, 0.01, 0.02, 0.05)
+#: Settings of the entropy runs: 4 gradient epochs on each batch, exact-match reward.
+ENTROPY_SETTINGS = dict(steps=120, lr=5e-4, epochs=4, seed=0)
+#: (eps_low, eps_high) of the three clip settings; None removes that bound.
+CLIP_ARMS = {"symmetric": (0.2, 0.2), "clip-higher": (0.2, 0.28), "no upper clip": (0.2, None)}
+SERIES = ("sampled_accuracy", "reward", "shaped_reward", "response_length", "kl_to_reference_nats",
+          "entropy_nats", "clip_high_of_positive_rare", "clip_high_of_positive_common",
+          "late_clip_high_of_positive_rare", "late_clip_high_of_positive_common")
+
+
+# ----------------------------------------------------------------------------------- part 2
+
+def hacking_run(beta: float = 0.0, *, reward: str = "proxy", length_bonus: float = 0.1,
+                kl_reward_fn: Callable | None = None, progress: bool = True, **overrides):
+    """RL from the SFT checkpoint against the proxy (or "gold") reward with KL coefficient ``beta``.
+
+    ``kl_reward_fn`` (rewards [B], logprobs [B, R], ref_logprobs [B, R], mask [B, R], beta) -> [B]
+    is the student's ``kl_penalized_rewards``; None uses the trainer's own (k1 summed over real
+    tokens). ``overrides`` replace :data:`HACK_SETTINGS` or other RLConfig fields. Returns a History.
+    """
+    from ..checkpoints import load_checkpoint
+    from ..trainer import RLConfig, rl_train
+
+    beta = check_float("beta", beta, minimum=0.0)
+    if reward not in ("proxy", "gold"):
+        raise ValueError(f"reward must be 'proxy' or 'gold', got {reward!r}")
+    reward_fn = make_proxy_reward(length_bonus) if reward == "proxy" else exact_match
+    settings = {**HACK_SETTINGS, **overrides}
+    policy = load_checkpoint("sft", progress=False)
+    return rl_train(policy, RLConfig(kl_coef=beta, **settings), reward_fn=reward_fn,
+                    kl_reward_fn=kl_reward_fn, progress=progress)
+
+
+def _rolling(x: np.ndarray, w: int) -> np.ndarray:
+    x = np.asarray(x, dtype=float)
+    if len(x) < w:
+        return np.array([np.nanmean(x)])
+    c = np.convolve(np.nan_to_num(x), np.ones(w) / w, mode="valid")
+    return c
+
+
+def smooth(y, window: int = 10) -> np.ndarray:
+    """Trailing mean over ``window`` steps, same length as ``y`` (NaN until the window is full; NaN
+    entries are skipped inside a window)."""
+    y = np.asarray(y, dtype=float)
+    out = np.full(len(y), np.nan)
+    for i in range(window - 1, len(y)):
+        w = y[i - window + 1:i + 1]
+        if np.any(~np.isnan(w)):
+            out[i] = np.nanmean(w)
+    return out
+
+
+def as_series(history, names=SERIES) -> dict[str, list]:
+    """{metric: list of per-step values} (a History, or such a dict already) for plotting and storage."""
+    if isinstance(history, dict):
+        return history
+    return {k: [None if math.isnan(v) else round(float(v), 5) for v in history.series(k)]
+            for k in names if k in history.names}
+
+
+def _arr(series: dict, name: str) -> np.ndarray:
+    return np.array([np.nan if v is None else v for v in series[name]], dtype=float)
+
+
+def hack_summary(run, window: int = 10) -> dict[str, float]:
+    """Start / peak / final accuracy, final length and KL of a hacking run (means over ``window`` steps)."""
+    s = as_series(run)
+    acc = _arr(s, "sampled_accuracy")
+    roll = _rolling(acc, window)
+    i = int(np.argmax(roll))
+    return {
+        "accuracy_start": float(np.mean(acc[:window])),
+        "accuracy_peak": float(roll[i]),
+        "peak_step": i + window,  # last step of the best window
+        "final_accuracy": float(np.mean(acc[-2 * window:])),
+        "final_length": float(np.mean(_arr(s, "response_length")[-2 * window:])),
+        "final_kl": float(np.mean(_arr(s, "kl_to_reference_nats")[-2 * window:])),
+        "final_proxy": float(np.mean(_arr(s, "reward")[-2 * window:])),
+    }
+
+
+# ----------------------------------------------------------------------------------- part 3
+
+class LateClipStats:
+    """Wrap a policy loss so that every call also reports the clip diagnostics.
+
+    The trainer averages a loss's stats over the epochs of a step. In the first epoch the policy
+    still equals the sampling policy (ratio = 1), so nothing can be clipped; the ``late_`` keys
+    are NaN there (the trainer skips NaN), so they average over epochs 2..E only. The plain keys
+    come from :func:`llmrl.losses.clip_stats` on the student's batch, whatever the loss returns.
+    """
+
+    def __init__(self, loss_fn: Callable, epochs: int):
+        self.loss_fn = loss_fn
+        self.epochs = check_int("epochs", epochs, minimum=1)
+        self.calls = 0
+
+    def __call__(self, batch: LossBatch):
+        out = self.loss_fn(batch)
+        loss, _ = out if isinstance(out, tuple) else (out, {})
+        epoch = self.calls % self.epochs
+        self.calls += 1
+        ratio = (batch.logprobs.detach() - batch.old_logprobs).exp()
+        adv_tok = batch.advantages[:, None].expand_as(batch.logprobs)
+        st = clip_stats(ratio, adv_tok, batch.mask, batch.old_logprobs, batch.eps_low, batch.eps_high,
+                        batch.rare_prob)
+        stats = {k: st[k] for k in ("clip_fraction", "clip_high_of_positive", "clip_high_of_positive_rare",
+                                    "clip_high_of_positive_common")}
+        for k in ("clip_high_of_positive_rare", "clip_high_of_positive_common"):
+            stats["late_" + k] = st[k] if epoch > 0 else float("nan")
+        return loss, stats
+
+
+def entropy_run(arm: str = "symmetric", *, policy_loss_fn: Callable | None = None, policy=None,
+                progress: bool = True, **overrides):
+    """RL with several epochs per batch under one clip setting of :data:`CLIP_ARMS`.
+
+    ``policy_loss_fn`` (LossBatch) -> loss or (loss, stats) is the student's ``clipped_pg_loss``
+    (None: the library's). ``overrides`` replace :data:`ENTROPY_SETTINGS` or the arm's
+    ``eps_low`` / ``eps_high`` (e.g. ``eps_high=0.4``). ``policy`` (default: a fresh SFT checkpoint)
+    is trained in place. Returns a History.
+    """
+    from ..checkpoints import load_checkpoint
+    from ..trainer import RLConfig, rl_train
+
+    if arm not in CLIP_ARMS:
+        raise ValueError(f"arm must be one of {list(CLIP_ARMS)}, got {arm!r}")
+    eps_low, eps_high = CLIP_ARMS[arm]
+    settings = {**ENTROPY_SETTINGS, "eps_low": eps_low, "eps_high": eps_high, **overrides}
+    loss = LateClipStats(policy_loss_fn or clipped_pg_loss, settings["epochs"])
+    policy = load_checkpoint("sft", progress=False) if policy is None else policy
+    return rl_train(policy, RLConfig(**settings), policy_loss_fn=loss, progress=progress)
+
+
+def entropy_inputs(model, n_prompts: int = 64, seed: int = 0):
+    """Full-sequence logits [B, T, V] of ``model`` on its own samples (T = 1) and a bool mask [B, T]
+    that is True at the columns whose logits choose a real response token (prompt columns and
+    padding False). Returns (logits, mask, rollout)."""
+    import torch
+
+    from ..addition import PROMPT_LEN, eval_problems
+    from ..sampling import generate
+
+    rollout = generate(model, eval_problems(n_prompts), 1, 1.0, seed)
+    with torch.no_grad():
+        logits = model(rollout.tokens)
+    R = rollout.response_mask.shape[1]
+    mask = torch.zeros(rollout.tokens.shape, dtype=torch.bool)
+    mask[:, PROMPT_LEN - 1:PROMPT_LEN - 1 + R] = rollout.response_mask
+    return logits, mask, rollout
+
+
+def policy_entropy(model, entropy_fn: Callable, n_prompts: int = 64, seed: int = 0) -> tuple[float, float]:
+    """(entropy_fn's value, the library's value) of the mean per-token entropy on ``model``'s samples."""
+    from ..evaluation import mean_token_entropy
+
+    logits, mask, rollout = entropy_inputs(model, n_prompts, seed)
+    return float(entropy_fn(logits, mask)), mean_token_entropy(model, rollout)
+
+
+def entropy_summary(run, window: int = 10) -> dict[str, float]:
+    """Entropy at the start and end, final accuracy and the upper clip's share of rare/common tokens."""
+    s = as_series(run)
+    ent = _arr(s, "entropy_nats")
+    out = {"entropy_start": float(np.mean(ent[:window])), "entropy_end": float(np.mean(ent[-window:])),
+           "accuracy_start": float(np.mean(_arr(s, "sampled_accuracy")[:window])),
+           "final_accuracy": float(np.mean(_arr(s, "sampled_accuracy")[-2 * window:]))}
+    half = len(ent) // 2
+    for k in ("clip_high_of_positive_rare", "clip_high_of_positive_common",
+              "late_clip_high_of_positive_rare", "late_clip_high_of_positive_common"):
+        if k in s:
+            out[k] = float(np.nanmean(_arr(s, k)[half:]))  # second half of the run
+    return out
+
+
+# ------------------------------------------------------------------------------- reference
+
+def compute_reference(path: Path | str | None = REFERENCE_PATH, progress: bool = True) -> dict:
+    """Run every full-length run of parts 2 and 3 (minutes) and store their series as JSON."""
+    ref = {"hack_settings": HACK_SETTINGS, "entropy_settings": ENTROPY_SETTINGS,
+           "hacking": {}, "entropy": {}}
+    for beta in SWEEP_BETAS:
+        ref["hacking"][f"{beta:g}"] = as_series(hacking_run(beta, progress=progress))
+    ref["hacking"]["gold"] = as_series(hacking_run(0.0, reward="gold", progress=progress))
+    for arm in CLIP_ARMS:
+        ref["entropy"][arm] = as_series(entropy_run(arm, progress=progress))
+    if path is not None:
+        Path(path).write_text(json.dumps(ref, separators=(",", ":")))
+    return ref
+
+
+def load_reference(path: Path | str = REFERENCE_PATH) -> dict:
+    """The stored reference runs: {"hacking": {"0", "0.01", "0.02", "0.05", "gold"}, "entropy": {arm}}."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run `python -m llmrl.labs.lab19 reference` to make it")
+    return json.loads(path.read_text())
+
+
+def sweep_run(reference: dict, beta: float) -> dict:
+    """The stored hacking run nearest to ``beta`` (the slider's value)."""
+    beta = check_float("beta", beta, minimum=0.0)
+    keys = [k for k in reference["hacking"] if k != "gold"]
+    key = min(keys, key=lambda k: abs(float(k) - beta))
+    return reference["hacking"][key]
+
+
+# ------------------------------------------------------------------------------- reports
+
+def measured(reference: dict | None = None) -> dict:
+    """Our numbers under the keys of :data:`EXPECTED` (part 1 exact/pool, parts 2-3 from the reference)."""
+    out = {}
+    e = overopt.exact_best_of_n()
+    pool = overopt.pool_curves(overopt.make_pool())
+    pk = overopt.peak(pool)
+    out["bon_peak_n"], out["bon_peak_kl"], out["bon_peak_gold_gain"] = pk["n"], pk["kl"], pk["gold_gain"]
+    out["bon_gold_gain_n3000_sign"] = "negative" if pool["gold_gain"][-1] < 0 else "positive"
+    out["gao_alpha"], out["gao_beta"] = overopt.fit_gao_bon(pool["d"], pool["gold_gain"])
+    noise = overopt.pool_curves(overopt.make_pool(b=0.0))
+    out["noise_only_gao_beta"] = overopt.fit_gao_bon(noise["d"], noise["gold_gain"])[1]
+    out["pool_gold_gain_n3000"] = float(pool["gold_gain"][-1])
+    out["exact_gold_gain_n3000"] = float(e["gold_gain"][-1])
+    ref = reference or load_reference()
+    h = hack_summary(ref["hacking"]["0"])
+    out.update({"hack_accuracy_start": h["accuracy_start"], "hack_accuracy_peak": h["accuracy_peak"],
+                "hack_peak_step": h["peak_step"], "hack_final_accuracy": h["final_accuracy"],
+                "hack_final_length": h["final_length"], "hack_final_kl": h["final_kl"],
+                "kl005_final_accuracy": hack_summary(ref["hacking"]["0.05"])["final_accuracy"],
+                "gold_final_accuracy": hack_summary(ref["hacking"]["gold"])["final_accuracy"]})
+    sym, hi, none = (entropy_summary(ref["entropy"][a]) for a in CLIP_ARMS)
+    out.update({"entropy_start": sym["entropy_start"],
+                "entropy_end_clipped": 0.5 * (sym["entropy_end"] + hi["entropy_end"]),
+                "entropy_end_no_upper": none["entropy_end"],
+                "clip_high_of_positive_rare": sym["late_clip_high_of_positive_rare"],
+                "clip_high_of_positive_common": sym["late_clip_high_of_positive_common"]})
+    return out
+
+
+def expected_report(values: dict, keys=None) -> str:
+    """Lines "key: ours vs handout" for the keys of :data:`EXPECTED` present in ``values``."""
+    lines = []
+    for k in (keys or EXPECTED):
+        if k not in values:
+            continue
+        ours, theirs = values[k], EXPECTED[k]
+        fmt = (lambda v: f"{v:8.3f}") if isinstance(ours, float) else (lambda v: f"{v!s:>8}")
+        lines.append(f"{k:32s} ours {fmt(ours)}   handout {theirs!s:>8}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------- plots
+
+def _save(fig, path):
+    if path is not None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110, bbox_inches="tight")
+
+
+def bon_figure(b: float = 1.0, sigma: float = 1.0, pool: dict | None = None, path=None):
+    """Exact best-of-n proxy and gold gains against sqrt(KL) for one (b, sigma), with the Gao fit;
+    ``pool`` (a :func:`llmrl.overopt.pool_curves` dict) is overlaid as dots. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    e = overopt.exact_best_of_n(b=b, sigma=sigma)
+    fit = overopt.fit_gao_bon(e["d"], e["gold_gain"])
+    fig, ax = plt.subplots(figsize=(6.8, 4.0))
+    pax = ax.twinx()
+    overopt.plot_best_of_n(ax, e, label="(exact)", fit=fit, color="C0", proxy_ax=pax)
+    if pool is not None:
+        ax.plot(pool["d"], pool["gold_gain"], "o", ms=3, color="C3", label="gold (finite pool)")
+    pk = overopt.peak(e)
+    where = "never turns down" if pk["n"] == e["n"][-1] else f"peaks at best-of-{pk['n']} ({pk['gold_gain']:+.2f})"
+    ax.set_title(f"b = {b:g}, sigma = {sigma:g}: gold {where}", fontsize=10)
+    _align(ax, pax, e)
+    _save(fig, path)
+    return fig
+
+
+def _align(ax, pax, curves, gold_top: float = 2.0):
+    """Shared zero for the gold (left) and proxy (right) axes, and one legend."""
+    lo = min(-1.0, float(np.nanmin(curves["gold_gain"])) - 0.2)
+    hi = max(gold_top, float(np.nanmax(curves["gold_gain"])) + 0.3)
+    ax.set_ylim(lo, hi)
+    ptop = max(8.0, float(np.nanmax(curves["proxy_gain"])) * 1.05)
+    pax.set_ylim(lo / hi * ptop, ptop)
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = pax.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
+
+
+def overopt_figure(panels: dict, path=None):
+    """One panel per {title: (pool curves, (alpha, beta) fit, exact curves or None)}; returns the figure."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.8 * len(panels), 4.2), squeeze=False)
+    for i, (ax, (title, (curves, fit, exact))) in enumerate(zip(axes[0], panels.items())):
+        pax = ax.twinx()
+        overopt.plot_best_of_n(ax, curves, label="(pool)", fit=fit, color=f"C{2 * i}", style="o-", proxy_ax=pax)
+        if exact is not None:
+            ax.plot(exact["d"], exact["gold_gain"], "k--", lw=1, label="gold (exact, infinite pool)")
+        top = ax.secondary_xaxis("top")
+        top.set_ticks(np.sqrt(overopt.bon_kl(np.array([3, 10, 100, 3000]))), labels=["n=3", "10", "100", "3000"])
+        ax.set_title(title, fontsize=10)
+        _align(ax, pax, curves, gold_top=3.0)
+    fig.tight_layout()
+    _save(fig, path)
+    return fig
+
+
+def bon_widget(b: float = 1.0, sigma: float = 1.0):
+    """Sliders for b and sigma redrawing the exact best-of-n curves (each redraw takes ~0.1 s)."""
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+
+    return w.interactive(lambda b, sigma: (bon_figure(b, sigma), plt.show()),
+                         b=w.FloatSlider(value=b, min=0.0, max=2.0, step=0.1, description="b (length bias)"),
+                         sigma=w.FloatSlider(value=sigma, min=0.0, max=3.0, step=0.1, description="sigma (noise)"))
+
+
+def plot_hacking(runs: dict, path=None, live: dict | None = None, title: str = "", window: int = 10):
+    """Accuracy, proxy reward, length and KL per step for labelled runs {label: series}; returns the figure."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 4, figsize=(15, 3.4))
+    panels = [("sampled_accuracy", "exact-match accuracy"), ("reward", "training reward"),
+              ("response_length", "response length (chars)"), ("kl_to_reference_nats", "KL to SFT (nats)")]
+    for i, (label, run) in enumerate(runs.items()):
+        s = as_series(run)
+        for ax, (k, name) in zip(axes, panels):
+            y = _arr(s, k)
+            ax.plot(np.arange(1, len(y) + 1), smooth(y, window), color=f"C{i}", label=label)
+            ax.set_title(f"{name}, {window}-step mean", fontsize=10)
+            ax.set_xlabel("step")
+    for label, run in (live or {}).items():
+        s = as_series(run)
+        for ax, (k, _) in zip(axes, panels):
+            y = _arr(s, k)
+            ax.plot(np.arange(1, len(y) + 1), smooth(y, window), "k--", lw=1.2, label=label)
+    axes[0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    _save(fig, path)
+    return fig
+
+
+def beta_figure(reference: dict, beta: float, path=None):
+    """The stored hacking run nearest ``beta`` next to the no-KL and gold runs (the slider's view)."""
+    key = min((k for k in reference["hacking"] if k != "gold"), key=lambda k: abs(float(k) - beta))
+    runs = {f"proxy, beta = {key}": reference["hacking"][key]}
+    if key != "0":
+        runs["proxy, beta = 0"] = reference["hacking"]["0"]
+    runs["gold reward"] = reference["hacking"]["gold"]
+    s = hack_summary(reference["hacking"][key])
+    return plot_hacking(runs, path, title=f"beta = {key}: final accuracy {s['final_accuracy']:.2f}, "
+                                          f"length {s['final_length']:.2f}, KL {s['final_kl']:.1f} nats")
+
+
+def beta_widget(reference: dict | None = None):
+    """A slider over the stored beta sweep (accuracy, reward, length and KL curves)."""
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+
+    ref = reference or load_reference()
+    options = [float(k) for k in ref["hacking"] if k != "gold"]
+    return w.interactive(lambda beta: (beta_figure(ref, beta), plt.show()),
+                         beta=w.SelectionSlider(options=options, value=options[0], description="beta"))
+
+
+def plot_entropy(runs: dict, path=None, live: dict | None = None, window: int = 5):
+    """Entropy, accuracy and the upper clip's rare/common shares per step for {arm: series}."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))
+    for i, (label, run) in enumerate(runs.items()):
+        s = as_series(run)
+        ent, acc = _arr(s, "entropy_nats"), _arr(s, "sampled_accuracy")
+        x = np.arange(1, len(ent) + 1)
+        axes[0].plot(x, smooth(ent, window), color=f"C{i}", label=label)
+        axes[1].plot(x, smooth(acc, window), color=f"C{i}", label=label)
+        if label != "no upper clip" and "late_clip_high_of_positive_rare" in s:
+            rare, common = _arr(s, "late_clip_high_of_positive_rare"), _arr(s, "late_clip_high_of_positive_common")
+            axes[2].plot(x, smooth(rare, window), color=f"C{i}", label=f"{label}: rare tokens (p < 0.5)")
+            axes[2].plot(x, smooth(common, window), "--", color=f"C{i}", label=f"{label}: common tokens")
+    for label, run in (live or {}).items():
+        s = as_series(run)
+        y = _arr(s, "entropy_nats")
+        axes[0].plot(np.arange(1, len(y) + 1), smooth(y, window), "k--", lw=1.2, label=label)
+    axes[0].set_title(f"entropy (nats per token), {window}-step mean", fontsize=10)
+    axes[1].set_title(f"exact-match accuracy, {window}-step mean", fontsize=10)
+    axes[2].set_title("upper clip: share of positive-advantage tokens\nswitched off in epochs 2-4, "
+                      f"{window}-step mean", fontsize=10)
+    axes[2].set_ylim(-0.03, 1.03)
+    for ax in axes:
+        ax.set_xlabel("step")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    _save(fig, path)
+    return fig
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m llmrl.labs.lab19", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("reference", help="rerun every full-length run and rewrite lab19_reference.json")
+    h = sub.add_parser("hack", help="one reward-hacking run")
+    h.add_argument("--beta", type=float, default=0.0)
+    h.add_argument("--reward", choices=("proxy", "gold"), default="proxy")
+    h.add_argument("--length-bonus", type=float, default=0.1)
+    h.add_argument("--steps", type=int, default=HACK_SETTINGS["steps"])
+    h.add_argument("--advantage", default="mean")
+    h.add_argument("--seed", type=int, default=0)
+    e = sub.add_parser("entropy", help="one entropy run")
+    e.add_argument("--arm", choices=list(CLIP_ARMS), default="symmetric")
+    e.add_argument("--epochs", type=int, default=ENTROPY_SETTINGS["epochs"])
+    e.add_argument("--steps", type=int, default=ENTROPY_SETTINGS["steps"])
+    e.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+    if a.cmd == "reference":
+        ref = compute_reference()
+        print(expected_report(measured(ref)))
+    elif a.cmd == "hack":
+        run = hacking_run(a.beta, reward=a.reward, length_bonus=a.length_bonus, steps=a.steps,
+                          advantage=a.advantage, seed=a.seed)
+        print(json.dumps(hack_summary(run), indent=1))
+    else:
+        run = entropy_run(a.arm, epochs=a.epochs, steps=a.steps, seed=a.seed)
+        print(json.dumps(entropy_summary(run), indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""Tests of llmrl.labs.lab19: the stored reference runs against the handout, the pieces behind the
+experiments (loss wrapper, entropy inputs, summaries) and the widgets' pure functions."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from llmrl.labs import lab19
+from llmrl.losses import LossBatch, clipped_pg_loss
+
+REF = lab19.load_reference()
+
+
+# ----------------------------------------------------------------- stored runs vs the handout
+
+def test_reference_has_every_run():
+    assert set(REF["hacking"]) == {"0", "0.01", "0.02", "0.05", "gold"}
+    assert set(REF["entropy"]) == set(lab19.CLIP_ARMS)
+    assert all(len(r["sampled_accuracy"]) == lab19.HACK_SETTINGS["steps"] for r in REF["hacking"].values())
+    assert all(len(r["entropy_nats"]) == lab19.ENTROPY_SETTINGS["steps"] for r in REF["entropy"].values())
+
+
+def test_proxy_without_kl_hacks():
+    s = lab19.hack_summary(REF["hacking"]["0"])
+    E = lab19.EXPECTED
+    # Accuracy first rises: handout 0.52 -> 0.62. Our SFT checkpoint samples at ~0.45 in the first
+    # steps (a different checkpoint), so we ask for a rise of at least 0.08 to a peak within 0.06 of 0.62.
+    assert s["accuracy_peak"] - s["accuracy_start"] > 0.08
+    assert s["accuracy_peak"] == pytest.approx(E["hack_accuracy_peak"], abs=0.06)
+    # The hack: length at the 4-character maximum, accuracy ~0, KL in the double digits (handout ~15;
+    # ours ~13-14 with this lr; a 3-nat band), while the proxy reward is above its value at the peak.
+    assert s["final_length"] > 3.9
+    assert s["final_accuracy"] < 0.03
+    assert s["final_kl"] == pytest.approx(E["hack_final_kl"], abs=3.0)
+    proxy = np.array(REF["hacking"]["0"]["reward"], dtype=float)
+    assert s["final_proxy"] > proxy[:60].mean() + 0.15
+
+
+def test_kl_penalty_prevents_the_hack():
+    k = lab19.hack_summary(REF["hacking"]["0.05"])
+    g = lab19.hack_summary(REF["hacking"]["gold"])
+    E = lab19.EXPECTED
+    # beta = 0.05: no hack (length stays near the SFT model's ~2.6, KL small) and accuracy ~0.75;
+    # gold run ~0.8. Both within 0.1: 20-step means of 128 samples vary by ~0.03, and our SFT
+    # checkpoint and machine differ from the handout's.
+    assert k["final_length"] < 3.0 and k["final_kl"] < 3.0
+    assert k["final_accuracy"] == pytest.approx(E["kl005_final_accuracy"], abs=0.1)
+    assert g["final_accuracy"] == pytest.approx(E["gold_final_accuracy"], abs=0.1)
+    assert g["final_accuracy"] - k["final_accuracy"] < 0.1  # "close to the gold-reward run"
+
+
+def test_beta_sweep_is_ordered():
+    # the leash: the final KL falls as beta grows (0 -> 0.05)
+    kls = [lab19.hack_summary(REF["hacking"][b])["final_kl"] for b in ("0", "0.01", "0.02", "0.05")]
+    assert kls[0] > kls[-1]
+    assert kls[0] > 10
+
+
+def test_entropy_collapse_and_clip_diagnostic():
+    sym, hi, none = (lab19.entropy_summary(REF["entropy"][a]) for a in lab19.CLIP_ARMS)
+    E = lab19.EXPECTED
+    # handout: 0.35 -> 0.15 in 120 steps under both clipped arms; we start at 0.35 (same SFT entropy,
+    # 0.03) and reach ~0.2 (the TOOLCHAIN prototype also stopped at ~0.20): we require a drop of at
+    # least 30% and an end within 0.08 of 0.15.
+    assert sym["entropy_start"] == pytest.approx(E["entropy_start"], abs=0.03)
+    for arm in (sym, hi):
+        assert arm["entropy_end"] < 0.7 * arm["entropy_start"]
+        assert arm["entropy_end"] == pytest.approx(E["entropy_end_clipped"], abs=0.08)
+    assert abs(sym["entropy_end"] - hi["entropy_end"]) < 0.05  # "nearly indistinguishable"
+    # the upper clip switches off most rare positive-advantage tokens (handout >90%; we count epochs
+    # 2-4 only, where clipping is possible) and few common ones (handout "almost none": < 10%)
+    assert sym["late_clip_high_of_positive_rare"] > 0.8
+    assert sym["late_clip_high_of_positive_common"] < 0.1
+
+
+# ----------------------------------------------------------------- pieces
+
+def _batch(lp, old, adv, mask, eps_low=0.2, eps_high=0.2):
+    return LossBatch(logprobs=lp, logits=torch.zeros(*lp.shape, 3), old_logprobs=old, mask=mask,
+                     advantages=adv, rewards=torch.zeros(len(adv)), eps_low=eps_low, eps_high=eps_high)
+
+
+def test_late_clip_stats_skip_the_first_epoch():
+    wrap = lab19.LateClipStats(lambda b: clipped_pg_loss(b)[0], epochs=2)
+    lp = torch.log(torch.tensor([[0.9, 0.2]]))
+    old = torch.log(torch.tensor([[0.5, 0.1]]))  # ratios 1.8 (common) and 2.0 (rare), both > 1.2
+    b = _batch(lp.clone().requires_grad_(), old, torch.tensor([1.0]), torch.ones(1, 2, dtype=torch.bool))
+    loss, st = wrap(b)
+    assert loss.ndim == 0 and math.isnan(st["late_clip_high_of_positive_rare"])
+    assert st["clip_high_of_positive_rare"] == 1.0 and st["clip_high_of_positive_common"] == 1.0
+    _, st = wrap(b)
+    assert st["late_clip_high_of_positive_rare"] == 1.0 and st["late_clip_high_of_positive_common"] == 1.0
+    with pytest.raises(ValueError, match="epochs"):
+        lab19.LateClipStats(clipped_pg_loss, 0)
+
+
+def test_entropy_inputs_mask_matches_library():
+    from llmrl.checkpoints import load_checkpoint
+
+    model = load_checkpoint("sft", progress=False)
+    logits, mask, roll = lab19.entropy_inputs(model, n_prompts=16)
+    assert logits.shape[:2] == mask.shape == roll.tokens.shape
+    assert int(mask.sum()) == int(roll.response_mask.sum())
+    assert not mask[:, :5].any()  # prompt columns never count
+
+    def ent(lg, m):
+        lp = torch.log_softmax(lg, -1)
+        return (-(lp.exp() * lp).sum(-1))[m].mean()
+
+    yours, lib = lab19.policy_entropy(model, ent, n_prompts=16)
+    assert yours == pytest.approx(lib, abs=1e-5)
+
+
+def test_hack_summary_on_a_made_up_run():
+    acc = [0.5] * 20 + [0.7] * 20 + [0.0] * 40
+    s = lab19.hack_summary({"sampled_accuracy": acc, "response_length": [4.0] * 80,
+                            "kl_to_reference_nats": [15.0] * 80, "reward": [1.4] * 80})
+    assert s["accuracy_start"] == 0.5 and s["accuracy_peak"] == pytest.approx(0.7)
+    assert 30 <= s["peak_step"] <= 40 and s["final_accuracy"] == 0.0 and s["final_kl"] == 15.0
+
+
+def test_argument_checks():
+    with pytest.raises(ValueError, match="beta"):
+        lab19.hacking_run(-0.1)
+    with pytest.raises(ValueError, match="reward"):
+        lab19.hacking_run(0.0, reward="silver")
+    with pytest.raises(ValueError, match="arm"):
+        lab19.entropy_run("asymmetric")
+    with pytest.raises(ValueError, match="beta"):
+        lab19.sweep_run(REF, -1.0)
+
+
+def test_expected_report_lists_both_numbers():
+    text = lab19.expected_report({"gao_alpha": 1.07, "hack_peak_step": 120})
+    assert "gao_alpha" in text and "1.070" in text and "1.1" in text and "hack_peak_step" in text
+
+
+# ----------------------------------------------------------------- widgets (no browser)
+
+def test_sweep_run_picks_the_nearest_beta():
+    assert lab19.sweep_run(REF, 0.012) is REF["hacking"]["0.01"]
+    assert lab19.sweep_run(REF, 1.0) is REF["hacking"]["0.05"]
+
+
+def test_beta_figure_and_widget():
+    import matplotlib.pyplot as plt
+
+    fig = lab19.beta_figure(REF, 0.02)
+    assert "beta = 0.02" in fig._suptitle.get_text()
+    assert len(fig.axes) == 4 and len(fig.axes[0].lines) == 3  # beta = 0.02, beta = 0, gold
+    plt.close(fig)
+    w = lab19.beta_widget(REF)
+    assert list(w.children[0].options) == [0.0, 0.01, 0.02, 0.05]
+    plt.close("all")
+
+
+def test_bon_figure_and_widget_redraw():
+    import time
+
+    import matplotlib.pyplot as plt
+
+    t = time.perf_counter()
+    fig = lab19.bon_figure(1.0, 1.0)
+    elapsed = time.perf_counter() - t
+    assert "peaks at best-of-" in fig.axes[0].get_title()
+    plt.close(fig)
+    fig = lab19.bon_figure(0.0, 1.0)
+    assert "never turns down" in fig.axes[0].get_title()
+    plt.close(fig)
+    assert elapsed < 5.0  # ~0.3 s on a quiet 2-core machine; generous for a loaded one
+    w = lab19.bon_widget()
+    assert [c.description for c in w.children[:2]] == ["b (length bias)", "sigma (noise)"]
+    plt.close("all")
+
+
+# ----------------------------------------------------------------- the code reproduces the stored runs
+
+@pytest.mark.slow
+def test_hacking_run_reproduces_reference_start():
+    # Same seed and code: the first steps match the stored run (torch CPU is deterministic with one
+    # thread; a different CPU may differ in the last bits, hence 1e-3 on 10-step means).
+    h = lab19.hacking_run(0.05, steps=10, progress=False)
+    for k in ("shaped_reward", "kl_to_reference_nats", "sampled_accuracy"):
+        ref = np.array(REF["hacking"]["0.05"][k][:10], dtype=float)
+        assert h.series(k).mean() == pytest.approx(ref.mean(), abs=1e-3), k
+
+
+@pytest.mark.slow
+def test_entropy_run_reproduces_reference_start_and_takes_student_loss():
+    calls = []
+
+    def my_loss(batch):
+        calls.append(1)
+        return clipped_pg_loss(batch)[0]  # a scalar only: the wrapper adds the diagnostics
+
+    h = lab19.entropy_run("symmetric", policy_loss_fn=my_loss, steps=3, progress=False)
+    assert len(calls) == 3 * lab19.ENTROPY_SETTINGS["epochs"]
+    ref = np.array(REF["entropy"]["symmetric"]["entropy_nats"][:3], dtype=float)
+    assert h.series("entropy_nats") == pytest.approx(ref, abs=1e-4)
+    assert "late_clip_high_of_positive_rare" in h.names
