@@ -54,7 +54,11 @@ def test_widget_builds_and_redraws():
     box = lab21.rubric_weight_widget(RESULTS, accuracy_small=0.4)
     w_slider, acc_slider = box.children[0].children
     assert acc_slider.value == pytest.approx(0.4)
-    w_slider.value = 1.0  # triggers a redraw without error
+    image = box.children[2]
+    first = image.value
+    assert first[:4] == b"\x89PNG"
+    w_slider.value = 1.0  # triggers a redraw
+    assert image.value != first and image.value[:4] == b"\x89PNG"
     acc_slider.value = 0.9
     assert "1, 2" in box.children[1].value
     plt.close("all")

@@ -356,6 +356,7 @@ def opd_full_from_batch(batch):
 P0_STEPS = 5 if grading_mode() else 200  # the autograder only checks that the pipeline runs
 p0 = experiments.project0(
     steps=P0_STEPS, seeds=[0], n_prompts=8, group_size=8, lr=3e-4,
+    eval_prompts=20 if grading_mode() else 100, eval_every=P0_STEPS if grading_mode() else 50,
     loss_fns={"opd-sampled": opd_sampled_from_batch, "opd-full": opd_full_from_batch},
 )
 

@@ -9,6 +9,7 @@ current accuracy it shows the expected reward per answer of "pad every answer to
 
 from __future__ import annotations
 
+import io
 from typing import Sequence
 
 import matplotlib.pyplot as plt
@@ -68,26 +69,33 @@ def rubric_weight_figure(w: float, accuracy_small: float, results: dict | None =
     return fig
 
 
+def figure_png(fig) -> bytes:
+    """PNG bytes of ``fig`` (the figure is closed)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
 def rubric_weight_widget(results: dict | None = None, accuracy_small: float = 0.3,
                          share_large: float | None = None):
-    """ipywidgets: a w slider and an accuracy slider driving :func:`rubric_weight_figure`."""
-    import ipywidgets as W
-    from IPython.display import display
+    """ipywidgets: a w slider and an accuracy slider driving :func:`rubric_weight_figure`.
 
-    out = W.Output()
+    The picture is an Image widget refreshed with PNG bytes (no Output-widget capture, which
+    notebook executors handle badly).
+    """
+    import ipywidgets as W
+
+    image = W.Image(format="png")
     w_slider = W.FloatSlider(value=2.0, min=0.0, max=3.0, step=0.05, description="w", continuous_update=False)
     acc_slider = W.FloatSlider(value=float(accuracy_small), min=0.0, max=1.0, step=0.01,
                                description="accuracy", continuous_update=False)
     note = W.HTML(f"trained weights available: {', '.join(f'{x:g}' for x in stylish_runs(results)) or 'none'}")
 
     def redraw(*_):
-        with out:
-            out.clear_output(wait=True)
-            fig = rubric_weight_figure(w_slider.value, acc_slider.value, results, share_large)
-            display(fig)
-            plt.close(fig)
+        image.value = figure_png(rubric_weight_figure(w_slider.value, acc_slider.value, results, share_large))
 
     w_slider.observe(redraw, names="value")
     acc_slider.observe(redraw, names="value")
     redraw()
-    return W.VBox([W.HBox([w_slider, acc_slider]), note, out])
+    return W.VBox([W.HBox([w_slider, acc_slider]), note, image])
