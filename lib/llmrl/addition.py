@@ -164,31 +164,25 @@ def encode_response(text: str) -> list[int]:
     return ids + [PAD] * (RESPONSE_LEN - len(ids))
 
 
+def _render(row: list[int], skip: tuple[int, ...]) -> str:
+    """Token ids -> text, cut at the first EOS; ids in ``skip`` vanish, other specials show as _ ^."""
+    chars = []
+    for t in row:
+        if t == EOS:
+            break
+        if t not in skip:
+            chars.append(_SHOW.get(t, VOCAB[t]))
+    return "".join(chars)
+
+
 def decode_responses(tokens: torch.Tensor) -> list[str]:
-    """[N, R] response ids -> strings, cut at the first EOS; non-digits show as + = _ ^."""
-    out = []
-    for row in tokens.tolist():
-        chars = []
-        for t in row:
-            if t == EOS:
-                break
-            chars.append(VOCAB[t] if t < 10 else _SHOW.get(t, "?"))
-        out.append("".join(chars))
-    return out
+    """[N, R] response ids -> strings, cut at the first EOS; a sampled PAD or BOS shows as _ or ^."""
+    return [_render(row, ()) for row in tokens.tolist()]
 
 
 def decode(tokens: torch.Tensor) -> list[str]:
-    """Whole sequences [N, T] -> readable strings without padding ("37+48=85")."""
-    out = []
-    for row in tokens.tolist():
-        chars = []
-        for t in row:
-            if t == EOS:
-                break
-            if t not in (PAD, BOS):
-                chars.append(VOCAB[t])
-        out.append("".join(chars))
-    return out
+    """Whole sequences [N, T] -> readable strings without the prompt's padding ("37+48=85")."""
+    return [_render(row, (PAD, BOS)) for row in tokens.tolist()]
 
 
 def sample_problems(n: int, buckets: Sequence[str] | Mapping[str, float] = TWO_DIGIT,
