@@ -118,7 +118,7 @@ if modal is not None:
                             ignore=["**/.ipynb_checkpoints"]))
     vllm_image = image.pip_install(*VLLM_PACKAGES)
     app = modal.App(APP_NAME)
-    _fn_kw = dict(gpu=GPU, volumes={RUNS_MOUNT: volume}, timeout=TIMEOUT_S,
+    FUNCTION_OPTIONS = _fn_kw = dict(gpu=GPU, volumes={RUNS_MOUNT: volume}, timeout=TIMEOUT_S,
                   secrets=[modal.Secret.from_name("wandb", required_keys=["WANDB_API_KEY"])]
                   if os.environ.get("LLMRL_MODAL_WANDB") == "1" else [])
 
