@@ -76,6 +76,7 @@ def test_math_toy_eval_is_held_out_and_balanced():
     assert len(ev) == 128 and ev == MathToyTask().eval_examples()
     fams = [e.meta["family"] for e in ev]
     assert {f: fams.count(f) for f in set(fams)} == {"add": 32, "sub": 32, "mul": 32, "add3": 32}
+    assert len(MathToyTask(families=("sub", "mul")).eval_examples()) == 64
     held = {e.prompt for e in ev}
     train = task.sample(2000, torch.Generator().manual_seed(1))
     assert not held & {e.prompt for e in train}

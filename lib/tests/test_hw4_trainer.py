@@ -180,3 +180,37 @@ def test_grpo_fixes_format_copy_on_a_tiny_budget(impl, tmp_path):
     assert res.records[0]["eval_exact_match"] < 0.1
     assert sum(rewards[-4:]) / 4 > sum(rewards[:2]) / 2 + 0.4
     assert res.final("eval_exact_match") > 0.5
+
+
+def test_sweep_walks_outwards_until_a_run_degrades(impl, tmp_path, monkeypatch):
+    from llmrl.hw4 import ablation
+
+    finals = {0.05: 0.9, 0.5: 0.85, 2.0: 0.2, 8.0: 0.0, 0.01: 0.88, 0.0: 0.5}
+    calls = []
+
+    def fake_train(cfg, impl, run_dir=None, resume=True, progress=True, backend=None):
+        calls.append(cfg.kl_coef)
+        recs = [{"step": 0, "eval_exact_match": 0.0},
+                {"step": 1, "rollout_reward": finals[cfg.kl_coef] * 1.3, "eval_exact_match": finals[cfg.kl_coef],
+                 "kl_to_reference_nats": 0.1, "clip_fraction": 0.01}]
+        from llmrl.hw4.trainer import RunResult
+        return RunResult(cfg, recs, None, run_dir)
+
+    monkeypatch.setattr(ablation, "train", fake_train)
+    base = default_config("format_copy", "grpo", steps=1)
+    rows = ablation.sweep(impl, tmp_path, base, {"kl_coef": ablation.AXES["kl_coef"]}, progress=False)
+    # default 0.05, then up: 0.5 fine, 2.0 degraded (stop); then down: 0.01 fine, 0.0 degraded
+    assert calls == [0.05, 0.5, 2.0, 0.01, 0.0]
+    assert [(r["label"], r["degraded"]) for r in rows] == [("0.05", False), ("0.5", False), ("2", True),
+                                                          ("0.01", False), ("0", True)]
+    assert rows[0]["is_default"]
+    calls.clear()
+    ablation.sweep(impl, tmp_path, base, {"kl_coef": ablation.AXES["kl_coef"]}, progress=False)
+    assert calls == []  # results already on file are reused
+    fig = ablation.plot_sweep(rows, tmp_path / "ablation.png")
+    assert (tmp_path / "ablation.png").stat().st_size > 1000
+    with pytest.raises(ValueError, match="default value"):
+        ablation.sweep(impl, tmp_path, base, {"kl_coef": [0.1, 0.2]}, progress=False)
+    with pytest.raises(ValueError, match="unknown axis"):
+        ablation.sweep(impl, tmp_path, base, {"lr": [0.1]}, progress=False)
+    del fig

@@ -55,10 +55,11 @@ def _summary(result, axis, value) -> dict:
 
 def sweep(impl: Impl, out_dir="artifacts/hw4/ablation", base: HW4Config | None = None,
           axes: dict[str, list] | None = None, tolerance: float = 0.15, progress: bool = True,
-          callback=None, fresh: bool = False) -> list[dict]:
+          callback=None, fresh: bool = False, backend_factory=None) -> list[dict]:
     """Run the study; returns the summaries (also appended to ``out_dir/results.jsonl``).
 
-    ``fresh``: forget earlier results in ``out_dir`` and rerun everything."""
+    ``fresh``: forget earlier results in ``out_dir`` and rerun everything. ``backend_factory()``:
+    a fresh policy for each run (default: built from the config)."""
     base = base or default_config("format_copy", "grpo")
     axes = AXES if axes is None else axes
     for axis in axes:
@@ -81,7 +82,7 @@ def sweep(impl: Impl, out_dir="artifacts/hw4/ablation", base: HW4Config | None =
                        label=_label(axis, value))
         else:
             res = train(cfg, impl, run_dir=out / f"{axis}-{_label(axis, value)}", resume=not fresh,
-                        progress=progress)
+                        progress=progress, backend=backend_factory() if backend_factory else None)
             row = _summary(res, axis, value)
             done[cfg.key()] = row
             with open(results_path, "a") as f:

@@ -13,10 +13,12 @@ The pretraining corpus is deliberately imperfect, so that RL has something to fi
 
 * format_copy: most completions answer "Answer: N" with no tag (greedy decoding picks this), a
   quarter give the clean tag, some add text after the tag and a few copy a digit wrong.
-* math_toy: sums are mostly right; differences, products and three-term sums are right only
-  ``HARD_CORRECT`` of the time, otherwise they show a typical slip (the sign flipped, the operands
-  added instead of multiplied, the third term forgotten), which is the greedy answer. A quarter of
-  the answers are written without a box.
+* math_toy: two habits. Working the problem out ("7*8=56, so \\boxed{56}") is always right;
+  answering at once ("\\boxed{15}") shows the family's typical slip (the sign flipped, the operands
+  added instead of multiplied, the third term forgotten). Sums are worked out 90% of the time,
+  differences, products and three-term sums only ``HARD_CORRECT`` of the time, so greedy decoding
+  guesses on them. A quarter of the answers are written without a box. RL has to learn the habit
+  (a choice at the first character, so it carries over to held-out problems), not new arithmetic.
 
 The pretrained weights are cached like llmrl's SFT checkpoints (file keyed by a hash of the whole
 configuration, atomic writes, checksum, rebuilt when stale or corrupted).
@@ -35,7 +37,7 @@ import torch.nn.functional as F
 from ..checkpoints import FORMAT_VERSION, _load, _save, cache_dir
 from ..tinylm import TinyLM, TinyLMConfig
 from ..utils import check_float, check_int, set_threads
-from .tasks import FormatCopyTask, MathToyTask, math_problem
+from .tasks import MATH_FAMILIES, FormatCopyTask, MathToyTask
 
 # ----------------------------------------------------------------------------- tokenizer
 
@@ -81,7 +83,8 @@ def decode(ids) -> str:
 
 # ----------------------------------------------------------------------------- pretraining corpus
 
-HARD_CORRECT = 0.45          # how often the corpus answers a hard math family right
+CORPUS_VERSION = 2           # bump when the corpus generators change (part of the cache key)
+HARD_CORRECT = 0.3           # how often the corpus answers a hard math family right
 EASY_CORRECT = 0.9           # ... and the sums
 
 
@@ -111,16 +114,30 @@ def slip(meta: dict) -> int:
     return {"add": a + b + 1, "sub": b - a, "mul": a + b, "add3": a + b}[fam]
 
 
+_OPS = {"add": "+", "sub": "-", "mul": "*", "add3": "+"}
+
+
 def math_completion(meta: dict, answer: str, g: torch.Generator, hard_correct: float = HARD_CORRECT) -> str:
-    """One completion of the base model's corpus for a math_toy problem."""
+    """One completion of the base model's corpus for a math_toy problem.
+
+    Two habits: work it out ("7*8=56, so \\boxed{56}", always right) or guess at once
+    ("\\boxed{15}", the family's typical slip). Sums are worked out EASY_CORRECT of the time, the
+    other families only ``hard_correct`` of the time, so greedy decoding guesses on them. A quarter
+    of the answers of either habit come without a box.
+    """
     p = EASY_CORRECT if meta["family"] == "add" else hard_correct
-    value = answer if float(torch.rand((), generator=g)) < p else str(slip(meta))
-    return f"\\boxed{{{value}}}" if float(torch.rand((), generator=g)) < 0.75 else f"The answer is {value}."
+    boxed = float(torch.rand((), generator=g)) < 0.75
+    if float(torch.rand((), generator=g)) < p:
+        a, b, c, op = meta["a"], meta["b"], meta["c"], _OPS[meta["family"]]
+        expr = f"{a}{op}{b}" + (f"{op}{c}" if meta["family"] == "add3" else "")
+        return f"{expr}={answer}, so \\boxed{{{answer}}}" if boxed else f"{expr}={answer}, so {answer}."
+    wrong = slip(meta)
+    return f"\\boxed{{{wrong}}}" if boxed else f"The answer is {wrong}."
 
 
 @dataclass(frozen=True)
 class PretrainConfig:
-    steps: int = 2000
+    steps: int = 1500
     batch_size: int = 32
     lr: float = 3e-3
     warmup: int = 50
@@ -144,14 +161,14 @@ class PretrainConfig:
 
     def key(self) -> str:
         blob = json.dumps({"cfg": asdict(self), "v": FORMAT_VERSION, "torch": torch.__version__,
-                           "easy": EASY_CORRECT, "vocab": VOCAB, "width": PROMPT_WIDTH}, sort_keys=True, default=str)
+                           "easy": EASY_CORRECT, "corpus": CORPUS_VERSION, "vocab": VOCAB, "width": PROMPT_WIDTH}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def pretrain_batch(cfg: PretrainConfig, g: torch.Generator, copy_task=None, math_task=None):
     """(tokens [N, T] long, target mask [N, T-1] bool: True where column t+1 is a completion token)."""
     copy_task = copy_task or FormatCopyTask()
-    math_task = math_task or MathToyTask()
+    math_task = math_task or MathToyTask(families=MATH_FAMILIES)
     rows = []
     n_copy = int((torch.rand(cfg.batch_size, generator=g) < cfg.copy_fraction).sum())
     for ex in copy_task.sample(n_copy, g) if n_copy else []:
@@ -186,7 +203,7 @@ def pretrain(cfg: PretrainConfig = PretrainConfig(), progress: bool = False) -> 
     rest = [p for p in model.parameters() if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                              {"params": rest, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.98))
-    copy_task, math_task = FormatCopyTask(), MathToyTask()
+    copy_task, math_task = FormatCopyTask(), MathToyTask(families=MATH_FAMILIES)
     steps = range(cfg.steps)
     if progress:
         from tqdm.auto import tqdm

@@ -16,8 +16,8 @@ Built-in tasks:
 * ``math_toy``: one-line arithmetic word problems answered as ``\\boxed{NUMBER}``, rewarded like
   math_hard: ``boxed`` 0.1 when ``\\boxed{`` appears, ``correct`` 1.0 when the number in the LAST box
   equals the answer, ``relaxed`` 0.1 when the last number in the text equals the answer but the box
-  does not. Four families (sums, differences, products, three-term sums); the eval set is 128 fixed
-  problems, 32 per family, that training never samples.
+  does not. Four families of single digits 2-9 (sums, differences, products, three-term sums); the
+  eval set is 128 fixed problems, 32 per family, that training never samples.
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ class MathToyTask:
     reward_components = ("boxed", "correct", "relaxed")
 
     def __init__(self, low: int = 2, high: int = 9, n_eval_per_family: int = 32, eval_seed: int = 4321,
-                 max_new_tokens: int = 20, families: Sequence[str] = MATH_FAMILIES):
+                 max_new_tokens: int = 24, families: Sequence[str] = MATH_FAMILIES):
         self.low, self.high = check_int("low", low), check_int("high", high)
         if high < low:
             raise ValueError(f"high ({high}) must be >= low ({low})")
