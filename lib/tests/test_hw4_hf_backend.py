@@ -234,3 +234,18 @@ def test_trainer_runs_and_resumes_with_the_hf_backend(tok, tmp_path):
         for k in ("rollout_reward", "loss", "kl_to_reference_nats", "eval_exact_match"):
             if k in a:
                 assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-6), (a["step"], k)
+
+
+def test_model_sampling_defaults_are_ignored(tok):
+    """Sampling must follow the policy: a model's shipped defaults (Qwen2.5-Math ships top_k and a
+    repetition penalty) would bias the samples away from the log-probs the trainer scores."""
+    plain = make(tok, seed=8)
+    m = tiny_random_model(tok, seed=8)
+    m.generation_config.repetition_penalty = 5.0
+    m.generation_config.top_k = 1
+    m.generation_config.no_repeat_ngram_size = 1
+    biased = HFBackend(m, tok, device="cpu")
+    args = (PROMPTS, 3, 10, 1.0, 1.0)
+    a = plain.generate(*args, generator=torch.Generator().manual_seed(9))
+    b = biased.generate(*args, generator=torch.Generator().manual_seed(9))
+    assert a.completions == b.completions

@@ -241,6 +241,12 @@ class HFBackend:
             if t is not None:
                 stops.add(int(t))
         self.stop_token_ids = sorted(stops)
+        # A neutral generation config: models ship sampling defaults (Qwen2.5-Math: top_k 20,
+        # repetition_penalty 1.05) that generate() would otherwise apply, sampling from a distribution
+        # other than the policy whose log-probs the trainer scores.
+        from transformers import GenerationConfig
+        base.generation_config = GenerationConfig(bos_token_id=getattr(tok, "bos_token_id", None),
+                                                  eos_token_id=self.stop_token_ids, pad_token_id=self.pad_token_id)
         self.chat_template = bool(chat_template) and getattr(tok, "chat_template", None) is not None
         self.system_prompt = system_prompt
         self.fewshot = [tuple(pair) for pair in (fewshot or [])]
@@ -332,7 +338,7 @@ class HFBackend:
         was_training = self.model.training
         self.model.eval()
         kw = dict(max_new_tokens=max_new_tokens, pad_token_id=self.pad_token_id,
-                  eos_token_id=self.stop_token_ids, use_cache=True)
+                  eos_token_id=self.stop_token_ids, use_cache=True, repetition_penalty=1.0)
         if temperature == 0:
             kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         else:
@@ -353,7 +359,8 @@ class HFBackend:
         if self._vllm is None:
             self._vllm = LLM(model=self.model_name, dtype="bfloat16", enable_lora=self.lora,
                              max_lora_rank=max(16, self.lora_config.r) if self.lora else 16,
-                             gpu_memory_utilization=self._vllm_mem, seed=seed, enable_prefix_caching=True)
+                             gpu_memory_utilization=self._vllm_mem, seed=seed, enable_prefix_caching=True,
+                             generation_config="vllm")  # ignore the model's sampling defaults
             self._vllm_dir = Path(tempfile.mkdtemp(prefix="llmrl-vllm-lora-"))
         lora_request = None
         if self.lora:
@@ -362,7 +369,7 @@ class HFBackend:
                 adapter_dir = self._vllm_dir / f"v{self._vllm_version}"
                 self.model.save_pretrained(adapter_dir)
                 self._vllm_synced = self._vllm_version
-            self._vllm_requests = getattr(self, "_vllm_requests", 0) + 1
+                self._vllm_requests = getattr(self, "_vllm_requests", 0) + 1  # a new id: vLLM reloads it
             lora_request = LoRARequest(f"policy-v{self._vllm_synced}", self._vllm_requests,
                                        str(self._vllm_dir / f"v{self._vllm_synced}"))
         else:
