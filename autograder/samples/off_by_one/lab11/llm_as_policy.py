@@ -1,6 +1,6 @@
 # A student who scores each response token with the logits of its own column (no shift).
 # The shapes are right and the visible tests pass; the hidden hand example catches it.
-# Task 1b is correct. Expected: 2 of 5 points.
+# Task 1b is correct. Expected: 2 of 18 points (tasks 2-5 are left as stubs).
 
 # %% grade_id=task1a_response_logprobs
 def response_logprobs(logits, tokens, prompt_len):
