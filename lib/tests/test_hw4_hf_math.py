@@ -134,3 +134,20 @@ def test_registry_and_bad_input(monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(ValueError, match="nobody-here/no-such-math"):
         math_data.load_rows("nobody-here/no-such-math")
+
+
+def test_subject_configurations_are_concatenated(monkeypatch):
+    """Copies of MATH split by subject: config="all" loads every configuration and concatenates them
+    (the hub is replaced by the fixture, one 'subject' per file)."""
+    import datasets
+
+    def fake_load(name, config, split):
+        assert name == "some/math-by-subject" and split in ("train", "test")
+        return datasets.load_dataset("json", data_files={split: FILES[config]}, split=split)
+
+    monkeypatch.setattr(math_data.datasets, "load_dataset", fake_load)
+    monkeypatch.setattr(math_data.datasets, "get_dataset_config_names", lambda name: ["train", "test"])
+    rows = math_data.load_rows("some/math-by-subject", "test", config="all")
+    assert len(rows) == 16 + 10  # every row of both files
+    t = MathHardTask(dataset="some/math-by-subject", config=["test"])
+    assert [e.answer for e in t.eval_examples()] == ["60", "11", "720", "4", "12"]

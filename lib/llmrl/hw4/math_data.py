@@ -153,10 +153,12 @@ def filter_rows(rows, level: int | None = 5, numeric_answers: str = "literal") -
     return kept, why
 
 
-def load_rows(name: str = DEFAULT_DATASET, split: str = "test", config: str | None = None,
+def load_rows(name: str = DEFAULT_DATASET, split: str = "test", config: str | Sequence[str] | None = None,
               data_files=None):
-    """Rows of one split through ``datasets.load_dataset``. ``data_files`` (a path or {split: path})
-    loads local JSON/JSONL/Parquet/CSV files instead of a hub dataset (offline tests)."""
+    """Rows of one split through ``datasets.load_dataset``. ``config``: a configuration name, a list
+    of them, or "all" (every configuration, concatenated: for copies of MATH split by subject).
+    ``data_files`` (a path or {split: path}) loads local JSON/JSONL/Parquet/CSV files instead of a
+    hub dataset (offline tests)."""
     if data_files is not None:
         files = data_files if isinstance(data_files, dict) else {split: data_files}
         if split not in files:
@@ -168,6 +170,10 @@ def load_rows(name: str = DEFAULT_DATASET, split: str = "test", config: str | No
             raise ValueError(f"data_files: unsupported file type {path!r} (json, jsonl, parquet, csv)")
         return datasets.load_dataset(builder, data_files={split: path}, split=split)
     try:
+        if config == "all":  # copies of MATH split by subject (one configuration per subject)
+            config = datasets.get_dataset_config_names(name)
+        if isinstance(config, (list, tuple)):
+            return datasets.concatenate_datasets([datasets.load_dataset(name, c, split=split) for c in config])
         return datasets.load_dataset(name, config, split=split)
     except Exception as e:  # noqa: BLE001 - many error types; one message says what to do
         raise ValueError(f"dataset {name!r} (split {split!r}) cannot be loaded: {type(e).__name__}: "
@@ -179,7 +185,8 @@ class MathHardTask:
     """The math_hard task of hw4 on real MATH data (implements ``llmrl.hw4.tasks.Task``).
 
     Args:
-        dataset: hub name (default ``the-jb/hendrycks-math``); ``config``: its configuration, if any.
+        dataset: hub name (default ``the-jb/hendrycks-math``); ``config``: its configuration, if any
+            (a list, or "all" to concatenate every configuration).
         data_files: local files instead ({"train": path, "test": path} or one path for both).
         train_split, eval_split: split names; level: MATH level kept (None keeps all).
         n_eval: size of the fixed eval set (first kept test problems); numeric_answers: "literal"
@@ -190,7 +197,7 @@ class MathHardTask:
     name = "math_hard"
     reward_components = ("boxed", "correct", "relaxed")
 
-    def __init__(self, dataset: str = DEFAULT_DATASET, config: str | None = None, data_files=None,
+    def __init__(self, dataset: str = DEFAULT_DATASET, config: str | Sequence[str] | None = None, data_files=None,
                  train_split: str = "train", eval_split: str = "test", level: int | None = 5,
                  n_eval: int = 512, numeric_answers: str = "literal", max_new_tokens: int = 512,
                  eval_max_new_tokens: int = 512):
