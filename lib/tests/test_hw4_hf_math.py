@@ -141,9 +141,11 @@ def test_subject_configurations_are_concatenated(monkeypatch):
     (the hub is replaced by the fixture, one 'subject' per file)."""
     import datasets
 
+    real_load = datasets.load_dataset
+
     def fake_load(name, config, split):
         assert name == "some/math-by-subject" and split in ("train", "test")
-        return datasets.load_dataset("json", data_files={split: FILES[config]}, split=split)
+        return real_load("json", data_files={split: FILES[config]}, split=split)
 
     monkeypatch.setattr(math_data.datasets, "load_dataset", fake_load)
     monkeypatch.setattr(math_data.datasets, "get_dataset_config_names", lambda name: ["train", "test"])
