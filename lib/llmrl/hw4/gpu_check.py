@@ -98,6 +98,9 @@ class _Timed:
     def __getattr__(self, name):
         return getattr(self._b, name)
 
+    def reset(self) -> None:
+        self.gen_seconds, self.gen_tokens, self.gen_calls = 0.0, 0, 0
+
     def generate(self, *a, **kw):
         sync = torch.cuda.synchronize if self._b.device.type == "cuda" else (lambda: None)
         sync()
@@ -157,11 +160,16 @@ def run(size: str = "1.5b", device: str | None = None, n_prompts: int = 8, group
                          grad_accum_steps=grad_accum_steps, ppo_epochs=ppo_epochs, eval_every=10**6,
                          ckpt_every=10**6, gen_every=10**6, backend="hf", seed=seed)
     records = []
+
+    def on_record(record):
+        records.append(record)
+        if record["step"] == 0:  # the step-0 eval is not part of a GRPO step: count from here
+            timed.reset()
+
     train(cfg, load_impl("reference"), run_dir=None, backend=timed, task=task, resume=False, progress=False,
-          callback=records.append)
+          callback=on_record)
     steps_rec = [r for r in records if r["step"] >= 1]
     step_s = sum(r["step_seconds"] for r in steps_rec)
-    # generate() ran once for the step-0 eval (2 prompts x 4 tokens) and once per step
     B, T = n_prompts * group_size, timed.last_shape[1]
     update_s = max(step_s - timed.gen_seconds, 1e-9)
     scored_tokens = B * T * (2 + ppo_epochs) * len(steps_rec)  # old + reference passes, then the epochs
