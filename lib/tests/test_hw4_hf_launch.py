@@ -107,3 +107,29 @@ def test_launcher_imports_without_modal(monkeypatch):
     finally:
         monkeypatch.undo()
         importlib.reload(modal_app)
+
+
+def test_command_line_trains_a_local_model_directory(tmp_path, capsys):
+    """`python -m llmrl.hw4 train --backend hf --model DIR`: a model saved with save_pretrained loads
+    from its directory (no network), trains, logs, and a rerun resumes instead of starting over."""
+    pytest.importorskip("transformers", reason="the hf extra is not installed (pip install -e '.[hf]')")
+    pytest.importorskip("peft", reason="the hf extra is not installed (pip install -e '.[hf]')")
+    from llmrl.hw4.__main__ import main
+    from llmrl.hw4.hf_backend import char_tokenizer, tiny_random_model
+    from llmrl.hw4.trainer import read_jsonl
+
+    tok = char_tokenizer()
+    model_dir = tmp_path / "tiny-qwen"
+    tiny_random_model(tok, seed=1).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    run = tmp_path / "run"
+    argv = ["train", "--task", "format_copy", "--algo", "grpo", "--backend", "hf", "--model", str(model_dir),
+            "--steps", "2", "--set", "n_prompts=2", "--set", "group_size=2", "--set", "minibatch_size=2",
+            "--set", "eval_limit=2", "--set", "max_new_tokens=4", "--set", "ckpt_every=1",
+            "--backend-arg", "device=cpu", "--backend-arg", "system_prompt=Use <answer></answer> tags.",
+            "--run-dir", str(run), "--no-progress"]
+    assert main(argv) == 0
+    assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == [0, 1, 2]
+    assert main(argv[:argv.index("--steps") + 1] + ["3"] + argv[argv.index("--steps") + 2:]) == 0
+    assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == [0, 1, 2, 3]
+    assert "format_copy grpo" in capsys.readouterr().out
