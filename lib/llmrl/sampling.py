@@ -63,8 +63,11 @@ def sample_token(logits: torch.Tensor, temperature: float, generator: torch.Gene
 
 @torch.no_grad()
 def generate(model, problems: Problems, group_size: int = 1, temperature: float = 1.0,
-             generator: torch.Generator | int | None = None) -> Rollout:
+             generator: torch.Generator | int | None = None, sampler=None) -> Rollout:
     """Sample ``group_size`` responses for each problem (rows grouped by problem).
+
+    ``sampler(logits [B, V], temperature, generator) -> [B]`` draws each token (default
+    :func:`sample_token`), so a lab can run generation on the student's own sampling function.
 
     The prompt is encoded once per problem and its key/value cache shared by the group. Each
     response has at most MAX_ANSWER_CHARS characters; a response that reaches the cap gets an EOS
@@ -74,6 +77,9 @@ def generate(model, problems: Problems, group_size: int = 1, temperature: float 
     temperature = check_float("temperature", temperature, minimum=0.0)
     if not isinstance(problems, Problems):
         raise TypeError(f"problems must be llmrl.addition.Problems, got {type(problems).__name__}")
+    if sampler is not None and not callable(sampler):
+        raise TypeError(f"sampler must be callable, got {type(sampler).__name__}")
+    draw = sample_token if sampler is None else sampler
     g = make_generator(generator)
     was_training = model.training
     if was_training:  # walking the modules costs time on every step; skip it when already in eval mode
@@ -94,7 +100,11 @@ def generate(model, problems: Problems, group_size: int = 1, temperature: float 
         if r == MAX_ANSWER_CHARS:  # the cap: EOS for every row still open, not a policy choice
             resp[~done, r] = EOS
             break
-        tok = sample_token(last, temperature, g)
+        tok = draw(last, temperature, g)
+        if not isinstance(tok, torch.Tensor) or tok.shape != (last.shape[0],):
+            raise ValueError(f"sampler must return a [B] tensor of token ids, got "
+                             f"{tuple(getattr(tok, 'shape', ()))} for B = {last.shape[0]}")
+        tok = tok.long()
         lp = torch.log_softmax(last, -1).gather(1, tok[:, None]).squeeze(1)
         live = ~done
         resp[:, r] = torch.where(live, tok, PAD)

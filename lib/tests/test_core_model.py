@@ -120,3 +120,21 @@ def test_temperature_sharpens_and_flattens():
     hot = sample_token(logits, 3.0, g)
     top = logits[0].argmax()
     assert (cold == top).float().mean() > (hot == top).float().mean() + 0.2
+
+
+def test_generate_takes_a_custom_sampler():
+    m = TinyLM()
+    seen = []
+
+    def greedy(logits, temperature, generator=None):
+        seen.append(logits.shape)
+        return logits.argmax(-1)
+
+    p = A.sample_problems(3, generator=0)
+    a = generate(m, p, 2, 1.0, 0, sampler=greedy)
+    b = generate(m, p, 2, 0.0, 0)
+    assert torch.equal(a.tokens, b.tokens) and seen[0] == (6, A.VOCAB_SIZE)
+    with pytest.raises(ValueError, match="sampler"):
+        generate(m, p, 2, 1.0, 0, sampler=lambda l, t, g: l.argmax(-1)[:1])
+    with pytest.raises(TypeError, match="sampler"):
+        generate(m, p, sampler="argmax")

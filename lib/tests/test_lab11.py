@@ -70,7 +70,7 @@ def test_generate_with_sampler_defaults_to_the_library(sft):
     assert a.responses == b.responses
 
 
-def test_generate_with_sampler_uses_the_sampler_and_restores_the_library(sft):
+def test_generate_with_sampler_uses_the_sampler_and_leaves_the_library_alone(sft):
     import llmrl.sampling as s
     original = s.sample_token
     calls = []

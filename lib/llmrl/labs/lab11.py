@@ -95,24 +95,6 @@ def _checked_sampler(sampler: Sampler) -> Sampler:
     return run
 
 
-@contextlib.contextmanager
-def _token_sampler(sampler: Sampler | None):
-    """Let :func:`llmrl.sampling.generate` draw each token with ``sampler`` inside the block.
-
-    ``generate`` calls the module-level ``sample_token``; this swaps it for the duration and always
-    puts the original back. (A ``sampler=`` argument of ``generate`` would make this unnecessary.)
-    """
-    if sampler is None:
-        yield
-        return
-    original = _sampling.sample_token
-    _sampling.sample_token = _checked_sampler(sampler)
-    try:
-        yield
-    finally:
-        _sampling.sample_token = original
-
-
 def generate_with_sampler(model, problems: Problems, group_size: int = 1, temperature: float = 1.0,
                           generator: torch.Generator | int | None = None,
                           sampler: Sampler | None = None) -> _sampling.Rollout:
@@ -122,8 +104,8 @@ def generate_with_sampler(model, problems: Problems, group_size: int = 1, temper
     """
     if sampler is not None and not callable(sampler):
         raise TypeError(f"sampler must be callable, got {type(sampler).__name__}")
-    with _token_sampler(sampler):
-        return _sampling.generate(model, problems, group_size, temperature, generator)
+    return _sampling.generate(model, problems, group_size, temperature, generator,
+                              sampler=None if sampler is None else _checked_sampler(sampler))
 
 
 def _distinct_per_group(responses: Sequence[str], group_size: int) -> np.ndarray:
