@@ -152,7 +152,11 @@ def test_beta_figure_and_widget():
     assert len(fig.axes) == 4 and len(fig.axes[0].lines) == 3  # beta = 0.02, beta = 0, gold
     plt.close(fig)
     w = lab19.beta_widget(REF)
-    assert list(w.children[0].options) == [0.0, 0.01, 0.02, 0.05]
+    assert list(w.slider.options) == [0.0, 0.01, 0.02, 0.05]
+    first = w.image.value
+    assert first[:4] == b"\x89PNG"
+    w.slider.value = 0.05  # moving the slider redraws the image
+    assert w.image.value != first
     plt.close("all")
 
 
@@ -171,7 +175,10 @@ def test_bon_figure_and_widget_redraw():
     plt.close(fig)
     assert elapsed < 5.0  # ~0.3 s on a quiet 2-core machine; generous for a loaded one
     w = lab19.bon_widget()
-    assert [c.description for c in w.children[:2]] == ["b (length bias)", "sigma (noise)"]
+    assert (w.b.description, w.sigma.description) == ("b (length bias)", "sigma (noise)")
+    first = w.image.value
+    w.b.value = 0.0
+    assert w.image.value[:4] == b"\x89PNG" and w.image.value != first
     plt.close("all")
 
 

@@ -32,6 +32,7 @@
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from IPython.display import display
 
 from llmrl import overopt
 from llmrl.labs import lab19
@@ -265,7 +266,10 @@ print(f"gold gain at best-of-10: {biased['gold_gain'][list(NS).index(10)]:+.3f}"
 # second). Which of the two makes the gold curve turn down, and which only flattens it?
 
 # %% tags=["nbval-ignore-output"]
-lab19.bon_widget(b=1.0, sigma=1.0)
+if grading_mode():
+    print("(widgets are skipped under autograding)")
+else:
+    display(lab19.bon_widget(b=1.0, sigma=1.0))
 
 # %% [markdown]
 # ## Part 2: reward hacking
@@ -353,6 +357,9 @@ assert torch.allclose(_out, torch.tensor([-1.0])), f"log pi - log pi_ref = +2 wi
 
 # %% tags=["nbval-ignore-output"]
 live_kl = lab19.hacking_run(0.05, kl_reward_fn=kl_penalized_rewards, steps=LIVE_STEPS)
+_stored = lab19.as_series(REFERENCE["hacking"]["0.05"])["shaped_reward"][:LIVE_STEPS]
+print("your live run's shaped rewards match the stored run:",
+      bool(np.allclose(live_kl.series("shaped_reward"), _stored, atol=1e-3)))
 
 # %%
 runs = {"proxy, no KL": REFERENCE["hacking"]["0"], "proxy, beta = 0.05": REFERENCE["hacking"]["0.05"],
@@ -365,9 +372,6 @@ part2 = {"hack_accuracy_start": _h["accuracy_start"], "hack_accuracy_peak": _h["
          "hack_final_length": _h["final_length"], "hack_final_kl": _h["final_kl"],
          "kl005_final_accuracy": _k["final_accuracy"], "gold_final_accuracy": _g["final_accuracy"]}
 print(lab19.expected_report(part2))
-_live_ref = lab19.as_series(REFERENCE["hacking"]["0.05"])["shaped_reward"][:LIVE_STEPS]
-print("your live run's shaped reward matches the stored run:",
-      bool(np.allclose(live_kl.series("shaped_reward"), _live_ref, atol=1e-3)))
 
 # %% [markdown]
 # **What happened.** Without a penalty the policy first gets better at addition (the proxy
@@ -382,7 +386,10 @@ print("your live run's shaped reward matches the stored run:",
 # stop working?
 
 # %% tags=["nbval-ignore-output"]
-lab19.beta_widget(REFERENCE)
+if grading_mode():
+    print("(widgets are skipped under autograding)")
+else:
+    display(lab19.beta_widget(REFERENCE))
 
 # %% [markdown]
 # ## Part 3: entropy collapse and the clip
@@ -542,6 +549,8 @@ from llmrl.checkpoints import load_checkpoint
 
 live_policy = load_checkpoint("sft", progress=False)
 live_clip = lab19.entropy_run("symmetric", policy_loss_fn=clipped_pg_loss, policy=live_policy, steps=LIVE_STEPS)
+_yours, _lib = lab19.policy_entropy(live_policy, token_entropy)
+print(f"your token_entropy on the policy you just trained: {_yours:.4f} (library: {_lib:.4f})")
 
 # %%
 fig = lab19.plot_entropy(REFERENCE["entropy"], lab19.ARTIFACTS / "entropy.png",
@@ -556,8 +565,6 @@ part3 = {"entropy_start": _s["entropy_start"], "entropy_end_clipped": 0.5 * (_s[
          "clip_high_of_positive_rare": _s["late_clip_high_of_positive_rare"],
          "clip_high_of_positive_common": _s["late_clip_high_of_positive_common"]}
 print(lab19.expected_report(part3))
-_yours, _lib = lab19.policy_entropy(live_policy, token_entropy)
-print(f"your token_entropy on the live-trained policy: {_yours:.4f} (library: {_lib:.4f})")
 
 # %% [markdown]
 # **What happened.** Entropy drains steadily under both clipped settings, and at this scale the

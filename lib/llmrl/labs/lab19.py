@@ -363,14 +363,39 @@ def overopt_figure(panels: dict, path=None):
     return fig
 
 
-def bon_widget(b: float = 1.0, sigma: float = 1.0):
-    """Sliders for b and sigma redrawing the exact best-of-n curves (each redraw takes ~0.1 s)."""
-    import ipywidgets as w
+def figure_png(fig) -> bytes:
+    """PNG bytes of a matplotlib figure (closed afterwards), for an ipywidgets.Image."""
     import matplotlib.pyplot as plt
 
-    return w.interactive(lambda b, sigma: (bon_figure(b, sigma), plt.show()),
-                         b=w.FloatSlider(value=b, min=0.0, max=2.0, step=0.1, description="b (length bias)"),
-                         sigma=w.FloatSlider(value=sigma, min=0.0, max=3.0, step=0.1, description="sigma (noise)"))
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def bon_widget(b: float = 1.0, sigma: float = 1.0):
+    """Sliders for b and sigma redrawing the exact best-of-n curves (a redraw takes ~0.3 s).
+
+    An image widget (not an Output widget), so the notebook also executes headless. The box has
+    attributes ``b``, ``sigma``, ``image`` and ``update()``.
+    """
+    import ipywidgets as w
+
+    bs = w.FloatSlider(value=b, min=0.0, max=2.0, step=0.1, description="b (length bias)",
+                       continuous_update=False, style={"description_width": "initial"})
+    ss = w.FloatSlider(value=sigma, min=0.0, max=3.0, step=0.1, description="sigma (noise)",
+                       continuous_update=False, style={"description_width": "initial"})
+    image = w.Image(format="png")
+
+    def update(_=None):
+        image.value = figure_png(bon_figure(bs.value, ss.value))
+
+    bs.observe(update, names="value")
+    ss.observe(update, names="value")
+    update()
+    box = w.VBox([w.HBox([bs, ss]), image])
+    box.b, box.sigma, box.image, box.update = bs, ss, image, update
+    return box
 
 
 def plot_hacking(runs: dict, path=None, live: dict | None = None, title: str = "", window: int = 10):
@@ -413,14 +438,25 @@ def beta_figure(reference: dict, beta: float, path=None):
 
 
 def beta_widget(reference: dict | None = None):
-    """A slider over the stored beta sweep (accuracy, reward, length and KL curves)."""
+    """A slider over the stored beta sweep redrawing accuracy, reward, length and KL curves.
+
+    The box has attributes ``slider``, ``image`` and ``update()``.
+    """
     import ipywidgets as w
-    import matplotlib.pyplot as plt
 
     ref = reference or load_reference()
     options = [float(k) for k in ref["hacking"] if k != "gold"]
-    return w.interactive(lambda beta: (beta_figure(ref, beta), plt.show()),
-                         beta=w.SelectionSlider(options=options, value=options[0], description="beta"))
+    slider = w.SelectionSlider(options=options, value=options[0], description="beta", continuous_update=False)
+    image = w.Image(format="png")
+
+    def update(_=None):
+        image.value = figure_png(beta_figure(ref, slider.value))
+
+    slider.observe(update, names="value")
+    update()
+    box = w.VBox([slider, image])
+    box.slider, box.image, box.update = slider, image, update
+    return box
 
 
 def plot_entropy(runs: dict, path=None, live: dict | None = None, window: int = 5):

@@ -1,0 +1,42 @@
+# A student whose answers pass every visible test of lab19 but make the mistakes the hidden tests
+# are there for: the KL sum and the entropy ignore the mask, the Gao fit has an intercept, and the
+# clipped loss averages per response. Tasks 1a and 1b are correct.
+# Expected: 4 of 14 points.
+
+# %% grade_id=task1a_bon_kl
+def bon_kl(n):
+    n = np.asarray(n, dtype=float)
+    out = np.log(n) - (n - 1) / n
+    return float(out) if out.ndim == 0 else out
+
+# %% grade_id=task1b_best_of_n_stats
+def best_of_n_stats(proxy, gold, n):
+    proxy, gold = np.asarray(proxy, dtype=float), np.asarray(gold, dtype=float)
+    order = np.argsort(proxy)
+    k = np.arange(1, len(proxy) + 1) / len(proxy)
+    w = k ** n - (k - 1 / len(proxy)) ** n
+    return float(w @ proxy[order]), float(w @ gold[order])
+
+# %% grade_id=task1c_fit_gao_bon
+def fit_gao_bon(d, gold_gain):
+    c = np.polyfit(np.asarray(d, dtype=float), np.asarray(gold_gain, dtype=float), 2)
+    return float(c[1]), float(-c[0])
+
+# %% grade_id=task2_kl_penalized_rewards
+def kl_penalized_rewards(rewards, logprobs, ref_logprobs, mask, beta):
+    return rewards - beta * (logprobs - ref_logprobs).sum(dim=1)
+
+# %% grade_id=task3_clipped_pg_loss
+def clipped_pg_loss(batch):
+    adv = batch.advantages[:, None]
+    ratio = torch.exp(batch.logprobs - batch.old_logprobs)
+    lo = -float("inf") if batch.eps_low is None else 1 - batch.eps_low
+    hi = float("inf") if batch.eps_high is None else 1 + batch.eps_high
+    s = torch.minimum(ratio * adv, ratio.clamp(lo, hi) * adv)
+    m = batch.mask.float()
+    return -((s * m).sum(1) / m.sum(1)).mean()
+
+# %% grade_id=task4_token_entropy
+def token_entropy(logits, mask):
+    logp = torch.log_softmax(logits, dim=-1)
+    return -(logp.exp() * logp).sum(-1).mean()
