@@ -6,8 +6,9 @@ matmul rate measured a moment before, and, when the optional ``trl`` extra is in
 GRPOTrainer against ours per sequence.
 
 Figures: ``matmul_gflops``, ``rl_step_ms`` (16 prompts x 8 samples, 1 epoch), ``rl_step_flops_ms``
-and ``rl_step_vs_matmul_ratio``, ``sft_step_ms`` (batch 64), ``sft_teacher_student_s`` (one SFT run
-from scratch that yields the student and the teacher), ``trl_grpo_vs_ours_per_sequence`` (optional).
+and ``rl_step_vs_matmul_ratio``, ``sft_step_ms`` (batch 64), ``lab11_widget_update_s`` (a slider move redrawn), ``sft_teacher_student_s``
+(one SFT run from scratch that yields the student and the teacher), ``trl_grpo_vs_ours_per_sequence``
+(optional).
 """
 
 from __future__ import annotations
@@ -73,6 +74,25 @@ def time_sft_steps(steps: int = 100) -> float:
     return (time.perf_counter() - t) / steps * 1000
 
 
+def widget_update_seconds() -> float:
+    """Seconds for lab11's temperature and beta widgets to redraw after a slider moves."""
+    from .addition import eval_problems
+    from .checkpoints import load_checkpoint
+    from .labs import lab11
+
+    def best(box, values):
+        times = []
+        for v in values:
+            t = time.perf_counter()
+            box.slider.value = v
+            times.append(time.perf_counter() - t)
+        return min(times)
+
+    tw = lab11.temperature_widget(load_checkpoint("sft", progress=False), eval_problems(100))
+    bw = lab11.beta_widget("hack")
+    return max(best(tw, [2.0, 0.0, 1.5]), best(bw, [0.1, 3.0, 0.6]))
+
+
 def trl_ratio(ours_ms_per_seq: float, steps: int = 3) -> dict | None:
     """TRL GRPOTrainer on a Llama of about TinyLM's size, ms per sequence; None without trl."""
     try:
@@ -102,6 +122,8 @@ def main(argv=None) -> list[dict]:
     out.append(emit("rl_step_flops_ms", round(flops_ms, 2), "ms", note="the step's FLOPs at the matmul rate"))
     out.append(emit("rl_step_vs_matmul_ratio", round(ms / flops_ms, 2), "x", target="<= 3"))
     out.append(emit("sft_step_ms", round(time_sft_steps(args.sft_steps), 2), "ms", batch=64))
+    out.append(emit("lab11_widget_update_s", round(widget_update_seconds(), 3), "s",
+                    note="slowest of the temperature and beta sliders, best of 3 moves", target="< 1"))
     if not args.skip_sft_run:
         t = time.perf_counter()
         sft_train(COURSE_SFT, COURSE_SNAPSHOTS)

