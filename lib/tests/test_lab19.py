@@ -207,3 +207,13 @@ def test_entropy_run_reproduces_reference_start_and_takes_student_loss():
     ref = np.array(REF["entropy"]["symmetric"]["entropy_nats"][:3], dtype=float)
     assert h.series("entropy_nats") == pytest.approx(ref, abs=1e-4)
     assert "late_clip_high_of_positive_rare" in h.names
+
+
+def test_command_line_runs_a_short_hack(capsys):
+    import json
+
+    lab19.main(["hack", "--beta", "0.02", "--steps", "2", "--advantage", "std"])
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) >= {"accuracy_start", "final_kl", "final_length"}
+    with pytest.raises(SystemExit):
+        lab19.main(["entropy", "--arm", "nonsense"])
