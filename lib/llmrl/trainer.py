@@ -215,8 +215,9 @@ def rl_train(policy, config: RLConfig | None = None, *, reward_fn: Callable = ex
                 raise FloatingPointError(f"loss became {loss.item()} at step {step}, epoch {epoch}")
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            if config.max_grad_norm is not None:
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), config.max_grad_norm))
+            # the norm before clipping; an infinite bound measures it without clipping
+            bound = config.max_grad_norm if config.max_grad_norm is not None else float("inf")
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), bound))
             opt.step()
             for k, v in (stats or {}).items():
                 stats_acc.setdefault(k, []).append(float(v))
