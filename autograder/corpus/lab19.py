@@ -1,0 +1,157 @@
+"""lab19 (failure_modes): realistic answers, two wrong ones per task (the handout's mistakes)."""
+
+from corpus import Entry, solve, standard_entries
+
+NB = "failure_modes"
+T1A, T1B, T1C, T2, T3, T4 = ("test_task1a_bon_kl", "test_task1b_best_of_n_stats", "test_task1c_fit_gao_bon",
+                             "test_task2_kl_penalized_rewards", "test_task3_clipped_pg_loss", "test_task4_token_entropy")
+S1A, S1B, S1C, S2, S3, S4 = ("task1a_bon_kl", "task1b_best_of_n_stats", "task1c_fit_gao_bon",
+                             "task2_kl_penalized_rewards", "task3_clipped_pg_loss", "task4_token_entropy")
+
+REWRITTEN = [
+    solve(S1A, '''
+        def bon_kl(n):
+            n = np.asarray(n, dtype=np.float64)
+            kl = np.log(n) - 1.0 + 1.0 / n
+            return kl if kl.ndim else float(kl)
+    '''),
+    solve(S1B, '''
+        def best_of_n_stats(proxy, gold, n):
+            pairs = sorted(zip(proxy, gold), key=lambda pg: pg[0])
+            M = len(pairs)
+            ep = eg = 0.0
+            for k, (p, g) in enumerate(pairs, start=1):
+                w = (k / M) ** n - ((k - 1) / M) ** n
+                ep += w * p
+                eg += w * g
+            return float(ep), float(eg)
+    '''),
+    solve(S1C, '''
+        def fit_gao_bon(d, gold_gain):
+            d = np.asarray(d, float)
+            y = np.asarray(gold_gain, float)
+            X = np.column_stack([d, -d ** 2])
+            alpha, beta = np.linalg.solve(X.T @ X, X.T @ y)      # normal equations
+            return float(alpha), float(beta)
+    '''),
+    solve(S2, '''
+        def kl_penalized_rewards(rewards, logprobs, ref_logprobs, mask, beta):
+            diff = (logprobs - ref_logprobs).masked_fill(~mask, 0.0)
+            return rewards - beta * diff.sum(-1)
+    '''),
+    solve(S3, '''
+        def clipped_pg_loss(batch):
+            ratio = (batch.logprobs - batch.old_logprobs).exp()
+            adv = batch.advantages.unsqueeze(1).expand_as(ratio)
+            clipped = ratio
+            if batch.eps_high is not None:
+                clipped = torch.clamp(clipped, max=1 + batch.eps_high)
+            if batch.eps_low is not None:
+                clipped = torch.clamp(clipped, min=1 - batch.eps_low)
+            objective = torch.min(ratio * adv, clipped * adv)
+            return -objective[batch.mask].mean()
+    '''),
+    solve(S4, '''
+        def token_entropy(logits, mask):
+            return torch.distributions.Categorical(logits=logits).entropy()[mask].mean()
+    '''),
+]
+
+WRONG_A = [
+    solve(S1A, '''
+        def bon_kl(n):
+            return np.log(n) - (n - 1)                      # forgot the / n
+    '''),
+    solve(S1B, '''
+        def best_of_n_stats(proxy, gold, n):
+            M = len(proxy)
+            k = np.arange(1, M + 1)
+            w = (k / M) ** n - ((k - 1) / M) ** n
+            return float(w @ np.sort(proxy)), float(w @ np.sort(gold))   # sorts gold on its own
+    '''),
+    solve(S2, '''
+        def kl_penalized_rewards(rewards, logprobs, ref_logprobs, mask, beta):
+            return rewards - beta * ((logprobs - ref_logprobs) * mask).sum(dim=1)   # inf * 0 = nan
+    '''),
+    solve(S4, '''
+        def token_entropy(logits, mask):
+            logp = torch.log_softmax(logits, dim=-1)
+            return -(logp.exp() * logp).sum(-1).mean()     # every position, not only the response
+    '''),
+]
+WRONG_B = [
+    solve(S1A, '''
+        def bon_kl(n):
+            import math
+            return math.log(n) - (n - 1) / n                # scalars only
+    '''),
+    solve(S1B, '''
+        def best_of_n_stats(proxy, gold, n):
+            proxy, gold = np.asarray(proxy, float), np.asarray(gold, float)
+            order = np.argsort(-proxy)                      # highest first: weights on the wrong end
+            M = len(proxy)
+            k = np.arange(1, M + 1)
+            w = (k / M) ** n - ((k - 1) / M) ** n
+            return float(w @ proxy[order]), float(w @ gold[order])
+    '''),
+    solve(S2, '''
+        def kl_penalized_rewards(rewards, logprobs, ref_logprobs, mask, beta):
+            log_ratio = torch.where(mask, logprobs - ref_logprobs, torch.zeros_like(logprobs))
+            return rewards + beta * log_ratio.sum(dim=1)    # a bonus instead of a penalty
+    '''),
+    solve(S4, '''
+        def token_entropy(logits, mask):
+            logp = torch.log_softmax(logits, dim=-1)
+            h = -(logp.exp() * logp).sum(-1)
+            return ((h * mask).sum(1) / mask.sum(1)).mean()  # mean of per-sequence means
+    '''),
+]
+WRONG_C = [
+    solve(S1C, '''
+        def fit_gao_bon(d, gold_gain):
+            d = np.asarray(d, float)
+            A = np.stack([d, d * d], axis=1)                # beta with the wrong sign
+            (alpha, beta), *_ = np.linalg.lstsq(A, gold_gain, rcond=None)
+            return float(alpha), float(beta)
+    '''),
+    solve(S3, '''
+        def clipped_pg_loss(batch):
+            adv = batch.advantages[:, None]
+            ratio = torch.exp(batch.logprobs - batch.old_logprobs)
+            lo = -float("inf") if batch.eps_low is None else 1 - batch.eps_low
+            hi = float("inf") if batch.eps_high is None else 1 + batch.eps_high
+            surrogate = torch.maximum(ratio * adv, ratio.clamp(lo, hi) * adv)   # max, not min
+            m = batch.mask.float()
+            return -(surrogate * m).sum() / m.sum()
+    '''),
+]
+WRONG_D = [
+    solve(S1C, '''
+        def fit_gao_bon(d, gold_gain):
+            d = np.asarray(d, float)
+            A = np.stack([np.ones_like(d), d, -d * d], axis=1)   # an intercept the curve does not have
+            (_, alpha, beta), *_ = np.linalg.lstsq(A, gold_gain, rcond=None)
+            return float(alpha), float(beta)
+    '''),
+    solve(S3, '''
+        def clipped_pg_loss(batch):
+            adv = batch.advantages[:, None]
+            ratio = torch.exp(batch.logprobs - batch.old_logprobs)
+            lo = -float("inf") if batch.eps_low is None else 1 - batch.eps_low
+            hi = float("inf") if batch.eps_high is None else 1 + batch.eps_high
+            surrogate = torch.minimum(ratio * adv, ratio.clamp(lo, hi) * adv)
+            m = batch.mask.float()
+            return -((surrogate * m).sum(1) / m.sum(1)).mean()     # sequence mean, not token mean
+    '''),
+]
+
+ENTRIES = standard_entries(NB) + [
+    Entry("rewritten", NB, "every task correct, written differently (loops, normal equations, masked_fill, "
+          "clamp, Categorical)", REWRITTEN),
+    Entry("wrong-a", NB, "1a forgot /n, 1b sorts gold on its own, 2 multiplies by the mask, 4 ignores the mask",
+          WRONG_A, lose=(T1A, T1B, T2, T4)),
+    Entry("wrong-b", NB, "1a scalars only, 1b highest first, 2 KL as a bonus, 4 mean of sequence means",
+          WRONG_B, lose=(T1A, T1B, T2, T4)),
+    Entry("wrong-c", NB, "1c beta with the wrong sign, 3 max instead of min", WRONG_C, lose=(T1C, T3)),
+    Entry("wrong-d", NB, "1c fits an intercept, 3 sequence-level mean", WRONG_D, lose=(T1C, T3)),
+]

@@ -1,0 +1,126 @@
+"""lab21 (tasks, projects): realistic answers, two wrong ones per task; write-ups graded by hand.
+
+Task 2's loss calls the student's Task 1 rewards, so a wrong Task 1 also loses Task 2 (as it
+should: the loss is wrong too); the specs say so.
+"""
+
+from corpus import Entry, solve, standard_entries
+
+TASKS, PROJECTS = "tasks", "projects"
+T1, T2, T3, T4, T5 = ("test_task1_reverse_kl_rewards", "test_task2_opd_pg_loss", "test_task3_full_vocab_reverse_kl",
+                      "test_task4_pass_at_k", "test_task5_maxrl_advantages")
+S1, S2, S3, S4, S5 = ("task1_reverse_kl_rewards", "task2_opd_pg_loss", "task3_full_vocab_reverse_kl",
+                      "task4_pass_at_k", "task5_maxrl_advantages")
+
+REWRITTEN = [
+    solve(S1, '''
+        def reverse_kl_rewards(student_logprobs, teacher_logprobs, mask):
+            with torch.no_grad():
+                r = teacher_logprobs - student_logprobs
+            return r.masked_fill(~mask, 0.0)
+    '''),
+    solve(S2, '''
+        def opd_pg_loss(student_logprobs, teacher_logprobs, mask):
+            r = reverse_kl_rewards(student_logprobs, teacher_logprobs, mask)
+            terms = (r * student_logprobs.masked_fill(~mask, 0.0))[mask]
+            return -terms.sum() / max(int(mask.sum()), 1)
+    '''),
+    solve(S3, '''
+        def full_vocab_reverse_kl(student_logits, teacher_logits, mask):
+            lp = torch.nn.functional.log_softmax(student_logits, dim=-1)
+            lq = torch.nn.functional.log_softmax(teacher_logits, dim=-1)
+            # kl_div(input, target) = target * (log target - input): target = the student
+            kl = torch.nn.functional.kl_div(lq, lp, log_target=True, reduction="none").sum(-1)
+            return kl[mask].mean()
+    '''),
+    solve(S4, '''
+        def pass_at_k(n, c, k):
+            return 1.0 - math.comb(n - c, k) / math.comb(n, k)   # exact integers, then one division
+    '''),
+    solve(S5, '''
+        def maxrl_advantages(rewards):
+            out = torch.zeros_like(rewards)
+            for i, row in enumerate(rewards):
+                p = row.mean()
+                if p > 0:
+                    out[i] = row / p - 1
+            return out
+    '''),
+]
+
+WRONG_A = [
+    solve(S1, '''
+        def reverse_kl_rewards(student_logprobs, teacher_logprobs, mask):
+            r = (student_logprobs - teacher_logprobs).detach()     # the ratio upside down
+            return torch.where(mask, r, torch.zeros_like(r))
+    '''),
+    solve(S3, '''
+        def full_vocab_reverse_kl(student_logits, teacher_logits, mask):
+            lp = torch.log_softmax(student_logits, -1)
+            lq = torch.log_softmax(teacher_logits, -1)
+            kl = (lq.exp() * (lq - lp)).sum(-1)                    # forward KL(teacher || student)
+            return kl[mask].mean()
+    '''),
+    solve(S4, '''
+        def pass_at_k(n, c, k):
+            return 1.0 - (1.0 - c / n) ** k                        # the biased plug-in estimate
+    '''),
+]
+WRONG_B = [
+    solve(S1, '''
+        def reverse_kl_rewards(student_logprobs, teacher_logprobs, mask):
+            return ((teacher_logprobs - student_logprobs) * mask).detach()   # -inf * 0 = nan
+    '''),
+    solve(S3, '''
+        def full_vocab_reverse_kl(student_logits, teacher_logits, mask):
+            p = torch.softmax(student_logits, -1)
+            q = torch.softmax(teacher_logits, -1)
+            kl = (p * (p.log() - q.log())).sum(-1)                 # log of a softmax: inf for confident logits
+            return kl[mask].mean()
+    '''),
+    solve(S4, '''
+        def pass_at_k(n, c, k):
+            return min(1.0, k * c / n)                             # adds up probabilities
+    '''),
+]
+WRONG_C = [
+    solve(S2, '''
+        def opd_pg_loss(student_logprobs, teacher_logprobs, mask):
+            r = reverse_kl_rewards(student_logprobs, teacher_logprobs, mask)
+            lp = torch.where(mask, student_logprobs, torch.zeros_like(student_logprobs))
+            return -(r * lp).mean()                                # padding counted in the mean
+    '''),
+    solve(S5, '''
+        def maxrl_advantages(rewards):
+            mean = rewards.mean(1, keepdim=True)
+            return (rewards - mean) / (rewards.std(1, keepdim=True) + 1e-6)   # GRPO's std, not MaxRL
+    '''),
+]
+WRONG_D = [
+    solve(S2, '''
+        def opd_pg_loss(student_logprobs, teacher_logprobs, mask):
+            r = reverse_kl_rewards(student_logprobs, teacher_logprobs, mask)
+            lp = torch.where(mask, student_logprobs, torch.zeros_like(student_logprobs))
+            return -(r * lp).sum()                                 # a sum: scales with the batch
+    '''),
+    solve(S5, '''
+        def maxrl_advantages(rewards):
+            p = rewards.mean(1, keepdim=True)
+            return (rewards - p) / p                               # 0 / 0 for a group with no success
+    '''),
+]
+
+ENTRIES = standard_entries(TASKS) + [
+    Entry("rewritten", TASKS, "every task correct, written differently (no_grad, kl_div, math.comb, a loop)",
+          REWRITTEN),
+    Entry("wrong-a", TASKS, "1 reward upside down (2 uses it), 3 forward KL, 4 plug-in pass@k",
+          WRONG_A, lose=(T1, T2, T3, T4)),
+    Entry("wrong-b", TASKS, "1 multiplies by the mask (2 uses it), 3 log of softmax, 4 k c / n",
+          WRONG_B, lose=(T1, T2, T3, T4)),
+    Entry("wrong-c", TASKS, "2 mean over padding too, 5 GRPO's std normalisation", WRONG_C, lose=(T2, T5)),
+    Entry("wrong-d", TASKS, "2 sum instead of token mean, 5 divides 0 by 0", WRONG_D, lose=(T2, T5)),
+] + standard_entries(PROJECTS) + [
+    Entry("one-writeup", PROJECTS, "only project 1's write-up answered: it waits for a person, the rest score 0",
+          [solve("writeup_project1", "**Hypothesis.** My own words about clip-higher.")], base="release",
+          expect={"writeup_project1": None}),
+]

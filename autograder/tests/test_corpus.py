@@ -1,0 +1,186 @@
+"""Every corpus entry (autograder/corpus/<assignment>.py) gets the score its spec says.
+
+The corpus is built from the current source and release notebooks and graded once, in parallel,
+by the batch grader in a scratch course (module fixture); the tests then read the results. The
+scratch course's gradebook is also the one the batch merges into, so the same run checks that
+merging loses and changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import batch
+import corpus
+from course import ROOT
+
+pytestmark = pytest.mark.slow  # minutes: the whole corpus is graded (make test-fast skips it)
+
+ASSIGNMENTS = corpus.available()
+BUILT = corpus.build_all(ASSIGNMENTS) if ASSIGNMENTS else []
+PLANTED = [Path("/tmp/llmrl-planted.txt"), ROOT / "lib" / "llmrl" / "planted.py"]
+
+
+def _digest(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    if not BUILT:
+        pytest.skip("no assignment has both a corpus spec and its notebooks")
+    for p in PLANTED:
+        assert not p.exists(), f"{p} exists before the corpus runs: remove it"
+    before = {p: _digest(p) for p in (ROOT / "gradebook.db", ROOT / "grades.csv")}
+    work = tmp_path_factory.mktemp("corpus")
+    result = corpus.grade_corpus(BUILT, work, workers=int(os.environ.get("LLMRL_CORPUS_WORKERS", 0)) or None)
+    result["course_files_before"] = before
+    print("\n" + corpus.table(BUILT, result) + "\n" + batch.summary(result["batch"]))
+    return result
+
+
+def test_the_lab11_pilot_has_a_corpus():
+    assert "lab11" in ASSIGNMENTS, "lab11's corpus spec or notebooks are missing"
+
+
+@pytest.mark.parametrize("built", BUILT, ids=[f"{b.assignment}/{b.entry.notebook}:{b.entry.name}" for b in BUILT])
+def test_entry_gets_its_expected_score(graded, built):
+    got, problems = corpus.compare(built, graded["results"].get(built.student))
+    assert not problems, f"{built.entry.what}: " + "; ".join(problems)
+
+
+def _by_check(name):
+    return [b for b in BUILT if b.entry.check == name]
+
+
+def _autograded(graded, b) -> Path:
+    return graded["root"] / "autograded" / b.student / b.assignment / f"{b.entry.notebook}.ipynb"
+
+
+def test_hostile_code_read_and_wrote_nothing(graded):
+    attacks = _by_check("no_leak")
+    assert attacks, "the corpus has no attack entry"
+    for b in attacks:
+        nb = nbformat.read(_autograded(graded, b), as_version=4)
+        text = "\n".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "stream")
+        blocked = re.findall(r"^BLOCKED (.+) \w+$", text, flags=re.M)
+        leaks = re.findall(r"^LEAK (.+)$", text, flags=re.M)
+        # "own folder" is the one write that must work; everything else must be blocked.
+        assert [l for l in leaks if not l.startswith("own folder")] == [], f"{b.student}: the sandbox let through {leaks}"
+        assert len(blocked) >= 12, f"{b.student}: the attack cell did not run its checks: {text[:500]}"
+    for p in PLANTED:
+        assert not p.exists(), f"a submission planted {p}"
+
+
+def test_course_gradebook_and_grades_csv_untouched(graded):
+    for path, digest in graded["course_files_before"].items():
+        assert _digest(path) == digest, f"grading the corpus changed the course's {path.name}"
+
+
+def test_output_is_capped(graded):
+    for b in _by_check("small_output"):
+        path = _autograded(graded, b)
+        assert path.stat().st_size < 3_000_000, f"{b.student}: autograded notebook is {path.stat().st_size} bytes"
+
+
+def _events(graded, b) -> dict:
+    report = graded["results"][b.student].report
+    return next(n for n in report["notebooks"] if n["notebook"] == b.entry.notebook)["events"]
+
+
+def test_notebook_deadline_and_dead_kernel_are_recorded(graded):
+    for b in _by_check("notebook_timeout"):
+        ev = _events(graded, b)
+        assert ev["notebook_timeout"] and ev["cells_skipped"] > 0, ev
+    for b in _by_check("kernel_died"):
+        assert _events(graded, b)["kernel_died"], _events(graded, b)
+
+
+def test_reference_entries_raise_no_false_alarm(graded):
+    for b in BUILT:
+        if b.entry.name in ("reference", "rewritten"):
+            report = graded["results"][b.student].report
+            nb = next(n for n in report["notebooks"] if n["notebook"] == b.entry.notebook)
+            assert nb["review_notes"] == [] and nb["events"]["tampering"] == [], (b.student, nb["review_notes"])
+
+
+def test_gradebook_holds_exactly_the_reports(graded):
+    from nbgrader.api import Gradebook
+
+    rows = batch.snapshot(graded["root"])
+    for b in BUILT:
+        r = graded["results"][b.student]
+        assert r.report is not None, f"{b.student}: {r.error}"
+        for nb in r.report["notebooks"]:
+            for c in nb["cells"]:
+                auto, manual = rows[(b.assignment, b.student, nb["notebook"], c["grade_id"])]
+                score = manual if manual is not None else auto
+                assert score == c["points"] or (score is None and c["needs_manual_grade"]), (b.student, c, auto, manual)
+    with Gradebook(f"sqlite:///{graded['root'] / 'gradebook.db'}") as gb:
+        assert len(gb.students) == len(BUILT)
+    csv = (graded["root"] / "grades.csv").read_text()
+    assert all(b.student in csv for b in BUILT)
+
+
+def test_regrading_one_student_changes_no_other(graded, tmp_path):
+    """Merge a second result for one student: every other student's grade rows stay as they were."""
+    root = graded["root"]
+    target = next(b for b in BUILT if b.entry.name == "untouched")
+    before = batch.snapshot(root)
+    others_files = {p: _digest(p) for p in (root / "autograded").rglob("*.ipynb") if target.student not in p.parts}
+    # the student hands in the reference solution instead
+    ref = next(b for b in BUILT if b.assignment == target.assignment and b.entry.notebook == target.entry.notebook
+               and b.entry.name == "reference")
+    sub = tmp_path / f"{target.entry.notebook}.ipynb"
+    sub.write_text(ref.files[f"{ref.entry.notebook}.ipynb"])
+    out = batch.run_batch([target.assignment], root, jobs=[batch.Job(target.assignment, target.student, [sub])],
+                          csv_path=tmp_path / "one.csv", progress=False)
+    assert out["results"][0].report is not None, out["results"][0].error
+    after = batch.snapshot(root)
+    changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
+    assert changed and all(k[1] == target.student for k in changed), sorted(changed)[:5]
+    for p, d in others_files.items():
+        assert _digest(p) == d, f"{p} changed"
+
+
+def test_feedback_has_no_hidden_tests(graded):
+    done = 0
+    for b in BUILT:
+        if b.entry.name != "reference":
+            continue
+        src = nbformat.read(ROOT / "source" / b.assignment / f"{b.entry.notebook}.ipynb", as_version=4)
+        hidden = set()
+        for c in src.cells:
+            for block in re.findall(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", c.source, flags=re.S):
+                hidden |= {l.strip() for l in block.splitlines() if len(l.strip()) > 20 and not l.strip().startswith("#")}
+        html = graded["root"] / "feedback" / b.student / b.assignment / f"{b.entry.notebook}.html"
+        assert html.exists(), f"no feedback for {b.student}"
+        text = html.read_text()
+        import html as h
+        text = h.unescape(re.sub(r"<[^>]+>", "", text))
+        assert "BEGIN HIDDEN TESTS" not in text
+        shown = [l for l in hidden if l in text]
+        assert shown == [], f"{b.student}: feedback shows hidden test lines {shown[:3]}"
+        done += 1
+    assert done
+
+
+def test_batch_table_has_a_row_per_notebook_with_reasons(graded):
+    rows = graded["batch"]["rows"]
+    by_student = {}
+    for r in rows:
+        by_student.setdefault(r["student"], []).append(r)
+    for b in BUILT:
+        mine = [r for r in by_student[b.student] if r["notebook"] == b.entry.notebook]
+        assert len(mine) == 1
+        if b.entry.review:
+            assert mine[0]["status"] == "review" and "replaced" in mine[0]["reason"]
+        if b.entry.status == "missing":
+            assert mine[0]["status"] == "missing" and mine[0]["reason"]
