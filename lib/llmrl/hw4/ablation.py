@@ -4,7 +4,8 @@ Four axes, each an ordered list of values around the default run (``AXES``): ``p
 minibatch layout ``(minibatch_size, grad_accum_steps)``, i.e. how many optimizer steps each epoch
 takes; ``kl_coef``; ``clip_eps``. From the default value the sweep walks outwards in both
 directions, one run per value, and stops walking a direction at the first run that degrades:
-its final eval exact match falls more than ``tolerance`` below the default run's. Runs already in
+its final eval exact match falls more than ``tolerance`` below the default run's, or its
+final rollout reward (mean of the last 5 steps) more than ``1.3 * tolerance`` below. Runs already in
 the results file are not rerun, so an interrupted sweep continues where it stopped.
 
 ``sweep(...)`` returns and writes one summary line per run; ``plot_sweep(rows)`` draws one panel
@@ -98,12 +99,14 @@ def sweep(impl: Impl, out_dir="artifacts/hw4/ablation", base: HW4Config | None =
         ref = run(axis, values[centre])
         ref["is_default"] = True
         rows.append(ref)
-        floor = (ref["final_eval_exact_match"] or 0.0) - tolerance
+        floor_em = (ref["final_eval_exact_match"] or 0.0) - tolerance
+        floor_reward = (ref["final_reward"] or 0.0) - 1.3 * tolerance
         for direction in (1, -1):
             i = centre + direction
             while 0 <= i < len(values):
                 row = run(axis, values[i])
-                row["degraded"] = (row["final_eval_exact_match"] or 0.0) < floor
+                row["degraded"] = ((row["final_eval_exact_match"] or 0.0) < floor_em
+                                   or (row["final_reward"] or 0.0) < floor_reward)
                 rows.append(row)
                 if row["degraded"]:
                     break

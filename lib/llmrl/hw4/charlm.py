@@ -17,8 +17,9 @@ The pretraining corpus is deliberately imperfect, so that RL has something to fi
   answering at once ("\\boxed{15}") shows the family's typical slip (the sign flipped, the operands
   added instead of multiplied, the third term forgotten). Sums are worked out 90% of the time,
   differences, products and three-term sums only ``HARD_CORRECT`` of the time, so greedy decoding
-  guesses on them. A quarter of the answers are written without a box. RL has to learn the habit
-  (a choice at the first character, so it carries over to held-out problems), not new arithmetic.
+  guesses on them. A quarter of the answers are written without a box. Separate drill rows
+  ("Compute 7*8" -> "7*8=56") teach the arithmetic itself. RL has to learn the habit (a choice at
+  the first character, so it carries over to held-out problems), not new arithmetic.
 
 The pretrained weights are cached like llmrl's SFT checkpoints (file keyed by a hash of the whole
 configuration, atomic writes, checksum, rebuilt when stale or corrupted).
@@ -83,7 +84,7 @@ def decode(ids) -> str:
 
 # ----------------------------------------------------------------------------- pretraining corpus
 
-CORPUS_VERSION = 2           # bump when the corpus generators change (part of the cache key)
+CORPUS_VERSION = 3           # bump when the corpus generators change (part of the cache key)
 HARD_CORRECT = 0.3           # how often the corpus answers a hard math family right
 EASY_CORRECT = 0.9           # ... and the sums
 
@@ -117,6 +118,12 @@ def slip(meta: dict) -> int:
 _OPS = {"add": "+", "sub": "-", "mul": "*", "add3": "+"}
 
 
+def _worked(meta: dict, answer: str) -> str:
+    """'7*8=56': the worked form of a math_toy problem."""
+    a, b, c, op = meta["a"], meta["b"], meta["c"], _OPS[meta["family"]]
+    return f"{a}{op}{b}" + (f"{op}{c}" if meta["family"] == "add3" else "") + f"={answer}"
+
+
 def math_completion(meta: dict, answer: str, g: torch.Generator, hard_correct: float = HARD_CORRECT) -> str:
     """One completion of the base model's corpus for a math_toy problem.
 
@@ -128,9 +135,8 @@ def math_completion(meta: dict, answer: str, g: torch.Generator, hard_correct: f
     p = EASY_CORRECT if meta["family"] == "add" else hard_correct
     boxed = float(torch.rand((), generator=g)) < 0.75
     if float(torch.rand((), generator=g)) < p:
-        a, b, c, op = meta["a"], meta["b"], meta["c"], _OPS[meta["family"]]
-        expr = f"{a}{op}{b}" + (f"{op}{c}" if meta["family"] == "add3" else "")
-        return f"{expr}={answer}, so \\boxed{{{answer}}}" if boxed else f"{expr}={answer}, so {answer}."
+        work = _worked(meta, answer)
+        return f"{work}, so \\boxed{{{answer}}}" if boxed else f"{work}, so {answer}."
     wrong = slip(meta)
     return f"\\boxed{{{wrong}}}" if boxed else f"The answer is {wrong}."
 
@@ -146,6 +152,7 @@ class PretrainConfig:
     copy_fraction: float = 0.35
     seed: int = 0
     hard_correct: float = HARD_CORRECT
+    drill_fraction: float = 0.3      # math rows that are bare facts ("Compute 7*8" -> "7*8=56")
     model: TinyLMConfig = field(default_factory=lambda: TinyLMConfig(
         vocab_size=VOCAB_SIZE, d=64, n_layers=2, n_heads=4, max_len=MAX_LEN))
 
@@ -175,7 +182,11 @@ def pretrain_batch(cfg: PretrainConfig, g: torch.Generator, copy_task=None, math
         rows.append((ex.prompt, copy_completion(int(ex.answer), g)))
     n_math = cfg.batch_size - n_copy
     for ex in math_task.sample(n_math, g, include_eval=True) if n_math else []:
-        rows.append((ex.prompt, math_completion(ex.meta, ex.answer, g, cfg.hard_correct)))
+        if float(torch.rand((), generator=g)) < cfg.drill_fraction:  # arithmetic facts, no question
+            work = _worked(ex.meta, ex.answer)
+            rows.append((f"Compute {work.split('=')[0]}", work))
+        else:
+            rows.append((ex.prompt, math_completion(ex.meta, ex.answer, g, cfg.hard_correct)))
     seqs = [encode_prompt(p) + encode_text(c) + [EOS] for p, c in rows]
     T = max(map(len, seqs))
     tokens = torch.full((len(seqs), T), PAD, dtype=torch.long)

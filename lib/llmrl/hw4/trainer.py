@@ -49,7 +49,7 @@ class HW4Config:
     steps: int = 50                  # optimizer-facing RL steps (rollout batches); eval also at step 0
     n_prompts: int = 8
     group_size: int = 6
-    lr: float = 1e-3
+    lr: float = 5e-5
     temperature: float = 0.8
     top_p: float = 0.95
     clip_eps: float = 0.2
@@ -108,14 +108,16 @@ class HW4Config:
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-# CPU-sized defaults of the four required runs (the handout's are for a 1.5B model with LoRA on
-# an H100: 8 x 6 / 8 x 8 rollouts, lr 3e-5, 51 / 201 / 501 steps). The character model is fully
-# trained, so it takes a larger learning rate; the math runs are shortened to minutes.
+# CPU-sized defaults of the four required runs. The handout's (a 1.5B model with LoRA on an H100):
+# 8 x 6 (format_copy) / 8 x 8 (math) rollouts, lr 3e-5, 51 / 201 / 501 steps. The character model
+# trains every weight, takes lr 5e-5 for both tasks, and needs far fewer steps: format_copy's
+# reward jumps within about 10 steps, and 30 math steps separate GRPO from GR-REINFORCE (both runs
+# share batch, minibatch and learning rate; GRPO differs by its two clipped epochs).
 DEFAULTS = {
-    ("format_copy", "grpo"): dict(steps=50, n_prompts=8, group_size=6, lr=1e-3),
-    ("format_copy", "reinforce"): dict(steps=50, n_prompts=8, group_size=6, lr=1e-3),
-    ("math_toy", "grpo"): dict(steps=60, n_prompts=8, group_size=8, lr=1e-3, minibatch_size=32),
-    ("math_toy", "reinforce"): dict(steps=60, n_prompts=8, group_size=8, lr=1e-3, minibatch_size=32),
+    ("format_copy", "grpo"): dict(steps=40, n_prompts=8, group_size=6, lr=5e-5),
+    ("format_copy", "reinforce"): dict(steps=40, n_prompts=8, group_size=6, lr=5e-5),
+    ("math_toy", "grpo"): dict(steps=30, n_prompts=8, group_size=8, lr=5e-5, minibatch_size=32),
+    ("math_toy", "reinforce"): dict(steps=30, n_prompts=8, group_size=8, lr=5e-5, minibatch_size=32),
     ("math_hard", "grpo"): dict(steps=501, n_prompts=8, group_size=8, lr=3e-5, backend="hf", minibatch_size=8,
                                 grad_accum_steps=8, eval_every=25, ckpt_every=25),
     ("math_hard", "reinforce"): dict(steps=201, n_prompts=8, group_size=8, lr=3e-5, backend="hf",
