@@ -215,6 +215,9 @@ def run_batch(assignments: list[str], root: Path = ROOT, submitted: Path | None 
     wall = time.monotonic() - started
     usage1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime)
+    # Sandboxed kernels are not in RUSAGE_CHILDREN (bwrap's PID namespace): each reports its own.
+    cpu += sum((nb.get("events") or {}).get("kernel_cpu_s", 0.0) for r in results if r.report
+               for nb in r.report["notebooks"])
     results.sort(key=lambda r: (r.job.assignment, r.job.student))
     rows = table_rows(results)
     if csv_path is not None:

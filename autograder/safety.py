@@ -53,7 +53,7 @@ SANDBOX = HERE / "sandbox.py"
 # replacing a library function no longer makes a test pass silently.
 GUARD_INSTALL = r'''
 def _llmrl_grader_install():
-    import builtins, math, sys, types
+    import builtins, math, os, sys, types
     import numpy, numpy.linalg, numpy.random, numpy.testing
     import torch, torch.nn, torch.nn.functional, torch.testing, torch.linalg
     holders = [builtins, math, numpy, numpy.linalg, numpy.random, numpy.testing, torch, torch.nn.functional,
@@ -77,6 +77,22 @@ def _llmrl_grader_install():
         return (type(a) is types.MethodType and type(b) is types.MethodType
                 and a.__func__ is b.__func__ and a.__self__ is b.__self__)
 
+    trusted = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, numpy))
+
+    def library_wrapper(cur, orig):
+        # torch wraps some of its own functions later (importing torch._dynamo replaces
+        # torch.manual_seed by a wrapper of it): a functools.wraps chain back to the original,
+        # from code that lives inside the torch or numpy package, is not tampering.
+        w = cur
+        for _ in range(4):
+            w = getattr(w, "__wrapped__", None)
+            if w is None:
+                return False
+            if same(w, orig):
+                code = getattr(cur, "__code__", None)
+                return code is not None and code.co_filename.startswith(trusted)
+        return False
+
     def label(h):
         return getattr(h, "__name__", repr(h)) if not isinstance(h, type) else f"{h.__module__}.{h.__qualname__}"
 
@@ -86,7 +102,9 @@ def _llmrl_grader_install():
             d = vars(h)
             for k, v in items.items():
                 cur = d.get(k, MISSING)
-                if not same(cur, v):
+                if not same(cur, v) and cur is not MISSING and library_wrapper(cur, v):
+                    items[k] = cur  # the library's own wrapper becomes the reference
+                elif not same(cur, v):
                     found.append(f"{label(h)}.{k}")
                     if restore:
                         try:
@@ -111,6 +129,7 @@ _llmrl_grader_install()
 del _llmrl_grader_install
 '''
 GUARD_CHECK = "__import__('builtins')._llmrl_grader_check({restore})"
+KERNEL_CPU = "sum(__import__('resource').getrusage(__import__('resource').RUSAGE_SELF)[:2])"
 
 
 def is_test_cell(cell) -> bool:
@@ -241,6 +260,18 @@ class SafeExecute(Execute):
                 f"replaced by the notebook: {replaced}; restored by the grader, test not counted, notebook flagged "
                 "for manual review"))
         return cell
+
+    def preprocess_cell(self, cell, resources, index):
+        out = super().preprocess_cell(cell, resources, index)
+        # After the last cell, with the kernel still running: ask it for its CPU time (the
+        # sandbox's PID namespace keeps the kernel out of the grader's own accounting).
+        if index == len(self.nb.cells) - 1 and not self._dead and self.kc is not None:
+            try:
+                content = run_sync(self._silent)("", KERNEL_CPU, timeout=10)
+                self._events["kernel_cpu_s"] = float(content["user_expressions"]["r"]["data"]["text/plain"])
+            except Exception:  # a statistic only
+                pass
+        return out
 
     # nbclient binds the synchronous wrapper to its own coroutine at class creation: re-bind it to ours.
     execute_cell = run_sync(async_execute_cell)

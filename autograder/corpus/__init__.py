@@ -287,7 +287,8 @@ def copy_entry(e: Entry, **changes) -> Entry:
 
 # ----------------------------------------------------------------------------- grading the corpus
 
-def grade_corpus(built: list[Built], work: Path, workers: int | None = None, progress: bool = False) -> dict:
+def grade_corpus(built: list[Built], work: Path, workers: int | None = None, progress: bool = False,
+                 source_root: Path = ROOT) -> dict:
     """Grade every entry with the batch grader in a scratch course under `work`.
 
     Returns {"batch": run_batch's result, "root": the scratch course, "results": student -> Result}.
@@ -301,7 +302,7 @@ def grade_corpus(built: list[Built], work: Path, workers: int | None = None, pro
 
     root = work / "course"
     for a in sorted({b.assignment for b in built}):
-        shutil.copytree(ROOT / "source" / a, root / "source" / a,
+        shutil.copytree(source_root / "source" / a, root / "source" / a,
                         ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", "artifacts"))
     write(built, root / "submitted")
     jobs = [batch.Job(b.assignment, b.student, sorted((root / "submitted" / b.student / b.assignment).glob("*")),

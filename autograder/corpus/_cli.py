@@ -21,14 +21,17 @@ def main(argv=None) -> int:
     p.add_argument("assignments", nargs="*", help="default: every assignment with a spec and notebooks")
     p.add_argument("--workers", type=int, default=None)
     p.add_argument("--only", default=None, help="only entries whose name contains this text")
+    p.add_argument("--root", type=Path, default=corpus.ROOT,
+                   help="course directory with source/ and release/ (default: this repository)")
     p.add_argument("--keep", type=Path, default=None, help="keep the scratch course (submissions, gradebook) here")
     args = p.parse_args(argv)
-    names = args.assignments or corpus.available()
-    missing = [a for a in ("lab11", "lab19", "lab21", "hw4") if a not in corpus.available()]
-    built = [b for b in corpus.build_all(names) if not args.only or args.only in b.entry.name]
+    root = args.root.resolve()
+    names = args.assignments or corpus.available(root)
+    missing = [a for a in ("lab11", "lab19", "lab21", "hw4") if a not in corpus.available(root)]
+    built = [b for b in corpus.build_all(names, root) if not args.only or args.only in b.entry.name]
     work = args.keep or Path(tempfile.mkdtemp(prefix="llmrl-corpus-"))
     try:
-        graded = corpus.grade_corpus(built, work, args.workers, progress=True)
+        graded = corpus.grade_corpus(built, work, args.workers, progress=True, source_root=root)
         print(corpus.table(built, graded))
         print()
         print(batch.summary(graded["batch"]))
