@@ -72,7 +72,7 @@ def find_jobs(assignments: list[str], submitted: Path) -> list[Job]:
 
 
 def notebook_timeout() -> int:
-    return int(os.environ.get("LLMRL_GRADE_NOTEBOOK_TIMEOUT", 300))
+    return int(os.environ.get("LLMRL_GRADE_NOTEBOOK_TIMEOUT", 600))
 
 
 def run_job(job: Job, template: Path, outdir: Path, root: Path, n_notebooks: int) -> Result:

@@ -50,8 +50,8 @@ from safety import SafeExecute  # noqa: E402
 
 c.Autograde.autograde_preprocessors = [SafeExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
                                        SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
-c.Execute.timeout = int(os.environ.get("LLMRL_GRADE_CELL_TIMEOUT", 120))             # seconds per cell
-c.SafeExecute.notebook_timeout = int(os.environ.get("LLMRL_GRADE_NOTEBOOK_TIMEOUT", 300))  # per notebook
+c.Execute.timeout = int(os.environ.get("LLMRL_GRADE_CELL_TIMEOUT", 300))             # seconds per cell
+c.SafeExecute.notebook_timeout = int(os.environ.get("LLMRL_GRADE_NOTEBOOK_TIMEOUT", 600))  # per notebook
 c.SafeExecute.max_output_bytes = 200_000  # per cell; nbgrader's LimitOutput then trims lines
 c.LimitOutput.max_lines = 200
 c.LimitOutput.max_length = 20_000

@@ -144,7 +144,7 @@ def _error(ename: str, evalue: str) -> NotebookNode:
 class SafeExecute(Execute):
     """nbgrader's Execute with a sandboxed kernel, a notebook deadline, output caps and a tamper guard."""
 
-    notebook_timeout = Integer(240, help="seconds for the whole notebook; later cells do not run").tag(config=True)
+    notebook_timeout = Integer(600, help="seconds for the whole notebook; later cells do not run").tag(config=True)
     max_output_bytes = Integer(200_000, help="output kept per cell; the rest is dropped").tag(config=True)
     guard = Bool(True, help="restore and check library functions around graded test cells").tag(config=True)
     sandbox = Bool(True, help="start kernels through autograder/sandbox.py").tag(config=True)

@@ -86,10 +86,12 @@ WRONG_A = [
             r = rewards.view(-1, group_size)
             return ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + eps)).reshape(-1)   # sample std
     '''),
+    # (not length-normalising would also fail Task 8, whose test compares its gradient with Task 7's)
     solve(S[7], '''
         def reinforce_loss(logprobs, ref_logprobs, mask, advantages, kl_coef):
-            seq = torch.where(mask, logprobs, torch.zeros_like(logprobs)).sum(1)   # not length-normalised
-            return -(advantages * seq).mean() + kl_coef * approx_kl_from_logprobs(logprobs, ref_logprobs, mask)
+            n = mask.sum(dim=1).clamp(min=1)
+            seq = torch.where(mask, logprobs, torch.zeros_like(logprobs)).sum(1) / n
+            return -(advantages * seq).mean()                      # forgot the kl_coef * KL term
     '''),
 ]
 WRONG_B = [
@@ -183,7 +185,7 @@ WRONG_D = [
 
 ENTRIES = standard_entries(NB) + [
     Entry("rewritten", NB, "every task correct, written differently", REWRITTEN),
-    Entry("wrong-a", NB, "1 no shift, 3 ratio upside down, 5 sample std, 7 not length-normalised",
+    Entry("wrong-a", NB, "1 no shift, 3 ratio upside down, 5 sample std, 7 without the KL term",
           WRONG_A, lose=(T[1], T[3], T[5], T[7])),
     Entry("wrong-b", NB, "1 stays bf16, 3 no clamp, 5 float32, 7 multiplies by the mask",
           WRONG_B, lose=(T[1], T[3], T[5], T[7])),
