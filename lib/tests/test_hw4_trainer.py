@@ -171,46 +171,13 @@ def test_cli_overrides_and_errors(capsys):
 
 @pytest.mark.slow
 def test_grpo_fixes_format_copy_on_a_tiny_budget(impl, tmp_path):
-    """The pretrained base model answers "Answer: N" greedily (exact match 0); a dozen GRPO steps
-    must make the tag win. Thresholds are loose (0.5 eval, reward +0.4) because 12 steps of 8x6
-    rollouts are noisy; the full 50-step run reaches ~1.0 (see the report)."""
-    cfg = default_config("format_copy", "grpo", steps=12, eval_every=12)
+    """The pretrained base model answers "Answer: N" greedily (exact match ~0); 15 GRPO steps at the
+    default settings must make the tag win. Measured here: eval 1.0 from step 5 on, rollout reward
+    about 0.55 at steps 1-2 and 0.9-1.05 at steps 12-15. The thresholds leave room for other seeds
+    and machines (8 x 6 rollouts per step are noisy): eval above 0.8, reward up by at least 0.25."""
+    cfg = default_config("format_copy", "grpo", steps=15, eval_every=15)
     res = train(cfg, impl, backend=CharBackend(progress=False), run_dir=tmp_path, progress=False)
     rewards = [r["rollout_reward"] for r in res.records[1:]]
     assert res.records[0]["eval_exact_match"] < 0.1
-    assert sum(rewards[-4:]) / 4 > sum(rewards[:2]) / 2 + 0.4
-    assert res.final("eval_exact_match") > 0.5
-
-
-def test_sweep_walks_outwards_until_a_run_degrades(impl, tmp_path, monkeypatch):
-    from llmrl.hw4 import ablation
-
-    finals = {0.05: 0.9, 0.5: 0.85, 2.0: 0.2, 8.0: 0.0, 0.01: 0.88, 0.0: 0.5}
-    calls = []
-
-    def fake_train(cfg, impl, run_dir=None, resume=True, progress=True, backend=None):
-        calls.append(cfg.kl_coef)
-        recs = [{"step": 0, "eval_exact_match": 0.0},
-                {"step": 1, "rollout_reward": finals[cfg.kl_coef] * 1.3, "eval_exact_match": finals[cfg.kl_coef],
-                 "kl_to_reference_nats": 0.1, "clip_fraction": 0.01}]
-        from llmrl.hw4.trainer import RunResult
-        return RunResult(cfg, recs, None, run_dir)
-
-    monkeypatch.setattr(ablation, "train", fake_train)
-    base = default_config("format_copy", "grpo", steps=1)
-    rows = ablation.sweep(impl, tmp_path, base, {"kl_coef": ablation.AXES["kl_coef"]}, progress=False)
-    # default 0.05, then up: 0.5 fine, 2.0 degraded (stop); then down: 0.01 fine, 0.0 degraded
-    assert calls == [0.05, 0.5, 2.0, 0.01, 0.0]
-    assert [(r["label"], r["degraded"]) for r in rows] == [("0.05", False), ("0.5", False), ("2", True),
-                                                          ("0.01", False), ("0", True)]
-    assert rows[0]["is_default"]
-    calls.clear()
-    ablation.sweep(impl, tmp_path, base, {"kl_coef": ablation.AXES["kl_coef"]}, progress=False)
-    assert calls == []  # results already on file are reused
-    fig = ablation.plot_sweep(rows, tmp_path / "ablation.png")
-    assert (tmp_path / "ablation.png").stat().st_size > 1000
-    with pytest.raises(ValueError, match="default value"):
-        ablation.sweep(impl, tmp_path, base, {"kl_coef": [0.1, 0.2]}, progress=False)
-    with pytest.raises(ValueError, match="unknown axis"):
-        ablation.sweep(impl, tmp_path, base, {"lr": [0.1]}, progress=False)
-    del fig
+    assert sum(rewards[-4:]) / 4 > sum(rewards[:2]) / 2 + 0.25
+    assert res.final("eval_exact_match") > 0.8

@@ -593,13 +593,13 @@ from llmrl.hw4.trainer import default_config, read_jsonl, train
 
 IMPL = Impl.from_namespace(globals(), source="this notebook")
 RUNS = "artifacts/hw4/runs"  # relative to this notebook's folder
-SHORT = grading_mode()  # under the autograder the runs shrink to two steps
+SHORT = grading_mode()  # under the autograder the runs shrink to one step
 
 
 def run(task, algo, **overrides):
     """One run with this notebook's functions; returns the per-step records."""
     if SHORT:
-        overrides.update(steps=2, eval_limit=8)
+        overrides.update(steps=1, eval_limit=4)
     cfg = default_config(task, algo, **overrides)
     res = train(cfg, IMPL, run_dir=f"{RUNS}/{task}-{algo}-seed{cfg.seed}", resume=False, progress=False)
     return res.records
@@ -673,7 +673,9 @@ from llmrl.hw4.ablation import plot_sweep, sweep
 
 torch.manual_seed(0)
 _axes = {"ppo_epochs": [2, 16], "minibatch": [(24, 2), (3, 1)], "kl_coef": [0.05, 8.0], "clip_eps": [0.2, 0.02]}
-_base = default_config("format_copy", "grpo", steps=2 if SHORT else 20, **({"eval_limit": 8} if SHORT else {}))
+_base = default_config("format_copy", "grpo", steps=20)
+if SHORT:  # under the autograder: one axis, one step
+    _axes, _base = {"kl_coef": [0.05, 8.0]}, default_config("format_copy", "grpo", steps=1, eval_limit=4)
 ablation = sweep(IMPL, "artifacts/hw4/ablation-notebook", _base, _axes, progress=False, fresh=True)
 for _r in ablation:
     print(f"{_r['axis']:>10} = {_r['label']:>5}: eval exact match {_r['final_eval_exact_match']:.3f}, "

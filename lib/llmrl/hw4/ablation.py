@@ -23,10 +23,10 @@ from .trainer import HW4Config, default_config, read_jsonl, train
 
 # Values per axis, in order; the default run's value is the one in DEFAULT_VALUES.
 AXES: dict[str, list] = {
-    "ppo_epochs": [1, 2, 4, 8, 16],
-    "minibatch": [(48, 1), (24, 2), (24, 1), (12, 1), (6, 1), (3, 1)],
+    "ppo_epochs": [1, 2, 4, 8, 16, 32],
+    "minibatch": [(48, 1), (24, 2), (24, 1), (12, 1), (6, 1), (3, 1), (1, 1)],
     "kl_coef": [0.0, 0.01, 0.05, 0.5, 2.0, 8.0],
-    "clip_eps": [0.02, 0.05, 0.2, 1.0, 5.0],
+    "clip_eps": [0.005, 0.02, 0.05, 0.2, 1.0, 5.0],
 }
 DEFAULT_VALUES = {"ppo_epochs": 2, "minibatch": (24, 2), "kl_coef": 0.05, "clip_eps": 0.2}
 
