@@ -293,6 +293,8 @@ def test_release_notebook_as_a_student(path, server, open_notebook, summary):
             problems.append(f"{gid}: the NotImplementedError of test cell {test} is not shown on the page")
         else:
             report["failed_unfilled"] += 1
+            if report["failed_unfilled"] == 1:  # what a student sees at the first unfilled task
+                nb.screenshot_cell(test, f"{name}-cell{test:02d}-unfilled.png")
         # The student types the answer into the task cell and runs it, then the test again.
         assert gid in solutions, f"{path}: task {gid} has no solution cell in {source_path.name}"
         nb.type_into(task, solutions[gid])
