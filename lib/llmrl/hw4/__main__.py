@@ -117,7 +117,11 @@ def main(argv=None) -> int:
         run_dir = Path(args.run_dir or f"artifacts/hw4/runs/{cfg.task}-{cfg.algo}-seed{cfg.seed}")
         from .trainer import train
         t0 = time.perf_counter()
-        res = train(cfg, impl, run_dir=run_dir, resume=not args.fresh, progress=not args.no_progress)
+        try:
+            res = train(cfg, impl, run_dir=run_dir, resume=not args.fresh, progress=not args.no_progress)
+        except NotImplementedError:
+            raise SystemExit(f"{impl.source}: a required function still raises NotImplementedError; "
+                             f"complete the notebook's tasks first") from None
         first = next(r for r in res.records if "eval_exact_match" in r)
         print(f"{cfg.task} {cfg.algo}: {cfg.steps} steps in {time.perf_counter() - t0:.1f} s; eval exact match "
               f"{first['eval_exact_match']:.3f} -> {res.final('eval_exact_match'):.3f}; final rollout reward "
