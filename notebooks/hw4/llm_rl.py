@@ -697,8 +697,6 @@ plt.show()
 # single token? What would go wrong with the plain estimate $-\Delta$ as a penalty?
 
 # %% [markdown] nbgrader={"grade": true, "grade_id": "report_q1_kl_estimator", "locked": false, "points": 3, "schema_version": 3, "solution": true, "task": false}
-# YOUR ANSWER HERE
-#
 # ### BEGIN SOLUTION
 # Unbiased: under $y \sim \pi_\theta$, $\mathbb E[e^{\Delta}] = \sum_y \pi_\theta(y) \frac{\pi_{\text{ref}}(y)}{\pi_\theta(y)} = 1$,
 # so $\mathbb E[e^\Delta - 1] = 0$ and $\mathbb E[\hat k] = \mathbb E[-\Delta] = \mathbb E[\log \pi_\theta - \log \pi_{\text{ref}}]$, which is the KL.
@@ -715,8 +713,6 @@ plt.show()
 # symptom you saw, and how you found it.
 
 # %% [markdown] nbgrader={"grade": true, "grade_id": "report_q2_order_and_bug", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
-# YOUR ANSWER HERE
-#
 # ### BEGIN SOLUTION
 # Data-flow order: log-probs, mask and KL first (every loss consumes them), then minibatches, then
 # group advantages (both algorithms need them), then REINFORCE (the simplest update, which checks the
@@ -732,8 +728,6 @@ plt.show()
 # What did each cost in time?
 
 # %% [markdown] nbgrader={"grade": true, "grade_id": "report_q3_math_comparison", "locked": false, "points": 3, "schema_version": 3, "solution": true, "task": false}
-# YOUR ANSWER HERE
-#
 # ### BEGIN SOLUTION
 # With the same rollouts per step, GRPO's second clipped epoch gives two optimizer steps per batch,
 # so its held-out eval rises faster and ends higher than GR-REINFORCE's, which in turn ends above the
@@ -747,8 +741,6 @@ plt.show()
 # run, at what value, and what the curves (reward, KL, clip fraction) showed when it did.
 
 # %% [markdown] nbgrader={"grade": true, "grade_id": "report_q4_ablation", "locked": false, "points": 3, "schema_version": 3, "solution": true, "task": false}
-# YOUR ANSWER HERE
-#
 # ### BEGIN SOLUTION
 # Many epochs or tiny minibatches take many optimizer steps per batch: the policy leaves the
 # trust region, the clip fraction rises, and with too many steps the run becomes unstable.
@@ -764,8 +756,6 @@ plt.show()
 # settled on, a group with zero advantage everywhere, ...). What did they show?
 
 # %% [markdown] nbgrader={"grade": true, "grade_id": "report_q5_generations", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
-# YOUR ANSWER HERE
-#
 # ### BEGIN SOLUTION
 # Early format_copy groups mix "Answer: N" (reward 0, advantage about -1) with the tagged copy
 # (1.3, advantage above +1): the advantage sign alone says which format to reinforce. Late groups
