@@ -23,7 +23,7 @@ export PATH := $(BIN):$(PATH)
 unexport NBGRADER_EXECUTION
 
 .PHONY: help venv build execute release validate submissions autograde scores nbval \
-        test test-lib test-pipeline test-checks test-fast browser demo lab clean distclean
+        test test-lib test-pipeline test-checks test-fast browser warm demo lab clean distclean
 
 help:
 	@echo "make demo        environment, build, execute, release, grade the sample submissions"
@@ -96,7 +96,13 @@ test-checks: $(STAMP)
 	@$(MAKE) --no-print-directory test-pipeline
 	@$(MAKE) --no-print-directory validate
 
+# Build the cached models once (TinyLM's SFT checkpoints, hw4's character model) before jobs that
+# would otherwise each train them at the same time on a fresh machine.
+warm: $(STAMP)
+	$(PY) -c "from llmrl.checkpoints import load_checkpoint as L; [L(n, progress=False) for n in ('student', 'sft', 'teacher')]; from llmrl.hw4.charlm import load_base_model; load_base_model(progress=False)"
+
 test: $(STAMP)
+	@$(MAKE) --no-print-directory warm
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-checks nbval
 	@$(MAKE) --no-print-directory browser
 	@echo "make test: all checks passed"
