@@ -100,6 +100,16 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the test process dies, even by SIGKILL (Linux prctl),
+    so that a killed test run does not leave its server behind (the server then ends its kernels)."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class LabServer:
     """``jupyter lab`` on 127.0.0.1 in a temporary course copy; :meth:`stop` always cleans up."""
 
@@ -127,6 +137,8 @@ class LabServer:
         env.update(env_extra or {})
         self.env = env
         atexit.register(self.stop)
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
         cmd = [str(VENV_BIN / "jupyter"), "lab", "--no-browser", "--ip=127.0.0.1", f"--port={self.port}",
                "--ServerApp.port_retries=0", "--allow-root", f"--ServerApp.token={self.token}",
                f"--ServerApp.root_dir={self.course}", "--LabApp.expose_app_in_browser=True",
@@ -134,7 +146,8 @@ class LabServer:
         with open(self.log_path, "wb") as log:
             # Its own process group (start_new_session), so stop() ends it and only it.
             self.proc = subprocess.Popen(cmd, cwd=self.course, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+                                         stdin=subprocess.DEVNULL, start_new_session=True,
+                                         preexec_fn=_die_with_parent)
         deadline = time.monotonic() + startup_timeout
         while True:
             if self.proc.poll() is not None:
