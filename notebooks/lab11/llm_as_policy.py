@@ -560,9 +560,8 @@ sweep = lab11.temperature_sweep(sft_model, temperatures, n_problems=20 if gradin
                                 n_samples=8, seed=0, sampler=sample_with_temperature)
 for T, acc, d in zip(sweep["temperature"], sweep["accuracy"], sweep["distinct_answers"]):
     print(f"T = {T:4.2f}: accuracy {acc:.3f}, distinct answers among 8: {d:.2f}")
-if not grading_mode():  # no plots under autograding
-    lab11.plot_temperature_sweep(sweep)
-    plt.show()
+lab11.plot_temperature_sweep(sweep)
+plt.show()
 
 # %% [markdown]
 # Greedy decoding is the model's single best guess and is right most often. Raising `T` spreads
@@ -590,9 +589,8 @@ for T, row in lab11.kl_checks(kl).items():
     print(f"T = {T:4.2f}: exact KL {row['exact']:.3f} nats per response | median batch / exact: "
           f"k1 {row['k1_ratio']:.2f}, k3 {row['k3_ratio']:.2f} | bars covering the truth: "
           f"k1 {row['k1_covers']:.0%}, k3 {row['k3_covers']:.0%}")
-if not grading_mode():  # no plots under autograding
-    lab11.plot_kl_estimates(kl)
-    plt.show()
+lab11.plot_kl_estimates(kl)
+plt.show()
 
 # %% [markdown]
 # For `T > 1` both estimators land on the truth. At `T = 0.25` k1 is still fine, but k3 is
@@ -620,9 +618,8 @@ for name in frontier:
           f"{bool(np.all(lab11.temperature_gap(frontier, name) >= -1e-9))}")
 _peak = frontier["hack"]["peak"]
 print(f"hack: the true reward of pi* peaks at KL {_peak['kl_nats']:.2f} nats (beta = {_peak['beta']:.2f})")
-if not grading_mode():  # no plots under autograding
-    lab11.plot_frontier(frontier)
-    plt.show()
+lab11.plot_frontier(frontier)
+plt.show()
 
 # %% [markdown]
 # Temperature never reaches the frontier, and it cannot: $\pi^*$ maximises reward minus
@@ -652,14 +649,10 @@ print(lab11.summary_line(sweep, kl, frontier))
 # next to $\pi_{\text{ref}}$, and where it sits on the reward-KL frontier.
 
 # %% tags=["nbval-ignore-output"]
-if grading_mode():
-    print("(widgets are skipped under autograding)")
-else:
-    display(lab11.temperature_widget(sft_model, sampler=sample_with_temperature))
+display(lab11.temperature_widget(sft_model, sampler=sample_with_temperature))
 
 # %% tags=["nbval-ignore-output"]
-if not grading_mode():
-    display(lab11.beta_widget("hack", optimum_fn=tilted_optimum, beta=1.0))
+display(lab11.beta_widget("hack", optimum_fn=tilted_optimum, beta=1.0))
 
 # %% [markdown]
 # ## Going further (optional, not graded)

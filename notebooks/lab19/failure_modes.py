@@ -266,10 +266,7 @@ print(f"gold gain at best-of-10: {biased['gold_gain'][list(NS).index(10)]:+.3f}"
 # second). Which of the two makes the gold curve turn down, and which only flattens it?
 
 # %% tags=["nbval-ignore-output"]
-if grading_mode():
-    print("(widgets are skipped under autograding)")
-else:
-    display(lab19.bon_widget(b=1.0, sigma=1.0))
+display(lab19.bon_widget(b=1.0, sigma=1.0))
 
 # %% [markdown]
 # ## Part 2: reward hacking
@@ -386,10 +383,7 @@ print(lab19.expected_report(part2))
 # stop working?
 
 # %% tags=["nbval-ignore-output"]
-if grading_mode():
-    print("(widgets are skipped under autograding)")
-else:
-    display(lab19.beta_widget(REFERENCE))
+display(lab19.beta_widget(REFERENCE))
 
 # %% [markdown]
 # ## Part 3: entropy collapse and the clip
