@@ -234,7 +234,7 @@ def table_rows(results: list[Result]) -> list[dict]:
         base = {"student": r.job.student, "assignment": r.job.assignment}
         if r.report is None:
             rows.append(dict(base, notebook="*", points=0.0, max_points="", status="failed", reason=r.error,
-                             seconds=round(r.seconds, 1)))
+                             seconds=round(r.seconds, 1), kernel_cpu_s=""))
             continue
         for nb in r.report["notebooks"]:
             status = "review" if nb["needs_manual_review"] else nb["status"]
@@ -244,7 +244,8 @@ def table_rows(results: list[Result]) -> list[dict]:
             extra = [k for k in ("notebook_timeout", "kernel_died") if ev.get(k)]
             reason = "; ".join(x for x in (reason, ", ".join(extra), ("look at: " + notes) if notes else "") if x)
             rows.append(dict(base, notebook=nb["notebook"], points=nb["points"], max_points=nb["max_points"],
-                             status=status, reason=reason, seconds=round(r.seconds, 1)))
+                             status=status, reason=reason, seconds=round(r.seconds, 1),
+                             kernel_cpu_s=round(ev.get("kernel_cpu_s", 0.0), 1)))
     return rows
 
 
