@@ -8,6 +8,8 @@ with ImportError when trl, transformers, tokenizers or datasets are missing.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
 import tempfile
@@ -57,9 +59,6 @@ def trl_ms_per_sequence(steps: int = 3, n_prompts: int = 16, group: int = 8, see
 
     times = []
 
-    class Clock:
-        pass
-
     with tempfile.TemporaryDirectory() as out:
         args = GRPOConfig(output_dir=out, per_device_train_batch_size=n_prompts * group, num_generations=group,
                           max_completion_length=5, max_steps=steps + 1, learning_rate=3e-4, beta=0.0,
@@ -77,6 +76,7 @@ def trl_ms_per_sequence(steps: int = 3, n_prompts: int = 16, group: int = 8, see
                 times.append(time.perf_counter())
 
         trainer.add_callback(StepClock())
-        trainer.train()
+        with contextlib.redirect_stdout(io.StringIO()):  # the bench prints JSON lines only
+            trainer.train()
     per_step = (times[-1] - times[1]) / steps  # skip the warm-up step
     return per_step / (n_prompts * group) * 1000
