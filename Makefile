@@ -99,7 +99,7 @@ test-checks: $(STAMP)
 # Build the cached models once (TinyLM's SFT checkpoints, hw4's character model) before jobs that
 # would otherwise each train them at the same time on a fresh machine.
 warm: $(STAMP)
-	$(PY) -c "from llmrl.checkpoints import load_checkpoint as L; [L(n, progress=False) for n in ('student', 'sft', 'teacher')]; from llmrl.hw4.charlm import load_base_model; load_base_model(progress=False)"
+	$(PY) -m llmrl.cache
 
 test: $(STAMP)
 	@$(MAKE) --no-print-directory warm

@@ -173,6 +173,7 @@ def run_batch(assignments: list[str], root: Path = ROOT, submitted: Path | None 
     submitted = submitted or root / "submitted"
     jobs = find_jobs(assignments, submitted) if jobs is None else jobs
     workers = max(1, workers or os.cpu_count() or 1)
+    grading._warm_model_cache()  # once, before the workers: kernels only read the cache
     work = Path(tempfile.mkdtemp(prefix="llmrl-batch-"))
     templates, n_notebooks, results = {}, {}, []
     try:

@@ -148,6 +148,12 @@ def make_template(assignment: str, root: Path = ROOT, target: Path | None = None
     return target
 
 
+def _warm_model_cache() -> None:
+    """Build the course's cached models here, outside the sandbox: kernels only read the cache."""
+    from llmrl.cache import warm
+    warm()
+
+
 def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Path | None = None,
           student: str = STUDENT, out: Path | None = None, lenient: bool = False, root: Path = ROOT) -> dict:
     import nbformat
@@ -160,6 +166,7 @@ def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Pa
     started = time.monotonic()
     problems: dict[str, str] | None = {} if lenient else None
     sources = source_notebooks(assignment, root)
+    _warm_model_cache()
     chosen = match_notebooks(assignment, paths, root, problems)
     if not chosen and not lenient:
         raise PipelineError("no notebook to grade")
