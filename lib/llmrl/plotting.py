@@ -138,6 +138,16 @@ def plot_usage(runs: Sequence[dict], buckets: Sequence[str], ax=None, window: in
     return ax
 
 
+def figure_png(fig) -> bytes:
+    """PNG bytes of a matplotlib figure, for an ipywidgets.Image; the figure is closed."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
 def save(fig, path: str | Path) -> Path:
     """Save ``fig`` as a PNG (creating the folder) and return the path."""
     path = Path(path)

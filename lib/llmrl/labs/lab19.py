@@ -18,7 +18,6 @@ runs a short stretch of the same runs live on the student's code and overlays it
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import math
 from pathlib import Path
@@ -28,6 +27,7 @@ import numpy as np
 
 from .. import overopt
 from ..losses import LossBatch, clip_stats, clipped_pg_loss
+from ..plotting import figure_png
 from ..rewards import exact_match, make_proxy_reward
 from ..utils import check_float, check_int
 
@@ -361,16 +361,6 @@ def overopt_figure(panels: dict, path=None):
     fig.tight_layout()
     _save(fig, path)
     return fig
-
-
-def figure_png(fig) -> bytes:
-    """PNG bytes of a matplotlib figure (closed afterwards), for an ipywidgets.Image."""
-    import matplotlib.pyplot as plt
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    plt.close(fig)
-    return buf.getvalue()
 
 
 def bon_widget(b: float = 1.0, sigma: float = 1.0):

@@ -9,13 +9,13 @@ current accuracy it shows the expected reward per answer of "pad every answer to
 
 from __future__ import annotations
 
-import io
 from typing import Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
 
 from .. import experiments, plotting
+from ..plotting import figure_png
 from ..utils import check_float
 
 TRAINED_WEIGHTS = (1.0, 1.25, 1.5, 2.0)
@@ -67,14 +67,6 @@ def rubric_weight_figure(w: float, accuracy_small: float, results: dict | None =
         ax2.set_title(f"trained run, w = {near:g} ({len(runs[near])} seed(s))")
     fig.tight_layout()
     return fig
-
-
-def figure_png(fig) -> bytes:
-    """PNG bytes of ``fig`` (the figure is closed)."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    plt.close(fig)
-    return buf.getvalue()
 
 
 def rubric_weight_widget(results: dict | None = None, accuracy_small: float = 0.3,
