@@ -91,6 +91,11 @@ def bwrap_argv(workdir: Path, runtime: Path, hide: list[Path]) -> list[str]:
     for h in hide:
         if h.is_dir():
             argv += ["--tmpfs", str(h)]
+    # The course's cached models (built by the grader beforehand, llmrl.cache): readable, wherever
+    # they live, even under a folder emptied above (/tmp, say); never writable.
+    cache = Path(os.environ.get("LLMRL_CACHE") or Path.home() / ".cache" / "llmrl").resolve()
+    if cache.is_dir():
+        argv += ["--ro-bind", str(cache), str(cache)]
     # The empty folders are read-only too (writes there would only fill memory): remount after the binds.
     readonly = ["/tmp", "/var/tmp", str(root)] + [str(h) for h in hide if h.is_dir()]
     argv += ["--bind", str(workdir), str(workdir), "--bind", str(runtime), str(runtime),
