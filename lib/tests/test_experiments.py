@@ -178,15 +178,16 @@ def test_crossing_k_and_summary():
 def test_project0_order_and_numbers_match_the_handout():
     """Project 0 at the handout's budget, seeds 0-2 (12 arm runs, about 2 CPU-minutes, 2 processes).
 
-    Measured with the course student (after the 0.2% 1d+1d SFT mix), seed-mean pass@1 / KL at step
-    200: opd-full 0.59 / 0.62, sft-teacher 0.58 / 0.65, opd-sampled 0.57 / 0.63, rl 0.53 / 0.87
-    (handout, seed 0: 0.67/0.70, 0.64/0.75, 0.54/1.01, 0.54/1.07).
+    Measured with the course student (after the 0.2% 1d+1d SFT mix), no gradient clipping, seed-mean
+    pass@1 / KL at step 200: opd-full 0.48 / 0.93, sft-teacher 0.48 / 1.07, opd-sampled 0.41 / 1.11,
+    rl 0.38 / 1.46 from 0.31 / 1.95 (handout, seed 0: 0.67/0.70, 0.64/0.75, 0.54/1.01, 0.54/1.07).
+    Our student moves more slowly than the handout's; the ordering is what reproduces.
     Checked, on seed means (one seed's end point moves by about 0.03 pass@1 and 0.05 nats):
     * start within 0.08 pass@1 / 0.5 nats of the handout's 0.31 / 1.98: our student is calibrated on
       greedy accuracy, and its sampled accuracy and KL land near, not on, the handout's;
     * dense beats sparse: both dense arms end above rl on pass@1 and below it on KL by >= 0.15 nats;
-    * full vocabulary beats sampled token on pass@1 (margin 0: the measured gap, 0.02, is below the
-      seed spread, so this is the fragile part of the handout's claim);
+    * full vocabulary beats sampled token on pass@1 (margin 0.02: the measured gap is 0.07, ahead
+      on every seed, while one seed's end point spreads by about 0.05);
     * every arm improves; opd-full gains >= 0.15 pass@1 and loses >= 0.6 nats (handout 0.36 / 1.28).
     """
     res = E.project0(steps=200, seeds=[0, 1, 2], workers=2, progress=False)
@@ -198,6 +199,30 @@ def test_project0_order_and_numbers_match_the_handout():
     assert abs(kl_start - exp["start"]["kl_to_teacher_nats"]) < 0.5, kl_start
     for dense in ("opd-full", "sft-teacher"):
         assert end[dense] > end["rl"] and kl[dense] < kl["rl"] - 0.15, (end, kl)
-    assert end["opd-full"] > end["opd-sampled"], end
+    assert end["opd-full"] > end["opd-sampled"] + 0.02, end
     assert all(end[a] > p_start for a in end) and all(kl[a] < kl_start for a in kl), (end, kl)
     assert end["opd-full"] - p_start >= 0.15 and kl_start - kl["opd-full"] >= 0.6, (end, kl)
+
+
+def test_save_writes_a_png_except_in_grading_mode(tmp_path, monkeypatch):
+    """nbgrader's validate/autograde runs shrink the experiments; their plots must not replace the
+    full runs' PNGs that sit next to the executed notebook."""
+    import matplotlib.pyplot as plt
+
+    from llmrl import plotting
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    monkeypatch.delenv("LLMRL_FAST", raising=False)
+    out = plotting.save(fig, tmp_path / "sub" / "full.png")
+    assert out == tmp_path / "sub" / "full.png" and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    before = out.read_bytes()
+    for var in ("NBGRADER_EXECUTION", "LLMRL_FAST"):
+        monkeypatch.setenv(var, "1")
+        ax.plot([0, 1], [0, 1])
+        assert plotting.save(fig, out) is None and out.read_bytes() == before
+        assert plotting.save(fig, tmp_path / "new.png") is None and not (tmp_path / "new.png").exists()
+        monkeypatch.delenv(var)
+    assert plotting.save(fig, None) is None
+    plt.close(fig)

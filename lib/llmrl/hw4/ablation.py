@@ -18,6 +18,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from ..plotting import save
 from .impl import Impl
 from .trainer import HW4Config, default_config, read_jsonl, train
 
@@ -143,7 +144,5 @@ def plot_sweep(rows: list[dict], path=None):
     axs[0][0].set_ylabel("end of run")
     axs[0][0].legend(loc="lower left", fontsize=8)
     fig.tight_layout()
-    if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
+    save(fig, path, tight=False)
     return fig

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
+
+from ..plotting import save
 
 PANELS = (
     ("eval_exact_match", "eval exact match (greedy, held out)"),
@@ -56,9 +56,7 @@ def plot_runs(runs: dict[str, list[dict]], path=None, panels=PANELS):
         ax.axis("off")
     axs.flat[0].legend(fontsize=8)
     fig.tight_layout()
-    if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
+    save(fig, path, tight=False)
     return fig
 
 

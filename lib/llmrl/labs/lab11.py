@@ -32,6 +32,7 @@ from .. import sampling as _sampling
 from .. import toylm
 from ..addition import PROMPT_LEN, Problems, eval_problems, is_correct
 from ..losses import full_vocab_kl, kl_estimate
+from ..plotting import save
 from ..utils import check_float, check_int
 
 #: The handout's "what you should see" for lab11, with the tolerance each check uses and why.
@@ -341,13 +342,6 @@ def summary_line(sweep: dict, kl: dict, front: dict) -> str:
 # ----------------------------------------------------------------------------------------------
 # Plots
 
-def _save(fig, path):
-    if path is not None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110, bbox_inches="tight")
-
-
 def plot_temperature_sweep(sweep: dict, path=ARTIFACTS / "temperature_sweep.png"):
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(6, 3.6))
@@ -362,7 +356,7 @@ def plot_temperature_sweep(sweep: dict, path=ARTIFACTS / "temperature_sweep.png"
     ax2.set_ylim(0, sweep["n_samples"] + 0.5)
     ax.set_title("Temperature trades accuracy for diversity (SFT TinyLM)")
     fig.tight_layout()
-    _save(fig, path)
+    save(fig, path)
     return fig
 
 
@@ -395,7 +389,7 @@ def plot_kl_estimates(kl: dict, path=ARTIFACTS / "kl_estimates.png", top: float 
                  f"(bars: {kl['z']:g} s.e.)", fontsize=10)
     ax.legend(fontsize=7, loc="upper left", ncol=2)
     fig.tight_layout()
-    _save(fig, path)
+    save(fig, path)
     return fig
 
 
@@ -422,7 +416,7 @@ def plot_frontier(front: dict, path=ARTIFACTS / "frontier.png"):
         ax.set_xlim(0, min(3.0, float(opt["kl_nats"].max()) * 1.05))
         ax.legend(fontsize=8)
     fig.tight_layout()
-    _save(fig, path)
+    save(fig, path)
     return fig
 
 

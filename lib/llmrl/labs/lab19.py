@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import overopt
 from ..losses import LossBatch, clip_stats, clipped_pg_loss
-from ..plotting import figure_png
+from ..plotting import figure_png, save
 from ..rewards import exact_match, make_proxy_reward
 from ..utils import check_float, check_int
 
@@ -305,13 +305,6 @@ def expected_report(values: dict, keys=None) -> str:
 
 # ------------------------------------------------------------------------------- plots
 
-def _save(fig, path):
-    if path is not None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110, bbox_inches="tight")
-
-
 def bon_figure(b: float = 1.0, sigma: float = 1.0, pool: dict | None = None, path=None):
     """Exact best-of-n proxy and gold gains against sqrt(KL) for one (b, sigma), with the Gao fit;
     ``pool`` (a :func:`llmrl.overopt.pool_curves` dict) is overlaid as dots. Returns the figure."""
@@ -328,7 +321,7 @@ def bon_figure(b: float = 1.0, sigma: float = 1.0, pool: dict | None = None, pat
     where = "never turns down" if pk["n"] == e["n"][-1] else f"peaks at best-of-{pk['n']} ({pk['gold_gain']:+.2f})"
     ax.set_title(f"b = {b:g}, sigma = {sigma:g}: gold {where}", fontsize=10)
     _align(ax, pax, e)
-    _save(fig, path)
+    save(fig, path)
     return fig
 
 
@@ -359,7 +352,7 @@ def overopt_figure(panels: dict, path=None):
         ax.set_title(title, fontsize=10)
         _align(ax, pax, curves, gold_top=3.0)
     fig.tight_layout()
-    _save(fig, path)
+    save(fig, path)
     return fig
 
 
@@ -411,7 +404,7 @@ def plot_hacking(runs: dict, path=None, live: dict | None = None, title: str = "
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    _save(fig, path)
+    save(fig, path)
     return fig
 
 
@@ -477,7 +470,7 @@ def plot_entropy(runs: dict, path=None, live: dict | None = None, window: int = 
         ax.set_xlabel("step")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    _save(fig, path)
+    save(fig, path)
     return fig
 
 
