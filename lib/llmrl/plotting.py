@@ -58,13 +58,22 @@ def _series(results, metric, where, window):
 
 
 def plot_metric(results: dict, metric: str, where: str = "evals", ax=None, window: int = 10,
-                title: str | None = None, ylabel: str | None = None):
-    """One line per arm of ``metric`` against step (``where``: 'evals' or per-step 'curve')."""
+                title: str | None = None, ylabel: str | None = None, skip: Sequence[str] = ()):
+    """One line per arm of ``metric`` against step (``where``: 'evals' or per-step 'curve').
+
+    Arm i of ``results`` is always drawn in colour C<i>, so that panels of one figure agree; ``skip``
+    leaves arms out of this panel without shifting the others' colours.
+    """
     ax = ax or plt.gca()
-    for arm, runs in results.items():
+    unknown = [a for a in skip if a not in results]
+    if unknown:
+        raise ValueError(f"skip names arms that are not in results: {unknown} (arms: {list(results)})")
+    for i, (arm, runs) in enumerate(results.items()):
+        if arm in skip:
+            continue
         x, rows = _series(runs, metric, where, window)
         if x is not None:
-            seed_band(ax, x, rows, arm)
+            seed_band(ax, x, rows, arm, color=f"C{i % 10}")
     ax.set_xlabel("step")
     ax.set_ylabel(ylabel or metric)
     if title:

@@ -226,3 +226,21 @@ def test_save_writes_a_png_except_in_grading_mode(tmp_path, monkeypatch):
         monkeypatch.delenv(var)
     assert plotting.save(fig, None) is None
     plt.close(fig)
+
+
+def test_plot_metric_keeps_each_arms_colour_when_arms_are_skipped():
+    import matplotlib.colors as mcolors
+    import matplotlib.pyplot as plt
+
+    from llmrl import plotting
+
+    fake = {a: [{"evals": {"step": [0, 10], "x": [0.1, 0.2 + i / 10]}}] for i, a in enumerate("abc")}
+    fig, (ax1, ax2) = plt.subplots(1, 2)
+    plotting.plot_metric(fake, "x", ax=ax1)
+    plotting.plot_metric(fake, "x", ax=ax2, skip=["b"])
+    colour = lambda ax: {ln.get_label(): mcolors.to_hex(ln.get_color()) for ln in ax.get_lines()}
+    full, part = colour(ax1), colour(ax2)
+    assert set(part) == {"a", "c"} and part["c"] == full["c"] != full["b"]
+    with pytest.raises(ValueError, match="'z'"):
+        plotting.plot_metric(fake, "x", ax=ax2, skip=["z"])
+    plt.close(fig)

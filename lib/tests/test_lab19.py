@@ -145,11 +145,19 @@ def test_sweep_run_picks_the_nearest_beta():
 
 
 def test_beta_figure_and_widget():
+    import matplotlib.colors as mcolors
     import matplotlib.pyplot as plt
 
     fig = lab19.beta_figure(REF, 0.02)
     assert "beta = 0.02" in fig._suptitle.get_text()
     assert len(fig.axes) == 4 and len(fig.axes[0].lines) == 3  # beta = 0.02, beta = 0, gold
+    # the slider's colours are the notebook plot's: no KL blue (C0), a KL run orange (C1), gold green (C2)
+    colour = {ln.get_label(): mcolors.to_hex(ln.get_color()) for ln in fig.axes[0].lines}
+    assert colour == {"proxy, beta = 0.02": mcolors.to_hex("C1"), "proxy, no KL": mcolors.to_hex("C0"),
+                      "gold reward": mcolors.to_hex("C2")}, colour
+    plt.close(fig)
+    fig = lab19.beta_figure(REF, 0.0)
+    assert {ln.get_label() for ln in fig.axes[0].lines} == {"proxy, no KL", "gold reward"}
     plt.close(fig)
     w = lab19.beta_widget(REF)
     assert list(w.slider.options) == [0.0, 0.01, 0.02, 0.05]

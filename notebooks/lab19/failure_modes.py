@@ -349,8 +349,8 @@ assert torch.allclose(_out, torch.tensor([-1.0])), f"log pi - log pi_ref = +2 wi
 # 5e-4, 300 steps: the proxy reward without a KL penalty, with $\beta = 0.05$ and, for
 # comparison, the gold (exact-match) reward. The curves are stored runs of the reference
 # code (a 300-step run takes about a minute on a quiet laptop); the cell first runs 30 steps of
-# the $\beta = 0.05$ run **with your** `kl_penalized_rewards` and draws them as dots. With a
-# correct function they follow the orange curve (same seed, so usually exactly).
+# the $\beta = 0.05$ run **with your** `kl_penalized_rewards` and draws them as a black dashed line.
+# With a correct function it lies on the orange curve (same seed, so usually exactly).
 
 # %% tags=["nbval-ignore-output"]
 live_kl = lab19.hacking_run(0.05, kl_reward_fn=kl_penalized_rewards, steps=LIVE_STEPS)

@@ -378,8 +378,8 @@ plotting.plot_metric(p0, "pass@1", ax=axes[0], title="pass@1 (sampled accuracy, 
 plotting.plot_metric(p0, "kl_to_teacher_nats", ax=axes[1], title="KL(student || teacher) per token",
                      ylabel="nats per token")
 # sft-teacher trains on the teacher's samples, so its batch accuracy is the teacher's: leave it out
-plotting.plot_metric({a: r for a, r in p0.items() if a != "sft-teacher"}, "sampled_accuracy", where="curve",
-                     ax=axes[2], window=20, title="accuracy of the student's own training samples")
+plotting.plot_metric(p0, "sampled_accuracy", where="curve", ax=axes[2], window=20, skip=["sft-teacher"],
+                     title="accuracy of the student's own training samples")
 fig.suptitle("Project 0: on-policy distillation vs SFT on teacher samples vs RL")
 fig.tight_layout()
 plotting.save(fig, "artifacts/lab21/opd_comparison.png")

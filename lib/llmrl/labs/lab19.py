@@ -381,10 +381,16 @@ def bon_widget(b: float = 1.0, sigma: float = 1.0):
     return box
 
 
-def plot_hacking(runs: dict, path=None, live: dict | None = None, title: str = "", window: int = 10):
-    """Accuracy, proxy reward, length and KL per step for labelled runs {label: series}; returns the figure."""
+def plot_hacking(runs: dict, path=None, live: dict | None = None, title: str = "", window: int = 10,
+                 colors: dict | None = None):
+    """Accuracy, proxy reward, length and KL per step for labelled runs {label: series}; returns the figure.
+
+    Run i is drawn in colour C<i> unless ``colors`` ({label: colour}) names another; ``live`` runs are
+    black dashed lines.
+    """
     import matplotlib.pyplot as plt
 
+    colors = colors or {}
     fig, axes = plt.subplots(1, 4, figsize=(15, 3.4))
     panels = [("sampled_accuracy", "exact-match accuracy"), ("reward", "training reward"),
               ("response_length", "response length (chars)"), ("kl_to_reference_nats", "KL to SFT (nats)")]
@@ -392,7 +398,7 @@ def plot_hacking(runs: dict, path=None, live: dict | None = None, title: str = "
         s = as_series(run)
         for ax, (k, name) in zip(axes, panels):
             y = _arr(s, k)
-            ax.plot(np.arange(1, len(y) + 1), smooth(y, window), color=f"C{i}", label=label)
+            ax.plot(np.arange(1, len(y) + 1), smooth(y, window), color=colors.get(label, f"C{i}"), label=label)
             ax.set_title(f"{name}, {window}-step mean", fontsize=10)
             ax.set_xlabel("step")
     for label, run in (live or {}).items():
@@ -411,13 +417,17 @@ def plot_hacking(runs: dict, path=None, live: dict | None = None, title: str = "
 def beta_figure(reference: dict, beta: float, path=None):
     """The stored hacking run nearest ``beta`` next to the no-KL and gold runs (the slider's view)."""
     key = min((k for k in reference["hacking"] if k != "gold"), key=lambda k: abs(float(k) - beta))
-    runs = {f"proxy, beta = {key}": reference["hacking"][key]}
+    chosen = "proxy, no KL" if key == "0" else f"proxy, beta = {key}"
+    runs = {chosen: reference["hacking"][key]}
     if key != "0":
-        runs["proxy, beta = 0"] = reference["hacking"]["0"]
+        runs["proxy, no KL"] = reference["hacking"]["0"]
     runs["gold reward"] = reference["hacking"]["gold"]
+    # the notebook's plot draws no KL in C0, beta = 0.05 in C1 and gold in C2: any chosen beta takes C1
+    colors = {"proxy, no KL": "C0", "gold reward": "C2", chosen: "C0" if key == "0" else "C1"}
     s = hack_summary(reference["hacking"][key])
-    return plot_hacking(runs, path, title=f"beta = {key}: final accuracy {s['final_accuracy']:.2f}, "
-                                          f"length {s['final_length']:.2f}, KL {s['final_kl']:.1f} nats")
+    return plot_hacking(runs, path, colors=colors,
+                        title=f"beta = {key}: final accuracy {s['final_accuracy']:.2f}, "
+                              f"length {s['final_length']:.2f}, KL {s['final_kl']:.1f} nats")
 
 
 def beta_widget(reference: dict | None = None):
