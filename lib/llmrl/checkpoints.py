@@ -178,7 +178,9 @@ def _path(name: str, key: str) -> Path:
     return cache_dir() / f"tinylm-{name}-{key}.pt"
 
 
-def _save(path: Path, state: dict, meta: dict) -> None:
+def save_state(path: Path, state: dict, meta: dict) -> None:
+    """Write a state dict and its ``meta`` (which should hold ``key`` and ``version``) to the cache
+    file ``path``, with a sha256 of the weights; atomic. Raises OSError when it cannot write."""
     buf = io.BytesIO()
     torch.save(state, buf)
     payload = buf.getvalue()
@@ -189,8 +191,9 @@ def _save(path: Path, state: dict, meta: dict) -> None:
     os.replace(tmp, path)  # atomic: a reader sees the old file or the whole new one
 
 
-def _load(path: Path, expect_key: str):
-    """(meta, state dict), or None when the file is missing, corrupted or stale."""
+def load_state(path: Path, expect_key: str):
+    """(meta, state dict) of a file written by :func:`save_state`, or None when it is missing,
+    corrupted (sha256 mismatch, unreadable) or stale (another key or format version)."""
     if not path.exists():
         return None
     try:
@@ -215,12 +218,16 @@ def load_checkpoint(name: str, cfg: SFTConfig = COURSE_SFT, snapshots: dict[str,
     if name not in snapshots:
         raise ValueError(f"unknown checkpoint {name!r}; known: {sorted(snapshots)}")
     key = _key(cfg, snapshots)
-    loaded = _load(_path(name, key), key)
+    loaded = load_state(_path(name, key), key)
     if loaded is None:
         _, taken, _ = sft_train(cfg, snapshots, progress=progress)
-        for other, (step, st) in taken.items():
-            _save(_path(other, key), st, {"key": key, "version": FORMAT_VERSION, "name": other, "step": step})
-        loaded = _load(_path(name, key), key)
+        try:
+            for other, (step, st) in taken.items():
+                save_state(_path(other, key), st,
+                           {"key": key, "version": FORMAT_VERSION, "name": other, "step": step})
+        except OSError:
+            pass
+        loaded = load_state(_path(name, key), key)
         if loaded is None:  # the cache folder is not writable or was removed under us
             step, st = taken[name]
             loaded = ({"name": name, "step": step}, st)

@@ -49,13 +49,13 @@ def test_tampered_checkpoint_fails_its_checksum(cache):
     blob["state"] = blob["state"][:-8] + b"\x00" * 8
     torch.save(blob, path)
     key = C._key(TINY, TINY_SNAPS)
-    assert C._load(path, key) is None  # detected, so load_checkpoint would rebuild it
+    assert C.load_state(path, key) is None  # detected, so load_checkpoint would rebuild it
 
 
 def test_stale_key_is_not_loaded(cache):
     C.load_checkpoint("last", TINY, TINY_SNAPS, progress=False)
     path = next(cache.glob("*last*.pt"))
-    assert C._load(path, "another-config") is None
+    assert C.load_state(path, "another-config") is None
 
 
 def test_checkpoint_bad_name(cache):
@@ -131,3 +131,13 @@ def test_trainer_runs_each_arm_and_custom_pieces():
 def test_bad_reward_shape_is_reported():
     with pytest.raises(ValueError, match="reward_fn"):
         rl_train(TinyLM(), steps=1, reward_fn=lambda r, a: torch.zeros(3), progress=False)
+
+
+def test_an_unwritable_cache_still_gives_the_trained_model(cache, monkeypatch):
+    def refuse(*_a, **_k):
+        raise OSError("read-only file system")
+
+    monkeypatch.setattr(C, "save_state", refuse)
+    model, meta = C.load_checkpoint("last", TINY, TINY_SNAPS, progress=False, with_meta=True)
+    assert meta["name"] == "last" and not list(cache.glob("*.pt"))
+    assert isinstance(model, torch.nn.Module) and not model.training

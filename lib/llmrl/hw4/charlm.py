@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 import torch.nn.functional as F
 
-from ..checkpoints import FORMAT_VERSION, _load, _save, cache_dir
+from ..checkpoints import FORMAT_VERSION, cache_dir, load_state, save_state
 from ..tinylm import TinyLM, TinyLMConfig
 from ..utils import check_float, check_int, set_threads
 from .tasks import MATH_FAMILIES, FormatCopyTask, MathToyTask
@@ -245,12 +245,12 @@ def load_base_model(cfg: PretrainConfig = DEFAULT_PRETRAIN, progress: bool = Tru
         raise TypeError(f"cfg must be a PretrainConfig, got {type(cfg).__name__}")
     key = cfg.key()
     path = cache_dir() / f"hw4-charlm-{key}.pt"
-    loaded = _load(path, key)
+    loaded = load_state(path, key)
     if loaded is None:
         model, losses = pretrain(cfg, progress=progress)
         state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         try:
-            _save(path, state, {"key": key, "version": FORMAT_VERSION, "name": "hw4-charlm",
+            save_state(path, state, {"key": key, "version": FORMAT_VERSION, "name": "hw4-charlm",
                                 "final_loss": losses[-1]})
         except OSError:  # read-only cache: keep the model in memory only
             pass
