@@ -106,19 +106,9 @@ def run_job(job: Job, template: Path, outdir: Path, root: Path, n_notebooks: int
 
 def prepare_gradebook(assignment: str, root: Path) -> None:
     """Make sure the course's gradebook knows the assignment's current cells (release/ untouched)."""
-    from nbgrader.apps import NbGraderAPI
-    from nbgrader.coursedir import CourseDirectory
-
     release_dir = Path(tempfile.mkdtemp(prefix="llmrl-release-"))
     try:
-        cfg = course.load_config(root)
-        cfg.CourseDirectory.release_directory = str(release_dir)  # absolute: the real release/ stays as it is
-        cfg.Application.log_level = "ERROR"
-        api = NbGraderAPI(CourseDirectory(config=cfg), config=cfg)
-        r = api.generate_assignment(assignment, force=True, create=True)
-        if not r.get("success"):
-            detail = (r.get("error") or r.get("log") or "").strip().splitlines()
-            raise PipelineError(f"cannot record {assignment} in the gradebook: {detail[-1] if detail else 'no detail'}")
+        course.record_assignment(assignment, root, release_dir, failure=f"cannot record {assignment} in the gradebook")
     finally:
         shutil.rmtree(release_dir, ignore_errors=True)
 

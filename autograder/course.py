@@ -354,6 +354,25 @@ def load_config(root: Path = ROOT):
     return cfg
 
 
+def record_assignment(assignment: str, root: Path, release_dir: Path | None = None,
+                      failure: str = "nbgrader generate_assignment failed") -> None:
+    """nbgrader generate_assignment in the course at `root` (in-process, quiet): records the
+    assignment's current cells in root's gradebook and writes the student version to `release_dir`
+    (default: root/release). Raises PipelineError starting with `failure` and nbgrader's last line."""
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
+    cfg = load_config(root)
+    if release_dir is not None:
+        cfg.CourseDirectory.release_directory = str(release_dir)  # absolute: root/release stays as it is
+    cfg.Application.log_level = "ERROR"
+    api = NbGraderAPI(CourseDirectory(config=cfg), config=cfg)
+    r = api.generate_assignment(assignment, force=True, create=True)
+    if not r.get("success"):
+        detail = (r.get("error") or r.get("log") or "").strip().splitlines()
+        raise PipelineError(f"{failure}: {detail[-1] if detail else 'no detail'}")
+
+
 def nbgrader(*args: str, cwd: Path = ROOT, quiet: bool = False) -> None:
     """Run one nbgrader command line in the course directory (its nbgrader_config.py loads ours)."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "nbgrader", *args]

@@ -131,19 +131,10 @@ def make_template(assignment: str, root: Path = ROOT, target: Path | None = None
 
     Grading a submission copies it, so nbgrader's set-up is paid once per batch, not per student.
     """
-    from nbgrader.apps import NbGraderAPI
-    from nbgrader.coursedir import CourseDirectory
-
     source_notebooks(assignment, root)
     target = Path(tempfile.mkdtemp(prefix="llmrl-template-")) if target is None else target
     shutil.copytree(root / "source" / assignment, target / "source" / assignment, ignore=course.COPY_IGNORE)
-    cfg = course.load_config(target)
-    cfg.Application.log_level = "ERROR"
-    api = NbGraderAPI(CourseDirectory(config=cfg), config=cfg)
-    r = api.generate_assignment(assignment, force=True, create=True)
-    if not r.get("success"):
-        detail = (r.get("error") or r.get("log") or "").strip().splitlines()
-        raise PipelineError(f"nbgrader generate_assignment failed: {detail[-1] if detail else 'no detail'}")
+    course.record_assignment(assignment, target)
     shutil.rmtree(target / "release", ignore_errors=True)
     return target
 
