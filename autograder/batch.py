@@ -83,7 +83,7 @@ def run_job(job: Job, template: Path, outdir: Path, root: Path, n_notebooks: int
     report_file.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, str(GRADE_PY), job.assignment, *map(str, job.files), "--template", str(template),
            "--student", job.student, "--out", str(out), "--lenient", "--report", str(report_file),
-           "--root", str(root)]
+           "--root", str(root), "--no-warm"]  # warmed once below, before the workers start
     env = dict(os.environ, **job.env)
     limit = n_notebooks * int(env.get("LLMRL_GRADE_NOTEBOOK_TIMEOUT", notebook_timeout())) + 120
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,

@@ -29,10 +29,18 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+# Run from the command line, the cached models are checked (and built if missing) by a second
+# process while this one imports nbgrader: on 2 cores that saves the 3-4 s torch import per
+# submission. grade() waits for it before any kernel starts. --no-warm: the caller already did it.
+_WARMING = (subprocess.Popen([sys.executable, "-m", "llmrl.cache"], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+            if __name__ == "__main__" and "--no-warm" not in sys.argv[1:] else None)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import course  # noqa: E402  (autograder/course.py, next to this file)
@@ -140,13 +148,24 @@ def make_template(assignment: str, root: Path = ROOT, target: Path | None = None
 
 
 def _warm_model_cache() -> None:
-    """Build the course's cached models here, outside the sandbox: kernels only read the cache."""
-    from llmrl.cache import warm
-    warm()
+    """Build the course's cached models outside the sandbox (kernels only read the cache): wait for
+    the process started at import, or build them in this process."""
+    global _WARMING
+    if _WARMING is None:
+        from llmrl.cache import warm
+        warm()
+        return
+    out, _ = _WARMING.communicate()
+    code, _WARMING = _WARMING.returncode, None
+    if code != 0:
+        lines = (out or "").strip().splitlines()
+        raise PipelineError(f"building the cached models (python -m llmrl.cache) failed: "
+                            f"{lines[-1] if lines else f'exit status {code}'}")
 
 
 def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Path | None = None,
-          student: str = STUDENT, out: Path | None = None, lenient: bool = False, root: Path = ROOT) -> dict:
+          student: str = STUDENT, out: Path | None = None, lenient: bool = False, root: Path = ROOT,
+          warm: bool = True) -> dict:
     import nbformat
     from nbgrader.api import Gradebook
     from nbgrader.apps import NbGraderAPI
@@ -157,7 +176,8 @@ def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Pa
     started = time.monotonic()
     problems: dict[str, str] | None = {} if lenient else None
     sources = source_notebooks(assignment, root)
-    _warm_model_cache()
+    if warm:
+        _warm_model_cache()
     chosen = match_notebooks(assignment, paths, root, problems)
     if not chosen and not lenient:
         raise PipelineError("no notebook to grade")
@@ -294,12 +314,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="unusable files count as missing notebooks (0 points) instead of an error")
     parser.add_argument("--report", type=Path, help="also write the JSON report to this file")
     parser.add_argument("--root", type=Path, default=ROOT, help="course directory holding source/ (default: this repository)")
+    parser.add_argument("--no-warm", action="store_true",
+                        help="do not check the cached models first (the caller built them: batch grading)")
     args = parser.parse_args(argv)
     if not args.notebooks and not args.lenient:
         parser.error("give at least one notebook")
     try:
         report = grade(args.assignment, args.notebooks, keep=args.keep, template=args.template,
-                       student=args.student, out=args.out, lenient=args.lenient, root=args.root.resolve())
+                       student=args.student, out=args.out, lenient=args.lenient, root=args.root.resolve(),
+                       warm=not args.no_warm)
     except PipelineError as e:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 1

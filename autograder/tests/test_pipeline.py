@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -169,6 +170,19 @@ def test_grade_rejects_a_file_that_is_not_json(tmp_path):
     assert proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and "broken.ipynb" in lines[0] and "not a valid notebook" in lines[0]
+
+
+def test_grade_stops_with_one_line_when_the_model_cache_cannot_be_built(tmp_path):
+    """The grader builds the cached models before any kernel starts (kernels only read the cache);
+    when that fails it says so in one line instead of grading with models the kernels cannot load."""
+    blocker = tmp_path / "cache-is-a-file"
+    blocker.write_text("not a folder")
+    lab = LABS[0]
+    proc = subprocess.run([str(GRADE), lab.assignment, str(lab.source)], capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, LLMRL_CACHE=str(blocker)))
+    assert proc.returncode != 0 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: building the cached models"), proc.stderr
 
 
 def test_grade_rejects_a_notebook_of_no_assignment(tmp_path):
