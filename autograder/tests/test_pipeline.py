@@ -248,6 +248,21 @@ def test_nbval_notices_a_changed_printed_number(tmp_path):
     assert proc.returncode == 1 and "1 failed" in proc.stdout, proc.stdout[-2000:]
 
 
+def test_nbval_waits_longer_than_5_s_for_a_finished_cells_outputs(tmp_path):
+    """The repository's conftest.py raises nbval's fixed 5 s wait for outputs (CI failed a finished
+    lab21 cell on it); a probe plugin reads the value off every collected source cell."""
+    (tmp_path / "nbval_probe.py").write_text(
+        "def pytest_collection_finish(session):\n"
+        "    print('OUTPUT_TIMEOUTS', sorted({getattr(i, 'output_timeout', None) for i in session.items}))\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "nbval_probe",
+                           "--collect-only", "-q", "--nbval", "--nbval-current-env", str(LABS[0].source)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("OUTPUT_TIMEOUTS"))
+    assert line == "OUTPUT_TIMEOUTS [120]", line
+
+
 # ----------------------------------------------------------------------------- build errors
 
 HEADER = "# %%"
