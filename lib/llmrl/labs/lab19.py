@@ -417,13 +417,14 @@ def plot_hacking(runs: dict, path=None, live: dict | None = None, title: str = "
 def beta_figure(reference: dict, beta: float, path=None):
     """The stored hacking run nearest ``beta`` next to the no-KL and gold runs (the slider's view)."""
     key = min((k for k in reference["hacking"] if k != "gold"), key=lambda k: abs(float(k) - beta))
-    chosen = "proxy, no KL" if key == "0" else f"proxy, beta = {key}"
-    runs = {chosen: reference["hacking"][key]}
-    if key != "0":
-        runs["proxy, no KL"] = reference["hacking"]["0"]
-    runs["gold reward"] = reference["hacking"]["gold"]
     # the notebook's plot draws no KL in C0, beta = 0.05 in C1 and gold in C2: any chosen beta takes C1
-    colors = {"proxy, no KL": "C0", "gold reward": "C2", chosen: "C0" if key == "0" else "C1"}
+    colors = {"proxy, no KL": "C0", "gold reward": "C2"}
+    runs = {}
+    if key != "0":
+        runs[f"proxy, beta = {key}"] = reference["hacking"][key]
+        colors[f"proxy, beta = {key}"] = "C1"
+    runs["proxy, no KL"] = reference["hacking"]["0"]
+    runs["gold reward"] = reference["hacking"]["gold"]
     s = hack_summary(reference["hacking"][key])
     return plot_hacking(runs, path, colors=colors,
                         title=f"beta = {key}: final accuracy {s['final_accuracy']:.2f}, "
