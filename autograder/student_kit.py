@@ -92,7 +92,7 @@ def requirements(proj: dict | None = None) -> list[str]:
 
 
 def release_notebooks(root: Path = ROOT) -> list[tuple[str, str, Path]]:
-    """(assignment, name, path) of every release notebook, in the order of notebooks/*/*.py."""
+    """(assignment, name, path) of every release notebook, in the course's order (labs, then homework)."""
     sys.path.insert(0, str(root / "autograder"))
     try:
         import course
@@ -110,7 +110,7 @@ def release_notebooks(root: Path = ROOT) -> list[tuple[str, str, Path]]:
         out.append((lab.assignment, lab.name, lab.release))
     if not out:
         raise KitError("no notebooks under notebooks/*/*.py: nothing to put in the kit")
-    return out
+    return sorted(out, key=_course_order)
 
 
 def _copy_library(dest: Path) -> None:
@@ -160,11 +160,30 @@ def _render(template: str, values: dict[str, str]) -> str:
     return template
 
 
+def _title(path: Path) -> str:
+    """The notebook's first heading ("Lab 11: the language model as a policy")."""
+    import json
+
+    for cell in json.loads(path.read_text(encoding="utf-8")).get("cells", []):
+        if cell.get("cell_type") == "markdown":
+            for line in _cell_text(cell).splitlines():
+                if line.startswith("# "):
+                    return line[2:].strip()
+    return ""
+
+
 def _assignment_table(notebooks: list[tuple[str, str, Path]]) -> str:
-    rows = ["| assignment | notebook |", "|---|---|"]
-    for assignment, name, _ in notebooks:
-        rows.append(f"| {assignment} | `assignments/{assignment}/{name}.ipynb` |")
+    rows = ["| notebook | what it is |", "|---|---|"]
+    for assignment, name, path in notebooks:
+        rows.append(f"| `assignments/{assignment}/{name}.ipynb` | {_title(path)} |")
     return "\n".join(rows)
+
+
+def _course_order(item) -> tuple:
+    """Labs by number, then homework (lab11, lab19, lab21, hw4); within one, by title (part 1, part 2)."""
+    assignment = item[0]
+    digits = re.sub(r"\D", "", assignment)
+    return (not assignment.startswith("lab"), int(digits) if digits else 0, assignment, _title(item[2]), item[1])
 
 
 def student_readme(notebooks, reqs: list[str], wheel_name: str) -> str:
