@@ -352,13 +352,11 @@ def library(folder: Path | None = None) -> Library:
 
 
 def _dotted(node) -> str:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
+    """`a.b.c` for a name or a chain of attributes on a name, else ""."""
+    if isinstance(node, (ast.Name, ast.Attribute)):
+        text = ast.unparse(node)
+        if re.fullmatch(r"[A-Za-z_][\w.]*", text):
+            return text
     return ""
 
 
@@ -369,6 +367,13 @@ def _dotted(node) -> str:
 # string), "dyn" (something of llmrl looked up by a name computed at run time; ref = what), "mod"
 # (a %%writefile module of the notebook), "globals" (the notebook's globals()).
 Value = tuple
+MAX_STRING = 4096      # a constant string longer than this is not folded (a notebook cannot blow it up)
+MAX_STEPS = 2_000_000  # evaluations per notebook before the check gives up with a note (about 10 s)
+
+
+class _TooComplex(Exception):
+    pass
+
 OPAQUE = ("opaque",)   # something computed at run time (so a name holding it is no constant string)
 
 _BUILTINS = set(dir(builtins))
@@ -396,6 +401,9 @@ class _Analysis:
         self.defs: list[_Def] = []
         self._by_node: dict[int, int] = {}
         self._returning: set[int] = set()
+        self._scopes: dict[tuple, _Scope] = {}     # (def id, id of the notebook scope) -> its scope
+        self._returned: dict[tuple, set] = {}
+        self.steps = 0                              # evaluations so far (a hostile notebook is cut off)
         self.modules: dict[str, dict] = {}          # %%writefile name -> its env
         self.module_sources: dict[str, str] = {}
 
@@ -444,7 +452,8 @@ class _Analysis:
             return None
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
             a, b = self.strings(node.left, scope), self.strings(node.right, scope)
-            if a is None or b is None or len(a) * len(b) > 64:
+            if a is None or b is None or len(a) * len(b) > 64 or \
+                    max(map(len, a)) + max(map(len, b)) > MAX_STRING:
                 return None
             return {x + y for x in a for y in b}
         if isinstance(node, ast.JoinedStr):
@@ -452,7 +461,7 @@ class _Analysis:
             for part in node.values:
                 s = self.strings(part.value, scope) if isinstance(part, ast.FormattedValue) else \
                     self.strings(part, scope)
-                if s is None or len(out) * len(s) > 64:
+                if s is None or len(out) * len(s) > 64 or max(map(len, out)) + max(map(len, s), default=0) > MAX_STRING:
                     return None
                 out = {x + y for x in out for y in s}
             return out
@@ -471,26 +480,30 @@ class _Analysis:
                     arg = node.args[0]
                     if isinstance(arg, (ast.List, ast.Tuple)):
                         parts = [self.strings(e, scope) for e in arg.elts]
-                        if all(p is not None and len(p) == 1 for p in parts):
+                        if all(p is not None and len(p) == 1 for p in parts) and \
+                                sum(len(next(iter(p))) for p in parts) + len(parts) * max(map(len, base)) <= MAX_STRING:
                             return {b.join(next(iter(p)) for p in parts) for b in base}
                     if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) and arg.func.id == "reversed" \
                             and len(arg.args) == 1:
                         inner = self.strings(arg.args[0], scope)
-                        if inner is not None:
-                            return {b.join(reversed(s)) for b in base for s in inner}
+                        if inner is not None and max(map(len, base)) == 0:
+                            return {s[::-1] for s in inner}
                     inner = self.strings(arg, scope)
-                    if inner is not None:
-                        return {b.join(s) for b in base for s in inner}
+                    if inner is not None and max(map(len, base)) == 0:
+                        return set(inner)
                 if base is not None and f.attr in ("lower", "upper", "strip", "lstrip", "rstrip", "title",
                                                    "casefold", "swapcase") and not node.args:
                     return {getattr(s, f.attr)() for s in base}
-                if base is not None and f.attr in ("replace", "removeprefix", "removesuffix", "format"):
-                    args = [self.strings(a, scope) for a in node.args]
-                    if all(a is not None and len(a) == 1 for a in args) and not node.keywords:
-                        try:
-                            return {getattr(s, f.attr)(*(next(iter(a)) for a in args)) for s in base}
-                        except (TypeError, ValueError, IndexError, KeyError):
-                            return None
+                if base is not None and f.attr in ("replace", "removeprefix", "removesuffix"):
+                    args = [next(iter(a)) if a is not None and len(a) == 1 else None
+                            for a in (self.strings(x, scope) for x in node.args)]
+                    if None in args or node.keywords or not 1 <= len(args) <= 2:
+                        return None
+                    if f.attr == "replace" and (len(args) != 2 or any(
+                            len(s) + s.count(args[0]) * max(0, len(args[1]) - len(args[0])) > MAX_STRING
+                            for s in base) or not args[0]):
+                        return None
+                    return {getattr(s, f.attr)(*args) for s in base}
             if isinstance(f, ast.Name) and f.id == "chr" and len(node.args) == 1 \
                     and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, int):
                 try:
@@ -505,6 +518,9 @@ class _Analysis:
         """Every value an expression may have (over-approximated: a call may return its arguments)."""
         if node is None:
             return set()
+        self.steps += 1
+        if self.steps > MAX_STEPS:
+            raise _TooComplex()
         s = self.strings(node, scope) if isinstance(node, (ast.Constant, ast.BinOp, ast.JoinedStr, ast.Call,
                                                             ast.Subscript)) else None
         if s is not None:
@@ -677,6 +693,9 @@ class _Analysis:
     def returns(self, def_id: int, scope) -> set:
         """What a notebook function may return (its `return` values and a lambda's body)."""
         d = self.defs[def_id]
+        key = (def_id, id(scope.root()))
+        if key in self._returned:
+            return self._returned[key]
         if def_id in self._returning:
             return set()
         self._returning.add(def_id)
@@ -689,7 +708,9 @@ class _Analysis:
                 if isinstance(n, ast.Return) and n.value is not None:
                     out |= self.value(n.value, inner)
             # function objects it hands out; what it computes with the library is found in its body
-            return {v for v in out if v[0] in ("def", "dyn", "mod") or v[0] == "lib" and not v[1].endswith(")")}
+            out = {v for v in out if v[0] in ("def", "dyn", "mod") or v[0] == "lib" and not v[1].endswith(")")}
+            self._returned[key] = out
+            return out
         finally:
             self._returning.discard(def_id)
 
@@ -699,12 +720,12 @@ class _Analysis:
     def run_text(self, text: str, scope, expression: bool = False) -> set:
         try:
             tree = ast.parse(textwrap.dedent(text), mode="eval" if expression else "exec")
-        except SyntaxError:
+        except (SyntaxError, ValueError):
             try:
                 tree = ast.parse(textwrap.dedent(text))
                 expression = False
-            except SyntaxError:
-                return set()
+            except (SyntaxError, ValueError):
+                return {("dyn", "code run with exec/eval that does not parse")}
         if expression:
             return self.value(tree.body, scope)
         for stmt in tree.body:
@@ -834,9 +855,13 @@ class _Analysis:
     def function_scope(self, def_id: int, root) -> "_Scope":
         """The names inside a notebook function: its parameters (defaults evaluated), and every
         name assigned anywhere in its body (flow-insensitive, nested functions included)."""
+        key = (def_id, id(root))
+        if key in self._scopes:
+            return self._scopes[key]
         d = self.defs[def_id]
         genv = root if d.module is None else _Scope(self.modules.get(d.module, {}), d.module)
         scope = _Scope({}, d.module, parent=genv)
+        self._scopes[key] = scope   # a recursive function sees its scope as it is being built
         node = d.node
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             a = node.args
@@ -1055,10 +1080,13 @@ def _load_modules(analysis: _Analysis) -> None:
         analysis.modules[name] = scope.vars
         try:
             tree = ast.parse(text)
-        except SyntaxError:
+        except (SyntaxError, RecursionError, MemoryError, ValueError):
             continue
         for s in tree.body:
-            analysis.stmt(s, scope)
+            try:
+                analysis.stmt(s, scope)
+            except (RecursionError, _TooComplex):
+                break
 
 
 def _function_body_lines(node) -> list[str]:
@@ -1142,11 +1170,17 @@ def review_notes(assignment: str, notebook, notebook_name: str | None = None,
                 notes.append(f"{gid}: the cell does not parse ({e.msg}, line {e.lineno}); "
                              "the answer-key check could not read it")
             continue
+        except (RecursionError, MemoryError, ValueError):
+            notes.append(f"{gid or 'a cell'}: a cell too deeply nested for Python's parser; the answer-key "
+                         "check could not read it: review the graded functions by hand")
+            continue
         for stmt in tree.body:
             try:
                 analysis.stmt(stmt, root)
-            except RecursionError:
-                notes.append(f"{gid or 'a cell'}: code too deeply nested for the answer-key check")
+            except (RecursionError, _TooComplex):
+                notes.append(f"{gid or 'a cell'}: code too deeply nested or too large for the answer-key "
+                             "check; review the graded functions by hand")
+                analysis.steps = 0
     final = root.snapshot()
     owners: dict[str, set] = {}   # library target -> graded functions whose task lists it
     for t in tasks:
@@ -1160,7 +1194,14 @@ def review_notes(assignment: str, notebook, notebook_name: str | None = None,
         targets = {l.target: l for l in t.library + ANYWHERE}
         found: dict[str, tuple] = {}
         dynamic: dict[str, tuple] = {}
-        for what, chain in analysis.reached(fn_values, env):
+        analysis.steps = 0
+        try:
+            reached = list(analysis.reached(fn_values, env))
+        except (RecursionError, _TooComplex):
+            notes.append(f"{t.grade_id}: {t.function} is too deeply nested or too large for the answer-key "
+                         "check; review it by hand")
+            reached = []
+        for what, chain in reached:
             if isinstance(what, tuple):
                 dynamic.setdefault(what[1], chain)
                 continue
@@ -1199,7 +1240,11 @@ def review_notes(assignment: str, notebook, notebook_name: str | None = None,
                          f"it; review it (library functions that do this task: {libs})")
         for v in fn_values:
             if v[0] == "def":
-                for target in _copied_from(analysis.defs[v[1]].node, lib, [l.target for l in t.library]):
+                try:
+                    copied = _copied_from(analysis.defs[v[1]].node, lib, [l.target for l in t.library])
+                except RecursionError:
+                    copied = []
+                for target in copied:
                     notes.append(f"{t.grade_id}: {t.function} repeats the body of {target}, "
                                  f"which {targets[target].does}")
     return list(dict.fromkeys(notes))

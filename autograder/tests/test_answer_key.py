@@ -501,3 +501,28 @@ MORE_EVASIONS = {
 @pytest.mark.parametrize("case", sorted(MORE_EVASIONS))
 def test_more_ways_of_hiding_the_call_are_noted(case):
     one_note(notes_for("lab11", *MORE_EVASIONS[case]), T1A, "llmrl.")
+
+
+def test_a_notebook_built_to_exhaust_the_check_ends_in_a_note_quickly():
+    import time
+
+    chain = ["import llmrl.sampling as s", "def f0(a):\n    return s.gather_logprobs(a, a)"]
+    chain += [f"def f{i}(a):\n    return f{i - 1}(a) + f{i - 1}(a) + f{i - 1}(a)" for i in range(1, 40)]
+    chain.append((T1A, SIG + "    return f39(logits)"))
+    start = time.monotonic()
+    one_note(notes_for("lab11", *chain), T1A, "llmrl.sampling.gather_logprobs")  # memoized: linear, not 3^40
+    deep = "x = " + "(" * 5000 + "1" + ")" * 5000
+    notes = notes_for("lab11", "y = " + " + ".join(["'a'"] * 3000), (T1A, SIG + "    " + "[" * 200 + "]" * 200))
+    assert time.monotonic() - start < 30
+    assert isinstance(notes, list) and isinstance(notes_for("lab11", deep), list)
+
+
+def test_string_folding_cannot_be_made_to_build_huge_strings():
+    import time
+
+    doubling = ["s0 = 'ab'"] + [f"s{i} = s{i - 1} + s{i - 1}" for i in range(1, 80)]
+    start = time.monotonic()
+    notes = notes_for("lab11", *doubling, "r = 'a' * 10\nq = 'aaaaaaaaaa'.replace('a', 'bbbbbbbbbbbbbbbbbbbb')",
+                      "w = '{:>999999999}'.format('x')", (T1A, SIG + "    return getattr(s, s79)(1)"))
+    assert time.monotonic() - start < 10
+    assert isinstance(notes, list)
