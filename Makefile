@@ -23,7 +23,7 @@ export PATH := $(BIN):$(PATH)
 unexport NBGRADER_EXECUTION
 
 .PHONY: help venv build execute release validate submissions autograde scores nbval \
-        test test-lib test-pipeline test-fast browser warm demo lab clean distclean
+        test test-lib test-pipeline test-fast test-kit student-kit browser warm demo lab clean distclean
 
 help:
 	@echo "make demo        environment, build, execute, release, grade the sample submissions"
@@ -39,6 +39,8 @@ help:
 	@echo "make grade-all   grade submitted/ in parallel (sandboxed), merge into gradebook.db, CSV, feedback"
 	@echo "make corpus      grade the submission corpus (autograder/corpus) and print entry, expected, got"
 	@echo "make browser     the labs in a real JupyterLab in chromium (screenshots in artifacts/browser/)"
+	@echo "make student-kit what a student receives: build/student-kit/ (notebooks, library wheel, setup.sh)"
+	@echo "make test-kit    install the student kit into a new venv outside the repository and run it"
 	@echo "make lab         JupyterLab on this folder"
 	@echo "make clean       remove grading output, plots and caches (keeps .venv)"
 	@echo "Restrict to one assignment with A=lab11 (build, execute, release, validate, autograde, nbval)."
@@ -90,18 +92,29 @@ test-lib: $(STAMP)
 test-pipeline: $(STAMP)
 	$(PYTEST) -q autograder/tests
 
+# The student kit (autograder/student_kit.py): release notebooks, the library as a wheel, pinned
+# requirements, a student README, setup.sh and lab.sh, as a folder and archives under build/.
+student-kit: $(STAMP)
+	$(PY) autograder/student_kit.py
+
+# Installs the kit into a new virtual environment outside the repository (pip; about a minute on a
+# quiet machine), runs each notebook to its first task there and opens JupyterLab with lab.sh.
+test-kit: $(STAMP)
+	LLMRL_KIT_TESTS=1 $(PYTEST) -q autograder/tests/kit
+
 # Build the cached models once (TinyLM's SFT checkpoints, hw4's character model) before jobs that
 # would otherwise each train them at the same time on a fresh machine.
 warm: $(STAMP)
 	$(PY) -m llmrl.cache
 
-# The four independent checks share the 2 cores, two at a time, longest first: with -j2 make starts
+# The independent checks share the 2 cores, two at a time, longest first: with -j2 make starts
 # the goals in the order given. On the 2-core CI machine (one submission, 2026-11-29) they took
 # pipeline 11.3 min, library 5.8, nbval 5.1 and validate about 3 when run as a chain next to nbval
-# (21 min in all); this order keeps both cores busy. -k: one failing check does not hide the others.
+# (21 min in all); the student kit (about 1.5 min here) goes last, beside the end of the pipeline.
+# -k: one failing check does not hide the others.
 test: $(STAMP)
 	@$(MAKE) --no-print-directory warm
-	@$(MAKE) --no-print-directory -j2 -k --output-sync=target test-pipeline test-lib nbval validate
+	@$(MAKE) --no-print-directory -j2 -k --output-sync=target test-pipeline test-lib nbval validate test-kit
 	@$(MAKE) --no-print-directory browser
 	@echo "make test: all checks passed"
 
