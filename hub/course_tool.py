@@ -50,8 +50,10 @@ def prepare(assignments: list[str], students: list[str]) -> None:
         course.record_assignment(a, COURSE, failure=f"nbgrader generate_assignment {a} failed")
         print(f"generated release/{a}/ and recorded {a} in gradebook.db")
     with Gradebook(f"sqlite:///{COURSE / 'gradebook.db'}") as gb:
-        for s in students:
-            gb.update_or_create_student(s)
+        known = {x.id: x for x in gb.students}
+        for s in students:  # the account as the name until a class list is imported (nbgrader db student import)
+            if s not in known or not known[s].last_name:
+                gb.update_or_create_student(s, last_name=s, first_name="")
     if students:
         print(f"students in gradebook.db: {', '.join(students)}")
 
