@@ -71,16 +71,11 @@ class HubAPI(Client):
         return self.request("POST", f"/hub/api/users/{name}/tokens", {"note": note, "expires_in": 3600})["token"]
 
 
+@dataclass
 class UserServer(Client):
     """One user's single-user server (/user/<name>/) with that user's own token."""
 
     name: str = ""
-
-    @classmethod
-    def of(cls, base: str, name: str, token: str) -> "UserServer":
-        s = cls(base, token)
-        s.name = name
-        return s
 
     @property
     def prefix(self) -> str:
@@ -130,16 +125,11 @@ class UserServer(Client):
         return [e["name"] for e in self.request("GET", f"{self.prefix}/api/contents/{urllib.parse.quote(path)}")["content"]]
 
 
+@dataclass
 class Formgrader(Client):
     """The course service's formgrader API (/services/<course>/formgrader/api) with a grader's token."""
 
     course: str = ""
-
-    @classmethod
-    def of(cls, base: str, course: str, token: str) -> "Formgrader":
-        f = cls(base, token)
-        f.course = course
-        return f
 
     @property
     def prefix(self) -> str:

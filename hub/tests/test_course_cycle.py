@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from common import ARTIFACTS, INSTRUCTOR, REPO
-from hubclient import Formgrader, HTTPFailure, UserServer
+from hubclient import Formgrader, UserServer
 
 from hub import deploy
 
@@ -104,9 +104,9 @@ def fill(nb: dict, code: dict[str, str], written: dict[str, str]) -> dict:
     return nb
 
 
-SNOOP = f'''# a curious student: what can my code see while the instructor's grader runs it?
+SNOOP = '''# a curious student: what can my code see while the instructor's grader runs it?
 import os
-for _p in {{paths!r}}:
+for _p in {paths!r}:
     try:
         os.listdir(_p) if os.path.isdir(_p) else open(_p, "rb").read(1)
         print("SEEN", _p)
@@ -161,8 +161,8 @@ def test_course_cycle_three_students(course_hub, timings):
 
     with step(timings, "servers started (3 students, formgrader service)"):
         tokens = {n: hubapi.new_token(n) for n in (INSTRUCTOR, S1, S2, S3)}
-        users = {n: UserServer.of(course_hub.url, n, tokens[n]) for n in (S1, S2, S3)}
-        fg = Formgrader.of(course_hub.url, COURSE, tokens[INSTRUCTOR])
+        users = {n: UserServer(course_hub.url, tokens[n], n) for n in (S1, S2, S3)}
+        fg = Formgrader(course_hub.url, tokens[INSTRUCTOR], COURSE)
         for u in users.values():
             u.start()
         with ThreadPoolExecutor(4) as pool:
