@@ -200,7 +200,7 @@ def test_course_cycle_three_students(course_hub, timings):
     written = {g: f"My answer to {g}: the estimator's mean is the KL (a student's words)." for g in solutions
                if g.startswith("report_")}
     snoop_paths = [str(course_dir / "gradebook.db"), str(course_dir / "submitted"),
-                   str(course_dir / "source" / A / f"{NB}.ipynb"), str(inbound), str(feedback_out),
+                   str(course_dir / "source" / A / f"{NB}.ipynb"), str(inbound),
                    str(REPO / "source" / A / f"{NB}.ipynb"), str(deploy.home_of(S1))]
     mistaken = fill(release_nb, dict(code, **{MISTAKE_TASK: MISTAKE}), written)
     mistaken["cells"].append({"cell_type": "code", "metadata": {}, "source": SNOOP.format(paths=snoop_paths),
@@ -235,18 +235,23 @@ def test_course_cycle_three_students(course_hub, timings):
                                                          if _meta(c).get("grade_id") == "task1_per_token_logprobs"))
 
     # What a student's account can read: not the inbound (nor anything in it: names are random),
-    # nor the released feedback folder, nor the course folder, nor another student's home.
+    # nor the course folder, nor another student's home, nor the repository's instructor files
+    # (the released feedback folder is checked once it exists, below).
     ts_name = f"{S1}+{A}+{second_ts}"
-    checks = [("list", str(inbound)), ("list", str(feedback_out)), ("read", str(inbound / ts_name / f"{NB}.ipynb")),
+    checks = [("list", str(inbound)), ("read", str(inbound / ts_name / f"{NB}.ipynb")),
               ("list", str(course_dir)), ("read", str(submitted / S1 / A / f"{NB}.ipynb")),
               ("read", str(course_dir / "gradebook.db")), ("read", str(course_dir / "source" / A / f"{NB}.ipynb")),
               ("list", str(deploy.home_of(S1))), ("read", str(deploy.home_of(S1) / A / f"{NB}.ipynb")),
               ("read", str(REPO / "source" / A / f"{NB}.ipynb")), ("list", str(REPO / "autograder")),
               ("read", str(deploy.home_of(S2) / A / f"{NB}.ipynb"))]
+    for _, p in checks:
+        assert Path(p).exists() or "+" in p, f"probe of a path that does not exist: {p}"
     seen = probe_as(cfg, S2, checks)
     own = f"read {deploy.home_of(S2) / A / f'{NB}.ipynb'}"
     assert seen.pop(own) == "ok", "the probe cannot even read the student's own notebook"
-    assert all(v in ("PermissionError", "FileNotFoundError") for v in seen.values()), seen
+    guessed = f"read {inbound / ts_name / f'{NB}.ipynb'}"  # the real name ends in a random string
+    assert seen.pop(guessed) == "FileNotFoundError", "a submission's folder can be found without its random name"
+    assert set(seen.values()) == {"PermissionError"}, seen
     assert probe_as(cfg, INSTRUCTOR, [("read", str(course_dir / "gradebook.db"))]) == \
         {f"read {course_dir / 'gradebook.db'}": "ok"}
 
@@ -272,6 +277,7 @@ def test_course_cycle_three_students(course_hub, timings):
     assert {s["id"] for s in fg.get("/students")} >= {S1, S2, S3}
 
     # The snooping cell ran inside the sandbox and saw none of the course's or the exchange's files.
+    assert all(Path(p).exists() for p in snoop_paths), "the snooping cell must look for things that exist"
     graded = json.loads((course_dir / "autograded" / S2 / A / f"{NB}.ipynb").read_text())
     snoop_out = "".join("".join(o.get("text", "")) for c in graded["cells"] if "a curious student" in _text(c)
                         for o in c.get("outputs", []))
@@ -320,6 +326,7 @@ def test_course_cycle_three_students(course_hub, timings):
     assert re.search(rf"Score:\s*{code_total - points['test_' + MISTAKE_TASK]:g}(\.0)?\s*/", fb2), \
         re.findall(r"Score:[^<]{0,40}", fb2)[:3]
     # s2 cannot read s1's feedback anywhere: not in s1's home, not by listing the exchange.
+    assert feedback_out.is_dir()
     seen = probe_as(cfg, S2, [("read", str(got[S1][0])), ("list", str(feedback_out))])
     assert set(seen.values()) == {"PermissionError"}, seen
 
