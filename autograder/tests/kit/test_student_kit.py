@@ -43,7 +43,9 @@ def _loadavg() -> str:
 def work(tmp_path_factory):
     d = tmp_path_factory.mktemp("student-kit")
     assert ROOT not in d.resolve().parents, "the test needs a folder outside the repository"
-    return d
+    yield d
+    # the environment is 1.2 GB and pytest keeps three runs' folders: keep the logs, not the venv
+    shutil.rmtree(d / "home" / student_kit.KIT_NAME / ".venv", ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
