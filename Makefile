@@ -23,7 +23,7 @@ export PATH := $(BIN):$(PATH)
 unexport NBGRADER_EXECUTION
 
 .PHONY: help venv build execute release validate submissions autograde scores nbval \
-        test test-lib test-pipeline test-fast browser warm demo lab clean distclean
+        test test-lib test-pipeline test-fast browser warm demo lab clean distclean catch-rates
 
 help:
 	@echo "make demo        environment, build, execute, release, grade the sample submissions"
@@ -38,6 +38,7 @@ help:
 	@echo "make nbval       strict nbval on the executed source notebooks"
 	@echo "make grade-all   grade submitted/ in parallel (sandboxed), merge into gradebook.db, CSV, feedback"
 	@echo "make corpus      grade the submission corpus (autograder/corpus) and print entry, expected, got"
+	@echo "make catch-rates how many corpus wrong answers the visible tests catch, and visible + hidden"
 	@echo "make browser     the labs in a real JupyterLab in chromium (screenshots in artifacts/browser/)"
 	@echo "make lab         JupyterLab on this folder"
 	@echo "make clean       remove grading output, plots and caches (keeps .venv)"
@@ -79,6 +80,10 @@ grade-all: $(STAMP)
 
 corpus: $(STAMP)
 	$(PY) autograder/corpus/_cli.py $(A)
+
+# How many corpus wrong answers the visible tests catch, and visible + hidden (no nbgrader: seconds).
+catch-rates: $(STAMP)
+	$(PY) autograder/catch_rates.py --messages $(A)
 
 nbval: $(STAMP)
 	$(PYTEST) -q --nbval --nbval-current-env --nbval-sanitize-with $(SANITIZE) $(NBVAL_PATHS)
