@@ -39,7 +39,8 @@
 # $\pi_\theta(y \mid x) = \prod_t \pi_\theta(y_t \mid x, y_{<t})$.
 # Every RL algorithm for language models in the coming chapters needs $\log \pi_\theta(y \mid x)$,
 # and that number is easy to get subtly wrong. In this lab you write the plumbing that computes it
-# and then use it to study temperature, KL estimators and the KL-regularized optimum.
+# and then use it to study temperature, three ways to estimate a KL from samples, and the best
+# policy under a KL penalty.
 #
 # Three experiments then run on your functions: temperature on a small trained model, KL estimates
 # against the exact KL, and the reward-KL frontier of a toy model small enough to enumerate.
@@ -707,7 +708,7 @@ plt.show()
 #
 # ## What you should see
 #
-# The handout's numbers next to yours (under autograding the experiments are shrunk, so the
+# The published numbers next to yours (under autograding the experiments are shrunk, so the
 # numbers differ).
 
 # %%
