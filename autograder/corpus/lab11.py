@@ -5,6 +5,8 @@ against); each loses its own task's test cell. Where a later task calls an earli
 builds on `tilted_optimum`), the spec says so and expects both to lose.
 """
 
+from textwrap import dedent
+
 from corpus import ROOT, Entry, delete, insert, set_points, solve, standard_entries, strip_metadata, test_source
 
 NB = "llm_as_policy"
@@ -74,6 +76,15 @@ REWRITTEN = [
 ]
 
 # ----------------------------------------------------------------------------- wrong answers (two per task)
+# A correct tilted_optimum, for the wrong answers whose mistake is in kl_objective (task 4's other half).
+TILTED_LOG_SPACE = '''
+def tilted_optimum(ref_probs, rewards, beta):
+    with np.errstate(divide="ignore"):
+        z = np.log(ref_probs) + rewards / beta
+    w = np.exp(z - z.max())
+    return w / w.sum()
+'''
+
 NO_SHIFT = solve(S1A, '''
     def response_logprobs(logits, tokens, prompt_len):
         logp = torch.log_softmax(logits[:, prompt_len:], dim=-1)   # scores each token with its own column
@@ -130,17 +141,11 @@ DIRECT_EXP = solve(S4, '''
         s = probs > 0
         return float(probs @ rewards - beta * np.sum(probs[s] * np.log(probs[s] / np.asarray(ref_probs)[s])))
 ''')
-NO_ZERO_LOG_ZERO = solve(S4, '''
-    def tilted_optimum(ref_probs, rewards, beta):
-        with np.errstate(divide="ignore"):
-            z = np.log(ref_probs) + rewards / beta
-        w = np.exp(z - z.max())
-        return w / w.sum()
-
+NO_ZERO_LOG_ZERO = solve(S4, TILTED_LOG_SPACE + dedent('''
     def kl_objective(probs, ref_probs, rewards, beta):
         probs = np.asarray(probs, float)
         return float(probs @ rewards - beta * np.sum(probs * np.log(probs / ref_probs)))   # 0 log 0 = nan
-''')
+'''))
 VALUES_NO_BETA = solve(S5, '''
     def token_level_optimum(first_probs, second_probs, rewards, beta):
         with np.errstate(divide="ignore"):
@@ -173,19 +178,13 @@ T0_DIVIDES = solve(S2, '''
         probs = torch.softmax(logits / temperature, dim=-1)         # T = 0: division by zero, nan
         return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 ''')
-KL_REVERSED = solve(S4, '''
-    def tilted_optimum(ref_probs, rewards, beta):
-        with np.errstate(divide="ignore"):
-            z = np.log(ref_probs) + rewards / beta
-        w = np.exp(z - z.max())
-        return w / w.sum()
-
+KL_REVERSED = solve(S4, TILTED_LOG_SPACE + dedent('''
     def kl_objective(probs, ref_probs, rewards, beta):
         probs, ref_probs = np.asarray(probs, float), np.asarray(ref_probs, float)
         s = ref_probs > 0
         kl = np.sum(ref_probs[s] * np.log(ref_probs[s] / np.maximum(probs[s], 1e-300)))   # KL(ref || pi)
         return float(probs @ rewards - beta * kl)
-''')
+'''))
 GREEDY_VALUES = solve(S5, '''
     def token_level_optimum(first_probs, second_probs, rewards, beta):
         with np.errstate(divide="ignore"):

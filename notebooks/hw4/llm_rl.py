@@ -821,9 +821,10 @@ plt.show()
 # %% [markdown] nbgrader={"grade": false, "grade_id": "rubric_report_q1_kl_estimator", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## Part 6: report
 #
-# Answer in a few sentences each, in your own words, citing your own plots and numbers.
+# Answer in a few sentences each, in your own words, citing your own plots and numbers. A person
+# grades these 13 points; the cell above each answer holds its question.
 #
-# **Question 1 (the KL estimator).** Why is $\hat k = e^{\Delta} - \Delta - 1$, with
+# **Question 1 (the KL estimator, 3 points).** Why is $\hat k = e^{\Delta} - \Delta - 1$, with
 # $\Delta = \log \pi_{\text{ref}}(y) - \log \pi_\theta(y)$ and $y \sim \pi_\theta$, an unbiased
 # estimate of $\mathrm{KL}(\pi_\theta \| \pi_{\text{ref}})$, and why is it never negative for a
 # single token? What would go wrong with the plain estimate $-\Delta$ as a penalty?
@@ -854,7 +855,7 @@ plt.show()
 # ### END SOLUTION
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "rubric_report_q2_order_and_bug", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Question 2 (implementation order and one bug).** In which order did you implement and test the
+# **Question 2 (implementation order and one bug, 2 points).** In which order did you implement and test the
 # eight functions, and why that order? Describe one bug you had (or one the tests caught), the
 # symptom you saw, and how you found it.
 #
@@ -880,7 +881,7 @@ plt.show()
 # ### END SOLUTION
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "rubric_report_q3_math_comparison", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Question 3 (the math comparison).** Compare GR-REINFORCE and GRPO on the math task: eval curves,
+# **Question 3 (the math comparison, 3 points).** Compare GR-REINFORCE and GRPO on the math task: eval curves,
 # rollout reward, KL and clip fraction. Which is more sample-efficient over these steps, and why?
 # What did each cost in time?
 #
@@ -907,7 +908,7 @@ plt.show()
 # ### END SOLUTION
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "rubric_report_q4_ablation", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Question 4 (the ablation).** Summarise your ablation: for each knob, which direction degraded the
+# **Question 4 (the ablation, 3 points).** Summarise your ablation: for each knob, which direction degraded the
 # run, at what value, and what the curves (reward, KL, clip fraction) showed when it did.
 #
 # <!-- BEGIN MARK SCHEME -->
@@ -935,7 +936,7 @@ plt.show()
 # ### END SOLUTION
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "rubric_report_q5_generations", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Question 5 (generations).** Quote one or two sampled completions from your runs, with their reward
+# **Question 5 (generations, 2 points).** Quote one or two sampled completions from your runs, with their reward
 # and advantage, that taught you something about the run (a reward hack, a format the policy
 # settled on, a group with zero advantage everywhere, ...). What did they show?
 #

@@ -29,8 +29,9 @@
 # > the test cell right below it (Shift+Enter on each); after every change, run both again. Task 5
 # > calls your Task 4, so do them in order. A failing test names the value it expected.
 # >
-# > **Done** means: every test cell prints `visible tests for task ... passed`, and the three
-# > experiments print numbers close to the ones in "What you should see" at the end. The grader
+# > **Done** means: every test cell prints `visible tests for task ... passed`, the check after
+# > each experiment says your numbers match the reference (if not, it names the task to look at),
+# > and the experiments print numbers close to the ones in "What you should see". The grader
 # > runs further tests in the same cells (the edge cases the text warns about: padding that holds
 # > `-inf`, very peaked logits, very small $\beta$), so a visible pass is necessary, not sufficient.
 #
@@ -57,7 +58,7 @@ import numpy as np
 import torch
 from IPython.display import display
 
-from llmrl import toylm
+from llmrl import live_checks, toylm
 from llmrl.checkpoints import load_checkpoint
 from llmrl.labs import lab11
 from llmrl.labs.lab11 import EXPECTED
@@ -632,12 +633,19 @@ assert _ps[0, 1] == 0 and np.all(np.isfinite(_ps))
 # %%
 sft_model = load_checkpoint("sft", progress=False)
 temperatures = (0.0, 1.0, 2.0) if grading_mode() else lab11.SWEEP_TEMPERATURES
-sweep = lab11.temperature_sweep(sft_model, temperatures, n_problems=20 if grading_mode() else 200,
-                                n_samples=8, seed=0, sampler=sample_with_temperature)
+SWEEP_ARGS = dict(n_problems=20 if grading_mode() else 200, n_samples=8, seed=0)
+sweep = lab11.temperature_sweep(sft_model, temperatures, sampler=sample_with_temperature, **SWEEP_ARGS)
 for T, acc, d in zip(sweep["temperature"], sweep["accuracy"], sweep["distinct_answers"]):
     print(f"T = {T:4.2f}: accuracy {acc:.3f}, distinct answers among 8: {d:.2f}")
 lab11.plot_temperature_sweep(sweep)
 plt.show()
+
+# %%
+# The same sweep with the course's reference sampler: a correct sampler may draw its tokens in
+# another order, so the accuracies may differ by sampling noise, and by no more.
+_ref = lab11.temperature_sweep(sft_model, temperatures, **SWEEP_ARGS)
+_ok = live_checks.compare_rates("Experiment 1, accuracy at each temperature", sweep["accuracy"], _ref["accuracy"],
+                                n=sweep["n_problems"] * sweep["n_samples"], task="Task 2 (`sample_with_temperature`)")
 
 # %% [markdown]
 # Greedy decoding is the model's single best guess and is right most often. Raising `T` spreads
@@ -657,16 +665,35 @@ plt.show()
 # errors), divided by the truth.
 
 # %%
-kl = lab11.kl_estimates(sft_model, lab11.KL_TEMPERATURES, n_problems=4 if grading_mode() else 16, n_samples=8,
-                        n_batches=2 if grading_mode() else 16, seed=0, sampler=sample_with_temperature,
-                        response_logprobs_fn=response_logprobs, sequence_logprob_fn=sequence_logprob,
-                        kl_estimators_fn=kl_estimators)
+KL_ARGS = dict(n_problems=4 if grading_mode() else 16, n_samples=8, n_batches=2 if grading_mode() else 16, seed=0,
+               sampler=sample_with_temperature)
+YOUR_KL_FUNCTIONS = dict(response_logprobs_fn=response_logprobs, sequence_logprob_fn=sequence_logprob,
+                         kl_estimators_fn=kl_estimators)
+kl = lab11.kl_estimates(sft_model, lab11.KL_TEMPERATURES, **KL_ARGS, **YOUR_KL_FUNCTIONS)
 for T, row in lab11.kl_checks(kl).items():
     print(f"T = {T:4.2f}: exact KL {row['exact']:.3f} nats per response | median batch / exact: "
           f"k1 {row['k1_ratio']:.2f}, k3 {row['k3_ratio']:.2f} | bars covering the truth: "
           f"k1 {row['k1_covers']:.0%}, k3 {row['k3_covers']:.0%}")
 lab11.plot_kl_estimates(kl)
 plt.show()
+
+# %%
+# The same batches (your sampler, same seeds) scored by the reference versions of Tasks 1a, 1b and
+# 3: every number must agree. If not, each of your three functions is tried alone to find the culprits.
+def _kl_numbers(**functions):
+    k = lab11.kl_estimates(sft_model, lab11.KL_TEMPERATURES, **KL_ARGS, **functions)
+    return np.concatenate([k["exact"], k["k1"], k["k2"], k["k3"]])
+
+
+_yours = np.concatenate([kl["exact"], kl["k1"], kl["k2"], kl["k3"]])
+_reference = _kl_numbers()
+if not live_checks.compare_exact("Experiment 2, the exact KL and k1, k2, k3", _yours, _reference,
+                                 task="Tasks 1a, 1b and 3", atol=1e-4):
+    _tasks = {"Task 1a (`response_logprobs`)": "response_logprobs_fn", "Task 1b (`sequence_logprob`)": "sequence_logprob_fn",
+              "Task 3 (`kl_estimators`)": "kl_estimators_fn"}
+    _culprits = live_checks.differing("Experiment 2", {t: {k: YOUR_KL_FUNCTIONS[k]} for t, k in _tasks.items()},
+                                      _kl_numbers, _reference)
+    print("  each of these changes the numbers on its own: " + (", ".join(_culprits) or "none alone (look at them together)"))
 
 # %% [markdown]
 # Above `T = 1`, k1 and k3 both sit on the exact value. At `T = 0.25` k1 is still fine, but k3 is
@@ -696,6 +723,14 @@ _peak = frontier["hack"]["peak"]
 print(f"hack: the true reward of pi* peaks at KL {_peak['kl_nats']:.2f} nats (beta = {_peak['beta']:.2f})")
 lab11.plot_frontier(frontier)
 plt.show()
+
+# %%
+# The frontier with the reference tilted_optimum: the same betas, so the same curves.
+_ref = lab11.frontier_data()
+_ok = live_checks.compare_exact("Experiment 3, reward and KL of pi* along the frontier",
+                                [frontier[n]["optimum"][k] for n in frontier for k in ("reward", "kl_nats")],
+                                [_ref[n]["optimum"][k] for n in _ref for k in ("reward", "kl_nats")],
+                                task="Task 4 (`tilted_optimum`)", atol=1e-6)
 
 # %% [markdown]
 # Temperature never reaches the frontier, and it cannot: $\pi^*$ maximises reward minus
