@@ -389,7 +389,7 @@ print("visible tests for task 4 passed")
 _mbs = list(iter_minibatches(_batch, 3, torch.Generator().manual_seed(3)))
 assert [len(m["ids"]) for m in _mbs] == [3, 3, 3, 1]
 assert sorted(torch.cat([m["ids"] for m in _mbs]).tolist()) == list(range(10)), "every row exactly once per pass"
-assert all(_aligned(m) for m in _mbs)
+assert all(_aligned(_mb) for _mb in _mbs), "size 3 with a generator: the fields of a minibatch must hold the same rows"
 # The same generator seed gives the same order; another seed another order.
 _order = lambda seed: [m["ids"].tolist() for m in iter_minibatches(_batch, 3, torch.Generator().manual_seed(seed))]
 assert _order(5) == _order(5), "the same generator seed gives the same order"
