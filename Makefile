@@ -24,7 +24,7 @@ unexport NBGRADER_EXECUTION
 
 .PHONY: help venv build execute release validate submissions autograde scores nbval \
         test test-lib test-pipeline test-fast test-kit student-kit browser chromium warm demo lab clean \
-        distclean hub hub-install hub-remove test-hub
+        distclean hub hub-install hub-remove test-hub catch-rates
 
 help:
 	@echo "make demo        environment, build, execute, release, grade the sample submissions"
@@ -39,6 +39,7 @@ help:
 	@echo "make nbval       strict nbval on the executed source notebooks"
 	@echo "make grade-all   grade submitted/ in parallel (sandboxed), merge into gradebook.db, CSV, feedback"
 	@echo "make corpus      grade the submission corpus (autograder/corpus) and print entry, expected, got"
+	@echo "make catch-rates how many corpus wrong answers the visible tests catch, and visible + hidden"
 	@echo "make browser     the labs in a real JupyterLab in chromium (screenshots in artifacts/browser/)"
 	@echo "make student-kit what a student receives: build/student-kit/ (notebooks, library wheel, setup.sh)"
 	@echo "make test-kit    install the student kit into a new venv outside the repository and run it"
@@ -85,6 +86,10 @@ grade-all: $(STAMP)
 
 corpus: $(STAMP)
 	$(PY) autograder/corpus/_cli.py $(A)
+
+# How many corpus wrong answers the visible tests catch, and visible + hidden (no nbgrader: seconds).
+catch-rates: $(STAMP)
+	$(PY) autograder/catch_rates.py --messages $(A)
 
 nbval: $(STAMP)
 	$(PYTEST) -q --nbval --nbval-current-env --nbval-sanitize-with $(SANITIZE) $(NBVAL_PATHS)

@@ -132,6 +132,19 @@ def test_argument_checks():
         lab19.sweep_run(REF, -1.0)
 
 
+def test_hacking_run_takes_a_reward_function():
+    """The notebook's "things to try" train against their own variant of the proxy."""
+    calls = []
+
+    def reward(responses, answers):
+        calls.append(len(responses))
+        return torch.tensor([float(len(r)) for r in responses])
+
+    run = lab19.hacking_run(0.0, reward=reward, steps=1, progress=False)
+    assert calls and calls[0] == 16 * 8, calls  # one step: 16 prompts x 8 samples scored by our function
+    assert lab19.as_series(run)["reward"][0] == pytest.approx(lab19.as_series(run)["response_length"][0], abs=1e-5)
+
+
 def test_expected_report_lists_both_numbers():
     text = lab19.expected_report({"gao_alpha": 1.07, "hack_peak_step": 120})
     assert "gao_alpha" in text and "1.070" in text and "1.1" in text and "hack_peak_step" in text

@@ -64,9 +64,12 @@ SERIES = ("sampled_accuracy", "reward", "shaped_reward", "response_length", "kl_
 
 # ----------------------------------------------------------------------------------- part 2
 
-def hacking_run(beta: float = 0.0, *, reward: str = "proxy", length_bonus: float = 0.1,
+def hacking_run(beta: float = 0.0, *, reward: str | Callable = "proxy", length_bonus: float = 0.1,
                 kl_reward_fn: Callable | None = None, progress: bool = True, **overrides):
     """RL from the SFT checkpoint against the proxy (or "gold") reward with KL coefficient ``beta``.
+
+    ``reward`` may also be a function (responses [N] str, answers [N] int) -> float tensor [N]
+    (the notebook's "things to try" pass their own variants of the proxy).
 
     ``kl_reward_fn`` (rewards [B], logprobs [B, R], ref_logprobs [B, R], mask [B, R], beta) -> [B]
     is the student's ``kl_penalized_rewards``; None uses the trainer's own (k1 summed over real
@@ -76,9 +79,12 @@ def hacking_run(beta: float = 0.0, *, reward: str = "proxy", length_bonus: float
     from ..trainer import RLConfig, rl_train
 
     beta = check_float("beta", beta, minimum=0.0)
-    if reward not in ("proxy", "gold"):
-        raise ValueError(f"reward must be 'proxy' or 'gold', got {reward!r}")
-    reward_fn = make_proxy_reward(length_bonus) if reward == "proxy" else exact_match
+    if callable(reward):
+        reward_fn = reward
+    elif reward not in ("proxy", "gold"):
+        raise ValueError(f"reward must be 'proxy', 'gold' or a reward function, got {reward!r}")
+    else:
+        reward_fn = make_proxy_reward(length_bonus) if reward == "proxy" else exact_match
     settings = {**HACK_SETTINGS, **overrides}
     policy = load_checkpoint("sft", progress=False)
     return rl_train(policy, RLConfig(kl_coef=beta, **settings), reward_fn=reward_fn,
@@ -292,14 +298,14 @@ def measured(reference: dict | None = None) -> dict:
 
 
 def expected_report(values: dict, keys=None) -> str:
-    """Lines "key: ours vs handout" for the keys of :data:`EXPECTED` present in ``values``."""
+    """Lines "key: ours vs published" for the keys of :data:`EXPECTED` present in ``values``."""
     lines = []
     for k in (keys or EXPECTED):
         if k not in values:
             continue
         ours, theirs = values[k], EXPECTED[k]
         fmt = (lambda v: f"{v:8.3f}") if isinstance(ours, float) else (lambda v: f"{v!s:>8}")
-        lines.append(f"{k:32s} ours {fmt(ours)}   handout {theirs!s:>8}")
+        lines.append(f"{k:32s} ours {fmt(ours)}   published {theirs!s:>8}")
     return "\n".join(lines)
 
 
