@@ -68,16 +68,21 @@ class PolicyBackend(Protocol):
         ...
 
 
-def completion_logits(backend, rollout: Rollout, reference: bool = False, grouped: bool = True) -> torch.Tensor:
-    """[B, R, V] logits that score a rollout's completion tokens (the shift done).
+def completion_logits(backend, rollout: Rollout, reference: bool = False) -> torch.Tensor:
+    """[B, R, V] logits that score a rollout's completion tokens (the shift done), its groups'
+    prompts encoded once where the backend can (TinyLM)."""
+    return completion_logits_of(backend, rollout.input_ids, rollout.attention_mask, rollout.prompt_len,
+                                rollout.group_size, reference)
 
-    Uses the backend's ``completion_logits`` when it has one (TinyLM: the prompt encoded once per
-    group), else slices its full-sequence ``logits``."""
+
+def completion_logits_of(backend, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int,
+                         group_size: int = 1, reference: bool = False) -> torch.Tensor:
+    """[B, R, V] logits scoring columns ``prompt_len``.. of ``input_ids`` [B, T]: the backend's own
+    ``completion_logits`` when it has one, else its full-sequence ``logits`` sliced."""
     own = getattr(backend, "completion_logits", None)
     if own is not None:
-        return own(rollout.input_ids, rollout.group_size if grouped else 1, reference, rollout.prompt_len)
-    full = backend.logits(rollout.input_ids, rollout.attention_mask, reference=reference)
-    return full[:, rollout.prompt_len - 1:-1]
+        return own(input_ids, group_size, reference, prompt_len)
+    return backend.logits(input_ids, attention_mask, reference=reference)[:, prompt_len - 1:-1]
 
 
 # ----------------------------------------------------------------------------- TinyLM
@@ -225,8 +230,8 @@ class TinyLMBackend:
         return [p for p in self.model.parameters() if p.requires_grad]
 
     def train(self, mode: bool = True) -> None:
-        if self.model.training != mode:  # walking the modules costs time on every step
-            self.model.train(mode)
+        """Nothing to switch: TinyLM has no dropout, so train and eval mode compute the same and the
+        model stays in eval mode (switching walks every module, a cost on every step)."""
 
     def state_dict(self) -> dict:
         return {k: v.detach().clone() for k, v in self.model.state_dict().items()}

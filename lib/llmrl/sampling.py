@@ -32,7 +32,8 @@ class Rollout:
     completion mask. completions: B decoded strings (no padding, no EOS). sample_logprobs [B, R]
     float or None: the log-prob of each chosen token under the untempered policy at sampling time
     (0 where masked). prompts: B prompt texts (each repeated G times); problems: what the task
-    served, one per row; answers: B reference answers (set from ``problems`` when it has them).
+    served, one per prompt; answers: B reference answers, one per row (from ``problems`` when it
+    has ``answers``).
     """
 
     input_ids: torch.Tensor
@@ -51,7 +52,7 @@ class Rollout:
         if self.completion_mask is None:
             self.completion_mask = self.attention_mask[:, self.prompt_len:].bool()
         if self.answers is None and self.problems is not None and hasattr(self.problems, "answers"):
-            self.answers = list(self.problems.answers)
+            self.answers = [a for a in self.problems.answers for _ in range(self.group_size)]
 
     # the names the labs read a rollout by
     @property
@@ -183,7 +184,7 @@ def generate(model, problems: Problems, group_size: int = 1, temperature: float 
     if sampler is not None and not callable(sampler):
         raise TypeError(f"sampler must be callable, got {type(sampler).__name__}")
     return addition_rollout(model, problems.prompt_tokens(), group_size, temperature, make_generator(generator),
-                            sampler=sampler, problems=problems.repeat(group_size) if group_size > 1 else problems)
+                            sampler=sampler, problems=problems)
 
 
 def addition_rollout(model, prompt: torch.Tensor, group_size: int, temperature: float,
