@@ -38,18 +38,23 @@ from .utils import check_fields, set_threads
 FORMAT_VERSION = 1
 
 
+def _field(default, doc: str):
+    """A dataclass field with its documentation (``dataclasses.fields(cfg)[i].metadata["doc"]``)."""
+    return field(default=default, metadata={"doc": doc})
+
+
 @dataclass(frozen=True)
 class ScheduleConfig:
     """A supervised run's schedule: ``steps`` of ``batch_size`` rows, AdamW at ``lr`` after a linear
     ``warmup``, cosine decay to ``min_lr_ratio * lr``; weight decay on the matrices only."""
 
-    steps: int = 1200
-    batch_size: int = 64
-    lr: float = 3e-3
-    warmup: int = 50
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.01
-    seed: int = 0
+    steps: int = _field(1200, "optimizer steps, one batch each")
+    batch_size: int = _field(64, "rows per batch")
+    lr: float = _field(3e-3, "peak learning rate, reached after the warmup")
+    warmup: int = _field(50, "steps of linear warmup from lr / warmup")
+    min_lr_ratio: float = _field(0.1, "the cosine decay ends at min_lr_ratio * lr on the last step")
+    weight_decay: float = _field(0.01, "AdamW's weight decay on the matrices (embeddings too), none on biases and norms")
+    seed: int = _field(0, "seeds the initial weights and the batches")
 
     def __post_init__(self):
         check_fields(self, ints={"steps": 1, "batch_size": 1, "warmup": 0, "seed": 0}, floats={"lr": 0.0})
