@@ -295,7 +295,7 @@ def minibatches(fields: dict, minibatch_size: int, generator: torch.Generator | 
 
 # ----------------------------------------------------------------------------- the step
 
-def collect(run: RLRun, step: int) -> Rollout:
+def collect(run: RLRun) -> Rollout:
     """Stage 1: problems from the task, ``group_size`` completions each from the policy (or the teacher)."""
     cfg = run.config
     problems = run.task.sample(cfg.n_prompts, run.generator)
@@ -353,64 +353,75 @@ def compute_advantages(run: RLRun, batch: StepBatch) -> torch.Tensor:
     return adv.reshape(-1)
 
 
-def update(run: RLRun, batch: StepBatch) -> dict[str, list]:
+def _minibatch_loss(run: RLRun, mb: dict, lp: torch.Tensor, logits: torch.Tensor, where: str):
+    """The policy loss of one minibatch (plus the KL term when kl_mode == "loss") and its statistics."""
+    cfg = run.config
+    lb = LossBatch(logprobs=lp, logits=logits, old_logprobs=mb["old_logprobs"], mask=mb["mask"],
+                   advantages=mb["advantages"], rewards=mb["rewards"], ref_logprobs=mb.get("ref_logprobs"),
+                   teacher_logprobs=mb.get("teacher_logprobs"), teacher_logits=mb.get("teacher_logits"),
+                   eps_low=cfg.eps_low, eps_high=cfg.eps_high, rare_prob=cfg.rare_prob)
+    res = run.loss_fn(lb)
+    loss, stats = res if isinstance(res, tuple) else (res, {})
+    if not isinstance(loss, torch.Tensor) or loss.ndim != 0:
+        raise ValueError("policy_loss_fn must return a scalar tensor (or (scalar, stats))")
+    if cfg.kl_coef > 0 and cfg.kl_mode == "loss":
+        loss = loss + cfg.kl_coef * token_mean(kl_estimate(lp, mb["ref_logprobs"], cfg.kl_estimator), mb["mask"])
+    if not torch.isfinite(loss):
+        raise FloatingPointError(f"the loss became {loss.item()} at {where} (check masks and log-probs)")
+    return loss, dict(stats or {})
+
+
+@torch.no_grad()
+def _minibatch_stats(run: RLRun, mb: dict, lp: torch.Tensor, logits: torch.Tensor, stats: dict, epoch: int,
+                     out: dict) -> None:
+    """Record one minibatch: the loss's statistics (the library's clip statistics when a clipped
+    loss reports none), the entropy of the first epoch, the hook's additions."""
+    cfg, m = run.config, mb["mask"]
+    if cfg.loss == "pg" and "clip_fraction" not in stats:
+        ratio = (lp.detach() - mb["old_logprobs"]).exp()
+        stats.update(clip_stats(ratio, mb["advantages"][:, None].expand_as(lp), m, mb["old_logprobs"],
+                                cfg.eps_low, cfg.eps_high, cfg.rare_prob))
+    if epoch == 0:  # the policy's entropy at the batch's states (token mean over the whole batch)
+        lsm = torch.log_softmax(logits.detach(), -1)
+        w = m.to(lsm.dtype)
+        out["entropy_sum"].append(((-(lsm.exp() * lsm).sum(-1)) * w).sum())
+        out["entropy_count"].append(w.sum())
+    if run.hooks.after_minibatch is not None:
+        stats.update(run.hooks.after_minibatch(epoch, stats) or {})
+    for k, v in stats.items():
+        out["stats"].setdefault(k, []).append(float(v))
+
+
+def update(run: RLRun, batch: StepBatch) -> dict:
     """Stage 4: ``epochs`` passes of minibatches, gradient accumulation, clipped optimizer steps.
 
-    Returns the statistics of every minibatch (lists) and the entropy sums of the first epoch."""
-    cfg, opt = run.config, run.optimizer
+    Returns every minibatch's loss and statistics, every optimizer step's gradient norm and the
+    first epoch's entropy sums."""
+    cfg, opt, accum = run.config, run.optimizer, run.config.grad_accum_steps
     fields = {"input_ids": batch.rollout.input_ids, "attention_mask": batch.rollout.attention_mask,
               "mask": batch.mask, "old_logprobs": batch.old_logprobs, "advantages": batch.advantages.detach(),
               "rewards": batch.shaped_rewards}
     for name in ("ref_logprobs", "teacher_logprobs", "teacher_logits"):
         if getattr(batch, name) is not None:
             fields[name] = getattr(batch, name)
-    kl_in_loss = cfg.kl_coef > 0 and cfg.kl_mode == "loss"
-    out = {"loss": [], "grad_norm": [], "stats": {}, "entropy": [None, None]}
+    out = {"loss": [], "grad_norm": [], "stats": {}, "entropy_sum": [], "entropy_count": []}
     set_mode = getattr(run.policy, "train", None)
     if callable(set_mode):
         set_mode(True)
     for epoch in range(cfg.epochs):
-        if run.minibatches is None:
+        if run.minibatches is None:  # the whole batch at once: the scorer may use its grouped layout
             mbs, whole = [fields], batch.rollout
         else:
             mbs, whole = list(run.minibatches(fields, run.generator)), None
         for i, mb in enumerate(mbs):
-            if i % cfg.grad_accum_steps == 0:  # the first minibatch of an optimizer step
+            if i % accum == 0:  # the first minibatch of an optimizer step
                 opt.zero_grad()
             lp, logits = run.scorer.forward(mb, whole)
-            m = mb["mask"]
-            lb = LossBatch(logprobs=lp, logits=logits, old_logprobs=mb["old_logprobs"], mask=m,
-                           advantages=mb["advantages"], rewards=mb["rewards"], ref_logprobs=mb.get("ref_logprobs"),
-                           teacher_logprobs=mb.get("teacher_logprobs"), teacher_logits=mb.get("teacher_logits"),
-                           eps_low=cfg.eps_low, eps_high=cfg.eps_high, rare_prob=cfg.rare_prob)
-            res = run.loss_fn(lb)
-            loss, stats = res if isinstance(res, tuple) else (res, {})
-            if not isinstance(loss, torch.Tensor) or loss.ndim != 0:
-                raise ValueError("policy_loss_fn must return a scalar tensor (or (scalar, stats))")
-            if kl_in_loss:
-                loss = loss + cfg.kl_coef * token_mean(kl_estimate(lp, mb["ref_logprobs"], cfg.kl_estimator), m)
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"the loss became {loss.item()} at step {batch.step}, epoch {epoch} "
-                                         f"(check masks and log-probs)")
-            opt.backward(loss / cfg.grad_accum_steps if cfg.grad_accum_steps > 1 else loss)
-            stats = dict(stats or {})
-            with torch.no_grad():
-                if cfg.loss == "pg" and "clip_fraction" not in stats:  # a loss that reports none gets the library's
-                    ratio = (lp.detach() - mb["old_logprobs"]).exp()
-                    stats.update(clip_stats(ratio, mb["advantages"][:, None].expand_as(lp), m, mb["old_logprobs"],
-                                            cfg.eps_low, cfg.eps_high, cfg.rare_prob))
-                if epoch == 0:
-                    lsm = torch.log_softmax(logits.detach(), -1)
-                    w = m.to(lsm.dtype)
-                    ent = ((-(lsm.exp() * lsm).sum(-1)) * w).sum()
-                    e_sum, e_cnt = out["entropy"]
-                    out["entropy"] = [ent if e_sum is None else e_sum + ent, w.sum() if e_cnt is None else e_cnt + w.sum()]
-            if run.hooks.after_minibatch is not None:
-                stats.update(run.hooks.after_minibatch(epoch, stats) or {})
+            loss, stats = _minibatch_loss(run, mb, lp, logits, f"step {batch.step}, epoch {epoch}")
+            opt.backward(loss / accum if accum > 1 else loss)
             out["loss"].append(loss.item())
-            for k, v in stats.items():
-                out["stats"].setdefault(k, []).append(float(v))
-            if (i + 1) % cfg.grad_accum_steps == 0 or i == len(mbs) - 1:
+            _minibatch_stats(run, mb, lp, logits, stats, epoch, out)
+            if (i + 1) % accum == 0 or i == len(mbs) - 1:
                 out["grad_norm"].append(opt.step(cfg.max_grad_norm))
     if callable(set_mode):
         set_mode(False)
@@ -427,7 +438,6 @@ def step_metrics(run: RLRun, batch: StepBatch, upd: dict) -> dict:
     with nothing to measure in this step is None."""
     G = run.config.group_size
     r, mask, adv = batch.rewards, batch.mask, batch.advantages
-    e_sum, e_cnt = upd["entropy"]
     rec = {
         "step": batch.step,
         "reward_mean": float(r.mean()),
@@ -437,7 +447,7 @@ def step_metrics(run: RLRun, batch: StepBatch, upd: dict) -> dict:
         "sampled_accuracy": float(batch.correct.float().mean()),
         "completion_chars_mean": float(batch.rollout.lengths.mean()),
         "completion_tokens_mean": float(mask.sum(1).float().mean()),
-        "entropy_token_mean_nats": float(e_sum / e_cnt.clamp(min=1)),
+        "entropy_token_mean_nats": float(sum(upd["entropy_sum"]) / sum(upd["entropy_count"]).clamp(min=1)),
         "loss_mean": float(np.mean(upd["loss"])),
         "grad_norm_mean": float(np.mean(upd["grad_norm"])),
         "advantage_abs_mean": float(adv.abs().mean()),
@@ -461,7 +471,7 @@ def rl_step(run: RLRun) -> tuple[dict, StepBatch]:
     """One RL step of ``run`` (its ``step`` counter advances): collect, score, advantages, update,
     metrics. Returns (the step's record, the scored batch)."""
     run.step += 1
-    rollout = collect(run, run.step)
+    rollout = collect(run)
     batch = score(run, run.step, rollout)
     batch.advantages = compute_advantages(run, batch)
     upd = update(run, batch)
