@@ -139,17 +139,30 @@ def main(argv=None) -> int:
     if args.command == "train":
         cfg = config_from_args(args)
         run_dir = Path(args.run_dir or f"artifacts/hw4/runs/{cfg.task}-{cfg.algo}-seed{cfg.seed}")
-        from .trainer import train
-        t0 = time.perf_counter()
+        from .. import distributed
+        from .trainer import data_parallel_config, train
+        group = distributed.process_group()  # torchrun / accelerate launch: the processes of one run
         try:
-            res = train(cfg, impl, run_dir=run_dir, resume=not args.fresh, progress=not args.no_progress)
+            try:
+                cfg = data_parallel_config(cfg, group)
+            except ValueError as e:
+                raise SystemExit(f"train: {e}") from None
+            if group.active and group.is_main:
+                print(f"{group.world_size} processes ({group.device.type}): shares={cfg.shares}, each process "
+                      f"samples {cfg.n_prompts // group.world_size} of the {cfg.n_prompts} prompts of every step",
+                      flush=True)
+            t0 = time.perf_counter()
+            res = train(cfg, impl, run_dir=run_dir, resume=not args.fresh, progress=not args.no_progress, group=group)
         except NotImplementedError:
             raise SystemExit(f"{impl.source}: a required function still raises NotImplementedError; "
                              f"complete the notebook's tasks first") from None
+        finally:
+            distributed.shutdown()
         first = next(r for r in res.records if "eval_exact_match" in r)
-        print(f"{cfg.task} {cfg.algo}: {cfg.steps} steps in {time.perf_counter() - t0:.1f} s; eval exact match "
-              f"{first['eval_exact_match']:.3f} -> {res.final('eval_exact_match'):.3f}; final rollout reward "
-              f"{res.final('reward_mean'):.3f}; logs in {run_dir}")
+        if group.is_main:
+            print(f"{cfg.task} {cfg.algo}: {cfg.steps} steps in {time.perf_counter() - t0:.1f} s; eval exact match "
+                  f"{first['eval_exact_match']:.3f} -> {res.final('eval_exact_match'):.3f}; final rollout reward "
+                  f"{res.final('reward_mean'):.3f}; logs in {run_dir}")
         return 0
     if args.command == "sweep":
         from .ablation import AXES, plot_sweep, sweep
