@@ -165,10 +165,14 @@ def process_group(backend: str | None = None) -> Group:
     return Group(dist.get_rank(), dist.get_world_size(), local_rank, device)
 
 
-def shutdown() -> None:
-    """Leave the process group (at the end of a launched command)."""
+def shutdown(wait: bool = True) -> None:
+    """Leave the process group at the end of a launched command; with ``wait``, after every process
+    got there (so the first one, which hosts the rendezvous store, is not gone while another still
+    talks to it). After an error, ``wait=False``: the other processes may never arrive."""
     import torch.distributed as dist
     if dist.is_available() and dist.is_initialized():
+        if wait:
+            dist.barrier()
         dist.destroy_process_group()
 
 

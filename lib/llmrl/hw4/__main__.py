@@ -154,10 +154,13 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             res = train(cfg, impl, run_dir=run_dir, resume=not args.fresh, progress=not args.no_progress, group=group)
         except NotImplementedError:
+            distributed.shutdown(wait=False)
             raise SystemExit(f"{impl.source}: a required function still raises NotImplementedError; "
                              f"complete the notebook's tasks first") from None
-        finally:
-            distributed.shutdown()
+        except BaseException:
+            distributed.shutdown(wait=False)
+            raise
+        distributed.shutdown()
         first = next(r for r in res.records if "eval_exact_match" in r)
         if group.is_main:
             print(f"{cfg.task} {cfg.algo}: {cfg.steps} steps in {time.perf_counter() - t0:.1f} s; eval exact match "

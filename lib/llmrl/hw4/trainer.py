@@ -364,7 +364,11 @@ def data_parallel_config(cfg: HW4Config, group: Group) -> HW4Config:
     if not group.active:
         return cfg
     if cfg.shares == 1:
-        cfg = replace(cfg, shares=group.world_size)
+        try:
+            cfg = replace(cfg, shares=group.world_size)
+        except ValueError as e:
+            raise ValueError(f"on {group.world_size} processes each process holds one share of every batch: {e}") \
+                from None
     if cfg.shares % group.world_size:
         raise ValueError(f"shares={cfg.shares} cannot be split over {group.world_size} processes: use a multiple "
                          f"of {group.world_size} (or shares=1: one share per process)")
