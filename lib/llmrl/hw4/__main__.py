@@ -6,7 +6,9 @@
     python -m llmrl.hw4 train --task math_toy --algo reinforce
 
 ``--impl PATH.ipynb`` runs them on your own functions (default: the course's reference). Rerunning a
-command continues an interrupted run from its last checkpoint; ``--fresh`` starts over.
+command continues an interrupted run from its last checkpoint; ``--fresh`` starts over. On several
+processes: ``torchrun --nproc_per_node 2 -m llmrl.hw4 train ...`` or ``accelerate launch
+--config_file configs/accelerate/ddp.yaml --num_processes 2 -m llmrl.hw4 train ...`` (docs/hw4_gpu.md).
 ``python -m llmrl.hw4 sweep`` runs the ablation study; ``python -m llmrl.hw4 pretrain`` builds the
 character model's cache. ``python -m llmrl.hw4 export-trl --task format_copy --algo grpo`` runs the same
 configuration with TRL's GRPOTrainer (docs/hw4_trl.md; ``--dry-run`` prints the mapped settings only).

@@ -21,6 +21,11 @@ with rewards and advantages in ``run_dir/generations.jsonl``; greedy eval on the
 set at step 0 and every ``eval_every`` steps; a checkpoint every ``ckpt_every`` steps, from which
 a rerun of the same command resumes (the log is cut back to the checkpoint, so no step appears
 twice and none is lost); WandB (offline by default) when ``wandb=True``.
+
+Started by ``torchrun`` or ``accelerate launch`` the run is data-parallel: each process samples
+and trains on its shares of every batch, gradients are averaged before clipping, the first process
+writes the files (:mod:`llmrl.distributed`, docs/hw4_gpu.md). ``shares`` fixes the numbers, so a
+1-process run with ``shares=2`` reproduces a 2-process run.
 """
 
 from __future__ import annotations
