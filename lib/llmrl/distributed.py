@@ -1,9 +1,10 @@
 """Data-parallel RL steps: several processes, each with its share of every batch (torch.distributed).
 
 A run launched by ``torchrun --nproc_per_node N`` or ``accelerate launch`` (which starts the
-processes through torchrun) finds its place in the environment (``RANK``, ``WORLD_SIZE``,
-``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT``); :func:`process_group` joins the processes
-(gloo on CPUs, nccl on GPUs). The RL step itself (:func:`llmrl.trainer.rl_step`) is not changed:
+processes through torchrun, or through mpirun for ``distributed_type: MULTI_CPU`` with
+``--mpirun_hostfile``) finds its place in the environment (``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK`` or MPI's equivalents, ``MASTER_ADDR``/``MASTER_PORT``); :func:`process_group` joins
+the processes (gloo on CPUs, nccl on GPUs). The RL step itself (:func:`llmrl.trainer.rl_step`) is not changed:
 a data-parallel run plugs these wrappers into its seams.
 
 **Shares.** A run's batch of ``n_prompts`` prompt groups is split into ``S`` shares of whole groups
@@ -131,36 +132,65 @@ class Group:
 SINGLE = Group()
 
 
+# where launchers put a process's place: torchrun / accelerate launch, then MPI (accelerate launch with
+# distributed_type MULTI_CPU and --mpirun_hostfile runs mpirun: Open MPI, Intel MPI / MPICH, MVAPICH)
+LAUNCH_ENV = {"world_size": ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_SIZE"),
+              "rank": ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "MV2_COMM_RANK"),
+              "local_rank": ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK")}
+
+
+def launch_env() -> dict:
+    """This process's ``world_size``, ``rank`` and ``local_rank`` as its launcher set them (each
+    from the first variable of :data:`LAUNCH_ENV` that is set; 1, 0, 0 without a launcher)."""
+    out = {}
+    for key, names in LAUNCH_ENV.items():
+        name = next((n for n in names if os.environ.get(n, "") != ""), None)
+        try:
+            out[key] = int(os.environ[name]) if name else (1 if key == "world_size" else 0)
+        except ValueError:
+            raise ValueError(f"{name} must be an integer, got {os.environ[name]!r}") from None
+    out["world_size"] = max(1, out["world_size"])
+    return out
+
+
 def launched_world_size() -> int:
-    """The number of processes the launcher started (``WORLD_SIZE``; 1 without a launcher)."""
-    try:
-        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
-    except ValueError:
-        raise ValueError(f"WORLD_SIZE must be an integer, got {os.environ.get('WORLD_SIZE')!r}") from None
+    """The number of processes the launcher started (1 without a launcher)."""
+    return launch_env()["world_size"]
 
 
 def process_group(backend: str | None = None) -> Group:
-    """This process's :class:`Group`: the single-process group, or, under ``torchrun`` /
-    ``accelerate launch`` (``WORLD_SIZE`` > 1), the processes joined through torch.distributed
-    (``backend``: gloo on the CPU, nccl when CUDA is available)."""
+    """This process's :class:`Group`: the single-process group, or, under ``torchrun``,
+    ``accelerate launch`` or ``mpirun`` (a world size > 1 in the environment, :func:`launch_env`),
+    the processes joined through torch.distributed (``backend``: gloo on the CPU, nccl when CUDA is
+    available; the rendezvous at ``MASTER_ADDR``:``MASTER_PORT``)."""
     import torch.distributed as dist
 
-    world = launched_world_size()
+    env = launch_env()
+    world = env["world_size"]
     if world == 1 and not (dist.is_available() and dist.is_initialized()):
+        if os.environ.get("ACCELERATE_USE_CPU", "").lower() == "true" and "MASTER_PORT" in os.environ:
+            # accelerate's simple launcher sets the rendezvous only when asked for several processes
+            raise RuntimeError("accelerate launch asked for several CPU processes but started one: with "
+                               "distributed_type MULTI_CPU (or --cpu) accelerate starts several only through "
+                               "mpirun (--mpirun_hostfile FILE, configs/accelerate/multi_cpu.yaml); without MPI use "
+                               "accelerate launch --config_file configs/accelerate/ddp.yaml or torchrun "
+                               "(docs/hw4_gpu.md)")
         return SINGLE
     if not dist.is_available():
-        raise RuntimeError("WORLD_SIZE > 1 but this torch build has no torch.distributed")
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        raise RuntimeError("the launcher started several processes but this torch build has no torch.distributed")
+    local_rank = env["local_rank"]
     if not dist.is_initialized():
-        missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+        missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+        if not any(os.environ.get(n, "") != "" for n in LAUNCH_ENV["rank"]):
+            missing.insert(0, "RANK")
         if missing:
-            raise RuntimeError(f"WORLD_SIZE={world} but {missing} are not set: start the processes with "
+            raise RuntimeError(f"a world size of {world} is set but {missing} are not: start the processes with "
                                f"torchrun --nproc_per_node {world} or accelerate launch (docs/hw4_gpu.md)")
         if backend is None:
             backend = "nccl" if torch.cuda.is_available() else "gloo"
         if backend == "nccl":
             torch.cuda.set_device(local_rank)
-        dist.init_process_group(backend)
+        dist.init_process_group(backend, rank=env["rank"], world_size=world)
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
     return Group(dist.get_rank(), dist.get_world_size(), local_rank, device)
 

@@ -83,13 +83,46 @@ def test_shares_setting_and_launch_checks(monkeypatch):
     with pytest.raises(ValueError, match="DeepSpeed is for export-trl"):
         data_parallel_config(cfg, rank(0))
     monkeypatch.delenv("ACCELERATE_USE_DEEPSPEED")
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    for k in ("RANK", "MASTER_ADDR", "MASTER_PORT"):
-        monkeypatch.delenv(k, raising=False)
-    with pytest.raises(RuntimeError, match="torchrun --nproc_per_node 2"):
-        dp.process_group()
     with pytest.raises(ValueError, match="use a multiple of 2"):
         Shares(3, rank(0))
+
+
+def test_where_launchers_put_a_process(monkeypatch):
+    for names in dp.LAUNCH_ENV.values():
+        for n in names:
+            monkeypatch.delenv(n, raising=False)
+    for k in ("MASTER_ADDR", "MASTER_PORT", "ACCELERATE_USE_CPU"):
+        monkeypatch.delenv(k, raising=False)
+    assert dp.launch_env() == {"world_size": 1, "rank": 0, "local_rank": 0}
+    assert dp.process_group() is dp.SINGLE                        # no launcher: the 1-process run
+    # Open MPI, as accelerate launch's MULTI_CPU launcher runs it (mpirun with --mpirun_hostfile)
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "1")
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1")
+    assert dp.launch_env() == {"world_size": 2, "rank": 1, "local_rank": 1}
+    with pytest.raises(RuntimeError, match=r"\['MASTER_ADDR', 'MASTER_PORT'\] are not"):
+        dp.process_group()
+    for n in ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"):
+        monkeypatch.delenv(n)
+    monkeypatch.setenv("WORLD_SIZE", "2")                         # torchrun's variables, RANK missing
+    with pytest.raises(RuntimeError, match="torchrun --nproc_per_node 2"):
+        dp.process_group()
+    monkeypatch.setenv("WORLD_SIZE", "two")
+    with pytest.raises(ValueError, match="WORLD_SIZE must be an integer"):
+        dp.launch_env()
+    monkeypatch.delenv("WORLD_SIZE")
+    # accelerate launch --cpu --num_processes 2 (or MULTI_CPU without a hostfile) starts ONE process
+    # and sets the rendezvous: stop rather than train alone
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "True")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    with pytest.raises(RuntimeError, match="started one.*mpirun"):
+        dp.process_group()
+    pytest.importorskip("accelerate", reason="the hf extra is not installed (pip install -e '.[hf]')")
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    mpi = load_config_from_file(str(ROOT / "configs" / "accelerate" / "multi_cpu.yaml"))
+    assert mpi.distributed_type == "MULTI_CPU" and mpi.num_processes == 2
 
 
 # ----------------------------------------------------------------------------- collect: prompts and samples

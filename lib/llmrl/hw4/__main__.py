@@ -143,7 +143,10 @@ def main(argv=None) -> int:
         run_dir = Path(args.run_dir or f"artifacts/hw4/runs/{cfg.task}-{cfg.algo}-seed{cfg.seed}")
         from .. import distributed
         from .trainer import data_parallel_config, train
-        group = distributed.process_group()  # torchrun / accelerate launch: the processes of one run
+        try:
+            group = distributed.process_group()  # torchrun / accelerate launch / mpirun: the processes of one run
+        except RuntimeError as e:
+            raise SystemExit(f"train: {e}") from None
         try:
             try:
                 cfg = data_parallel_config(cfg, group)
