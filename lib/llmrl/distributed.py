@@ -210,7 +210,8 @@ def shutdown(wait: bool = True) -> None:
 
 def average_gradients(params: Sequence[torch.nn.Parameter], group: Group) -> None:
     """Replace each parameter's gradient by its mean over the processes (one all-reduce per dtype
-    and device). A parameter without a gradient takes part with zeros."""
+    and device, half-precision gradients summed in float32). A parameter without a gradient takes
+    part with zeros (so its optimizer state moves as the other processes' does)."""
     if not group.active:
         return
     buckets: dict = {}
@@ -218,8 +219,10 @@ def average_gradients(params: Sequence[torch.nn.Parameter], group: Group) -> Non
         if p.grad is None:
             p.grad = torch.zeros_like(p)
         buckets.setdefault((p.grad.device, p.grad.dtype), []).append(p.grad)
-    for grads in buckets.values():
+    for (_, dtype), grads in buckets.items():
         flat = torch.cat([g.reshape(-1) for g in grads])
+        if dtype in (torch.float16, torch.bfloat16):  # sum half-precision gradients in float32
+            flat = flat.float()
         group.all_reduce_(flat)
         flat.div_(group.world_size)
         offset = 0

@@ -436,7 +436,7 @@ def train(config: HW4Config, impl: Impl, *, run_dir=None, backend: PolicyBackend
         resuming = group.broadcast_object(bool(resume and state_path.exists()))
         state = None
         if resuming:
-            state = torch.load(state_path, weights_only=False)
+            state = torch.load(state_path, map_location="cpu", weights_only=False)  # not onto rank 0's GPU
             if state["key"] != cfg.key():
                 raise ValueError(f"run_dir {str(run_dir)!r} holds a run with a different configuration; "
                                  f"use another run_dir or resume=False (--fresh) to overwrite it")
