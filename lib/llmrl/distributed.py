@@ -24,7 +24,7 @@ gets is fixed by the run's settings alone, never by how many processes run it:
   the gradients before clipping, so the clip sees the gradient of the whole minibatch);
 * metrics: each process's record holds its shares' statistics; :func:`reduce_records` combines
   them (means of equal-sized shares, the batch's standard deviation, token-weighted entropy), per
-  minibatch for the loss's statistics (:func:`minibatch_stats_hook`).
+  minibatch for the loss's statistics (:class:`ReducingHooks`).
 
 So a 1-process run with ``S = 2`` draws the same prompts and samples, takes the same steps and
 logs the same numbers as a 2-process run (to float rounding: the gradient of a minibatch is a sum
@@ -504,25 +504,40 @@ def reduce_records(records: Sequence[dict]) -> dict:
     return out
 
 
-def minibatch_stats_hook(group: Group, inner: Callable | None = None) -> Callable:
-    """A :class:`llmrl.trainer.Hooks` ``after_minibatch``: each statistic of a minibatch becomes its
-    mean over the processes (so later means over minibatches match a 1-process run's)."""
+class ReducingHooks:
+    """The :class:`llmrl.trainer.Hooks` of a data-parallel run, around an experiment's own
+    (``inner``): ``after_minibatch`` keeps each minibatch's statistics; ``after_step`` gathers every
+    process's record and statistics (one collective per step), and replaces the record, in place,
+    by its reduction (:func:`reduce_records`), each loss statistic being the mean over minibatches
+    of its mean over the processes, as a 1-process run averages its shares' statistics per
+    minibatch. The run manager then logs the reduced record."""
 
-    def hook(epoch, stats):
-        mine = {**stats, **((inner(epoch, stats) or {}) if inner is not None else {})}
-        everyone = group.all_gather_objects({k: float(v) if v is not None else float("nan") for k, v in mine.items()})
-        return {k: _nanmean(o.get(k) for o in everyone) for k in dict.fromkeys(k for o in everyone for k in o)}
-    return hook
+    def __init__(self, group: Group, inner=None):
+        from .trainer import Hooks
+        self.group, self.inner = group, inner if inner is not None else Hooks()
+        self._stats: list[dict] = []
 
+    def hooks(self):
+        from .trainer import Hooks
+        return Hooks(after_score=self.inner.after_score, after_minibatch=self.after_minibatch,
+                     after_step=self.after_step)
 
-def record_hook(group: Group, inner: Callable | None = None) -> Callable:
-    """A :class:`llmrl.trainer.Hooks` ``after_step``: the step's record, reduced over the processes
-    (:func:`reduce_records`), in place, before the run manager logs it."""
+    def after_minibatch(self, epoch, stats):
+        extra = (self.inner.after_minibatch(epoch, stats) or {}) if self.inner.after_minibatch is not None else {}
+        self._stats.append({k: float("nan") if v is None else float(v) for k, v in {**stats, **extra}.items()})
+        return extra
 
-    def hook(record, batch):
-        if inner is not None:
-            inner(record, batch)
-        reduced = reduce_records(group.all_gather_objects(dict(record)))
+    def after_step(self, record, batch):
+        if self.inner.after_step is not None:
+            self.inner.after_step(record, batch)
+        mine, self._stats = self._stats, []
+        everyone = self.group.all_gather_objects((dict(record), mine))
+        reduced = reduce_records([r for r, _ in everyone])
+        lists = [m for _, m in everyone]
+        if len({len(m) for m in lists}) == 1:  # the same minibatches everywhere (equal shares)
+            for key in dict.fromkeys(k for m in lists for mb in m for k in mb):
+                per_minibatch = [_nanmean(m[i].get(key) for m in lists) for i in range(len(lists[0]))]
+                value = _nanmean(per_minibatch)
+                reduced[key] = None if math.isnan(value) else value
         record.clear()
         record.update(reduced)
-    return hook

@@ -42,7 +42,7 @@ import torch
 from .. import distributed as dp
 from ..backend import PolicyBackend, make_backend
 from ..distributed import SINGLE, Group
-from ..trainer import History, Hooks, PolicyOptimizer, RLConfig, RLRun, train_loop
+from ..trainer import History, PolicyOptimizer, RLConfig, RLRun, train_loop
 from ..utils import check_fields, set_threads
 from .impl import Impl
 from .tasks import Task, make_task, score
@@ -422,7 +422,7 @@ def train(config: HW4Config, impl: Impl, *, run_dir=None, backend: PolicyBackend
         run.advantage_fn = dp.gathered_advantages(run.advantage_fn, group)
     if group.active:
         run.optimizer = dp.DataParallelOptimizer(optimizer, group)
-        run.hooks = Hooks(after_minibatch=dp.minibatch_stats_hook(group), after_step=dp.record_hook(group))
+        run.hooks = dp.ReducingHooks(group, run.hooks).hooks()
     torch.manual_seed(cfg.seed + group.rank)  # dropout and other global draws: a stream per process
 
     # -- files, resume (the first process writes; every process reads the same checkpoint) ---------
