@@ -2,7 +2,7 @@
 before clipping, rank-0 files, resume, and the equivalence of a 2-process run with a 1-process run.
 
 The fast tests check the pieces in one process. The slow ones start real processes on this machine
-(gloo on 2 CPU processes, ports 8760-8769):
+(gloo on 2 CPU processes, ports 8760-8764):
 
 * the character model under ``accelerate launch --config_file configs/accelerate/ddp.yaml`` and the
   hf backend's tiny random Qwen2 under ``torchrun``, each against the 1-process run of the same
@@ -16,8 +16,8 @@ The fast tests check the pieces in one process. The slow ones start real process
 * a 2-process run killed (SIGKILL) after a checkpoint and restarted: the same parameters and
   metrics, bit for bit, as the uninterrupted run.
 
-Times (2-core machine shared with other jobs, load average 7): fast tests about 5 s; slow tests
-about 3 minutes at that load.
+Times on the 2-core machine shared with other jobs: fast tests 9 s, slow tests 93 s (load average
+6; each 2-process launch is 15-30 s of it, mostly interpreter start and imports).
 """
 
 import json
