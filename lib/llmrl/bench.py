@@ -109,17 +109,23 @@ def trl_ratio(ours_ms_per_seq: float, steps: int = 3) -> dict | None:
     return {"trl_ms_per_sequence": ms, "ours_ms_per_sequence": ours_ms_per_seq, "ratio": ms / ours_ms_per_seq}
 
 
-def _timed_command(cmd: list[str], env: dict) -> tuple[float, float]:
-    """(wall seconds of the whole command, seconds of its training as hw4's train command prints them)."""
+def _timed_command(cmd: list[str], env: dict) -> tuple[float, float, float]:
+    """(wall seconds of the whole command, seconds of its training as hw4's train command prints
+    them, CPU seconds of all its processes)."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd[:8])} ... failed ({proc.returncode}): {proc.stderr[-1500:]}")
     found = re.search(r": (\d+) steps in ([0-9.]+) s", proc.stdout)
     if not found:
         raise RuntimeError(f"no timing line in the output of {' '.join(cmd[:8])} ...: {proc.stdout[-500:]}")
-    return wall, float(found.group(2))
+    return wall, float(found.group(2)), cpu
 
 
 def data_parallel_ratio(steps: int = 20, repeats: int = 1, port: int = 8790) -> dict:
@@ -140,16 +146,18 @@ def data_parallel_ratio(steps: int = 20, repeats: int = 1, port: int = 8790) -> 
                                   "--master_port", str(port), *common, "--run-dir", f"{tmp}/two"],
                 "one_process_same_samples": [sys.executable, *common, "--run-dir", f"{tmp}/one", "--set", "shares=2"],
                 "one_process_plain": [sys.executable, *common, "--run-dir", f"{tmp}/plain"]}
+        load_before = os.getloadavg()
         for _ in range(repeats):
             for name, cmd in runs.items():
-                wall, trained = _timed_command(cmd, env)
-                old = best.get(name, (float("inf"), float("inf")))
-                best[name] = (min(old[0], wall), min(old[1], trained))
+                got = _timed_command(cmd, env)
+                best[name] = tuple(min(a, b) for a, b in zip(best.get(name, (float("inf"),) * 3), got))
     two, one, plain = best["two_processes"], best["one_process_same_samples"], best["one_process_plain"]
     return {"steps": steps, "two_processes_s": round(two[1], 2), "one_process_s": round(one[1], 2),
             "one_process_plain_s": round(plain[1], 2), "ratio": round(two[1] / one[1], 3),
             "ratio_vs_plain": round(two[1] / plain[1], 3), "command_ratio": round(two[0] / one[0], 3),
             "commands_s": {k: round(v[0], 1) for k, v in best.items()},
+            "commands_cpu_s": {k: round(v[2], 1) for k, v in best.items()},
+            "load_average_before": [round(x, 2) for x in load_before],
             "load_average": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count()}
 
 
