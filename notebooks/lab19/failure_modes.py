@@ -56,7 +56,7 @@ import numpy as np
 import torch
 from IPython.display import display
 
-from llmrl import overopt
+from llmrl import live_checks, overopt
 from llmrl.labs import lab19
 from llmrl.losses import LossBatch
 from llmrl.utils import grading_mode, set_threads
@@ -321,6 +321,18 @@ part1 = {"bon_peak_n": _pk["n"], "bon_peak_kl": _pk["kl"], "bon_peak_gold_gain":
          "pool_gold_gain_n3000": float(biased["gold_gain"][-1]), "exact_gold_gain_n3000": float(exact["gold_gain"][-1])}
 print(lab19.expected_report(part1))
 print(f"gold gain at best-of-10: {biased['gold_gain'][list(NS).index(10)]:+.3f}")
+
+# %%
+# The same pool through the course's reference code: each of your three functions must give the
+# same numbers (your fit is given the reference curve, so that a wrong 1a or 1b cannot hide in it).
+_pool = overopt.make_pool(b=1.0, sigma=1.0, seed=0)
+_ref = overopt.pool_curves(_pool, NS)
+_ok = live_checks.compare_exact("Part 1, KL of best-of-n", biased["kl"], _ref["kl"], task="Task 1a (`bon_kl`)", atol=1e-9)
+_ok = live_checks.compare_exact("Part 1, proxy and gold gains", [biased["proxy_gain"], biased["gold_gain"]],
+                                [_ref["proxy_gain"], _ref["gold_gain"]], task="Task 1b (`best_of_n_stats`)", atol=1e-9)
+_ok = live_checks.compare_exact("Part 1, the fitted alpha and beta", fit_gao_bon(_ref["d"], _ref["gold_gain"]),
+                                overopt.fit_gao_bon(_ref["d"], _ref["gold_gain"]), task="Task 1c (`fit_gao_bon`)",
+                                atol=1e-6)
 
 # %% [markdown]
 # **Reading the plot.** With the length bias, the gold gain climbs to about +0.7 around
