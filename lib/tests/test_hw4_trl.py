@@ -432,17 +432,22 @@ def test_docs_tables_follow_the_code():
             f"docs/hw4_trl.md is out of date: paste the output of python -c \"from llmrl.hw4 import trl_export "
             f"as t; print(t.markdown_table(t.{name}))\"")
     names = tx.metric_rename(("tag", "clean", "correct"))
-    assert names["rewards/tag/mean"] == "rollout_reward_tag" and names["clip_ratio/region_mean"] == "clip_fraction"
-    # every course metric the hw4 trainer writes has a row
-    import llmrl.hw4.trainer as hw4_trainer
+    assert names["rewards/tag/mean"] == "reward_tag_mean" and names["clip_ratio/region_mean"] == "clip_fraction"
+    # every course metric the RL step writes has a row, under its name in the library's vocabulary
     import inspect
 
-    src = inspect.getsource(hw4_trainer.train)
+    import llmrl.trainer as spine
+    from llmrl import losses, metrics
+
+    src = inspect.getsource(spine) + inspect.getsource(losses.clip_stats)
     courses = {m.course for m in tx.METRICS}
-    for name in ("rollout_reward", "rollout_reward_std", "rollout_exact_match", "kl_to_reference_nats",
-                 "clip_fraction", "grad_norm", "entropy_nats", "completion_tokens", "loss", "advantage_abs_mean",
-                 "frac_zero_std_groups", "step_seconds"):
+    for name in ("reward_mean", "reward_std", "sampled_accuracy", "clip_fraction", "grad_norm_mean",
+                 "entropy_token_mean_nats", "completion_tokens_mean", "loss_mean", "advantage_abs_mean",
+                 "frac_zero_std_groups", "kl_to_reference_k1_sum_nats", "step_seconds"):
         assert f'"{name}"' in src and name in courses, name
+    assert "kl_to_reference_k3_token_mean_nats" in courses  # hw4's loss adds it (student_loss)
+    for m in tx.METRICS:
+        metrics.entry(m.course)
 
 
 # ----------------------------------------------------------------------------- two real steps
@@ -469,9 +474,9 @@ def test_two_trl_steps_on_a_tiny_model(tmp_path):
     assert [r["step"] for r in run.records] == [0, 1, 2]
     for r, raw in zip(run.records[1:], run.trl_log):
         assert raw["global_step"] == per * r["step"]
-        assert r["rollout_reward"] == raw["reward"] and r["rollout_reward_score"] == raw["rewards/score/mean"]
-        assert r["kl_to_reference_nats"] == raw["kl"] and r["clip_fraction"] == raw["clip_ratio/region_mean"]
-        assert r["grad_norm"] > 0 and "eval_exact_match" in r and r["step_seconds"] > 0
+        assert r["reward_mean"] == raw["reward"] and r["reward_score_mean"] == raw["rewards/score/mean"]
+        assert r["kl_to_reference_k3_token_mean_nats"] == raw["kl"] and r["clip_fraction"] == raw["clip_ratio/region_mean"]
+        assert r["grad_norm_mean"] > 0 and "eval_exact_match" in r and r["step_seconds"] > 0
     assert run.trl_log[0]["reward_std"] > 0
     # the second rollout batch was the course's second group of problems, each G times, in order
     task = make_task("trl_bench")
@@ -605,5 +610,5 @@ def test_export_trl_on_smollm2(tmp_path):
     assert list(trl_ids[0]) == course_ids[0].tolist()
     assert seen["steps"] == [0, 1] and [r["step"] for r in run.records] == [0, 1]
     rec = run.records[1]
-    assert 0 <= rec["rollout_reward"] <= 1.3 and 1 <= rec["completion_tokens"] <= 6 and "eval_exact_match" in rec
+    assert 0 <= rec["reward_mean"] <= 1.3 and 1 <= rec["completion_tokens_mean"] <= 6 and "eval_exact_match" in rec
     assert run.trainer.state.global_step == 1

@@ -746,7 +746,7 @@ fc = {algo: run("format_copy", algo) for algo in ("grpo", "reinforce")}
 for algo, recs in fc.items():
     print(f"format_copy {algo:9s}: eval exact match {recs[0]['eval_exact_match']:.3f} -> "
           f"{[r for r in recs if 'eval_exact_match' in r][-1]['eval_exact_match']:.3f}, "
-          f"final rollout reward {recs[-1]['rollout_reward']:.3f}")
+          f"final rollout reward {recs[-1]['reward_mean']:.3f}")
 print("expected:", {k: v for k, v in EXPECTED.items() if k.startswith("format")})
 
 # %%

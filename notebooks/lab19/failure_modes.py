@@ -456,9 +456,9 @@ assert torch.allclose(_out, torch.tensor([-1.0])), f"log pi - log pi_ref = +2 wi
 
 # %% tags=["nbval-ignore-output"]
 live_kl = lab19.hacking_run(0.05, kl_reward_fn=kl_penalized_rewards, steps=LIVE_STEPS)
-_stored = lab19.as_series(REFERENCE["hacking"]["0.05"])["shaped_reward"][:LIVE_STEPS]
+_stored = lab19.as_series(REFERENCE["hacking"]["0.05"])["shaped_reward_mean"][:LIVE_STEPS]
 print("your live run's shaped rewards match the stored run:",
-      bool(np.allclose(live_kl.series("shaped_reward"), _stored, atol=1e-3)))
+      bool(np.allclose(live_kl.series("shaped_reward_mean"), _stored, atol=1e-3)))
 
 # %%
 runs = {"proxy, no KL": REFERENCE["hacking"]["0"], "proxy, beta = 0.05": REFERENCE["hacking"]["0.05"],

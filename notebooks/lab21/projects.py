@@ -40,17 +40,18 @@
 # 2. try the suggested extension, or one of your own that needs new code,
 # 3. write it up in the graded cell at the end of the section (half a page).
 #
-# **Running longer.** Every experiment is a function in `llmrl.experiments` with `steps`, `seeds`
+# **Running longer.** Every experiment is a function in `llmrl.labs.lab21` with `steps`, `seeds`
 # and arguments; `workers=2` runs seeds in parallel processes. For long sweeps use the command
 # line, which writes JSON results this notebook can load and plot:
 #
 # ```
-# python -m llmrl.experiments project1 --seeds 0 1 2 3 4 --workers 2
-# python -m llmrl.experiments project2 --arms stylish_w1 stylish_w1.25 stylish_w1.5 stylish_w2
-# python -m llmrl.experiments project5 --steps 1000 --seeds 0 1 2
+# python -m llmrl.labs.lab21 project1 --seeds 0 1 2 3 4 --workers 2
+# python -m llmrl.labs.lab21 project2 --arms stylish_w1 stylish_w1.25 stylish_w1.5 stylish_w2
+# python -m llmrl.labs.lab21 project5 --steps 1000 --seeds 0 1 2
 # ```
 #
-# `experiments.load_results("project1")` reads them back (from `artifacts/lab21/results/`).
+# `lab21.load_results("project1")` reads them back (from `artifacts/results/lab21/` at the root of
+# the repository, wherever the command ran).
 #
 # **A write-up** has five parts: the hypothesis; the setup, with everything you held fixed (base
 # model, budget, sampling temperature, evaluation set); a plot with every seed visible; the result
@@ -61,20 +62,20 @@
 #
 # The default budgets below are shorter than the published runs' so that the whole notebook runs
 # in a few minutes; the published numbers (printed beside yours) used the full budgets in
-# `experiments.PROJECTS`.
+# `lab21.PROJECTS`.
 
 # %%
 import matplotlib.pyplot as plt
 import numpy as np
 
-from llmrl import experiments, plotting
+from llmrl import plotting
 from llmrl.addition import BUCKETS
 from llmrl.labs import lab21
 from llmrl.rewards import RubricItem
 from llmrl.utils import grading_mode, set_threads
 
 set_threads(1)
-EXPECTED = experiments.EXPECTED
+EXPECTED = lab21.EXPECTED
 SEEDS = [0]          # the research part: [0, 1, 2] or more
 WORKERS = 1          # parallel processes for several seeds (one thread each)
 SHORT = grading_mode()  # the autograder only needs the cells to run
@@ -96,11 +97,11 @@ ART = "artifacts/lab21"
 
 # %% tags=["nbval-ignore-output"]
 P1_STEPS = 3 if SHORT else 100
-p1 = experiments.project1(steps=P1_STEPS, seeds=SEEDS, workers=WORKERS, eval_prompts=20 if SHORT else 100)
+p1 = lab21.project1(steps=P1_STEPS, seeds=SEEDS, workers=WORKERS, eval_prompts=20 if SHORT else 100)
 
 # %%
-print(experiments.summary_table(p1, ["entropy_nats", "pass@1", "pass@16"], EXPECTED["project1"]))
-print(f"published: entropy starts at {EXPECTED['project1']['start']['entropy_nats']} nats/token (150 steps)")
+print(lab21.summary_table(p1, ["entropy_token_mean_nats", "pass@1", "pass@16"], EXPECTED["project1"]))
+print(f"published: entropy starts at {EXPECTED['project1']['start']['entropy_token_mean_nats']} nats/token (150 steps)")
 for arm, runs in p1.items():
     c = runs[0]["curve"]
     print(f"{arm:<12} mean clip fraction: upper bound {np.nanmean(np.array(c['clip_fraction_high'], float)):.4f}, "
@@ -108,7 +109,7 @@ for arm, runs in p1.items():
 
 # %%
 fig, axes = plt.subplots(1, 4, figsize=(18, 3.8))
-plotting.plot_metric(p1, "entropy_nats", where="curve", ax=axes[0], window=10, title="entropy (training batches)")
+plotting.plot_metric(p1, "entropy_token_mean_nats", where="curve", ax=axes[0], window=10, title="entropy (training batches)")
 plotting.plot_metric(p1, "pass@1", ax=axes[1], title="pass@1")
 plotting.plot_metric(p1, "pass@16", ax=axes[2], title="pass@16")
 plotting.plot_metric(p1, "clip_fraction_high", where="curve", ax=axes[3], window=10,
@@ -119,7 +120,7 @@ plt.show()
 
 # %% [markdown]
 # **Your job.** Run seeds 0-4 per arm and report the final entropy as mean and spread. Then make the
-# upper bound matter: `experiments.project1(epochs=8, eps_high=0.4, ...)`. Look at
+# upper bound matter: `lab21.project1(epochs=8, eps_high=0.4, ...)`. Look at
 # `clip_high_of_positive` in the curves (the share of positive-advantage tokens the upper bound
 # switches off): if it is near zero, clip-higher cannot change anything, and a null result says
 # more about the setup than about the method. **What you should find:** entropy falls in every arm
@@ -179,16 +180,16 @@ plt.show()
 
 # %% tags=["nbval-ignore-output"]
 P2_STEPS = 3 if SHORT else 200
-p2 = experiments.project2(steps=P2_STEPS, seeds=SEEDS, workers=WORKERS, eval_prompts=20 if SHORT else 100)
+p2 = lab21.project2(steps=P2_STEPS, seeds=SEEDS, workers=WORKERS, eval_prompts=20 if SHORT else 100)
 
 # %%
-print(experiments.summary_table(p2, ["gold_pass@1", "proxy_reward", "pad_share_small_sums"], EXPECTED["project2"]))
+print(lab21.summary_table(p2, ["gold_pass@1", "proxy_reward_mean", "pad_share_small_sums"], EXPECTED["project2"]))
 print("published, stylish w = 1:", EXPECTED["project2"]["stylish_w1"])
 
 # %%
 fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
 plotting.plot_metric(p2, "gold_pass@1", ax=axes[0], title="gold accuracy (exact match)")
-plotting.plot_metric(p2, "proxy_reward", ax=axes[1], title="the reward being optimised")
+plotting.plot_metric(p2, "proxy_reward_mean", ax=axes[1], title="the reward being optimised")
 plotting.plot_metric(p2, "pad_share_small_sums", where="curve", ax=axes[2], window=10,
                      title="3+ digit answers to sums < 100 (training)")
 fig.tight_layout()
@@ -205,7 +206,7 @@ plt.show()
 
 # %% tags=["nbval-ignore-output"]
 _acc_small = p2["binary"][0]["evals"]["gold_pass@1"][0]
-_runs = {**experiments.load_results("project2"), **p2}  # command-line sweeps, then this notebook's runs
+_runs = {**lab21.load_results("project2"), **p2}  # command-line sweeps, then this notebook's runs
 lab21.rubric_weight_widget(_runs, accuracy_small=_acc_small)
 
 # %% [markdown]
@@ -221,9 +222,9 @@ lab21.rubric_weight_widget(_runs, accuracy_small=_acc_small)
 # %%
 PITFALL = None  # e.g. RubricItem("pads_small_sum", check=lambda response, answer: ..., weight=-2.0)
 if PITFALL is not None:
-    p2_pitfall = experiments.project2(steps=P2_STEPS, seeds=SEEDS, arms=["stylish_w2", "stylish_w2+pitfall"],
+    p2_pitfall = lab21.project2(steps=P2_STEPS, seeds=SEEDS, arms=["stylish_w2", "stylish_w2+pitfall"],
                                       pitfall=PITFALL, workers=WORKERS)
-    print(experiments.summary_table(p2_pitfall, ["gold_pass@1", "pad_share_small_sums"]))
+    print(lab21.summary_table(p2_pitfall, ["gold_pass@1", "pad_share_small_sums"]))
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "rubric_writeup_project2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **Write-up of Project 2: 4 points, graded by hand.** Replace the text of the next cell with your
@@ -279,10 +280,10 @@ if PITFALL is not None:
 
 # %% tags=["nbval-ignore-output"]
 P3_STEPS = 3 if SHORT else 150
-p3 = experiments.project3(steps=P3_STEPS, seeds=SEEDS, workers=WORKERS, eval_per_bucket=20 if SHORT else 100)
+p3 = lab21.project3(steps=P3_STEPS, seeds=SEEDS, workers=WORKERS, eval_per_bucket=20 if SHORT else 100)
 
 # %%
-print(experiments.summary_table(p3, [f"acc_{b}" for b in ("1d+1d", "2d+2d_ge100", "3d+1d")], EXPECTED["project3"]))
+print(lab21.summary_table(p3, [f"sampled_accuracy_{b}" for b in ("1d+1d", "2d+2d_ge100", "3d+1d")], EXPECTED["project3"]))
 for arm, runs in p3.items():
     u = runs[0]["extra"]["total_usage"]
     print(f"{arm:<13} share of samples: " + ", ".join(f"{b} {u['usage_' + b]:.2f}" for b in BUCKETS)
@@ -295,7 +296,7 @@ for ax, arm in zip(axes[:3], p3):
 ax = axes[3]
 for i, b in enumerate(BUCKETS):
     for j, arm in enumerate(p3):
-        vals = [r["evals"][f"acc_{b}"][-1] for r in p3[arm]]
+        vals = [r["evals"][f"sampled_accuracy_{b}"][-1] for r in p3[arm]]
         ax.bar(i + (j - 1) * 0.27, np.mean(vals), width=0.27, color=f"C{j}", label=arm if i == 0 else None)
 ax.set_xticks(range(len(BUCKETS)), BUCKETS, rotation=20, fontsize=8)
 ax.set_ylabel("final accuracy (T = 1)")
@@ -306,7 +307,7 @@ plt.show()
 
 # %% [markdown]
 # **Your job.** Run 3 seeds and plot usage over time for each. Then give the rare bucket bigger
-# groups: `experiments.project3(rare_group=4)` serves each 1d+1d problem as 4 adjacent prompts whose
+# groups: `lab21.project3(rare_group=4)` serves each 1d+1d problem as 4 adjacent prompts whose
 # 32 samples form one group, so a group with at least one success becomes likely (the "more
 # rollouts" argument). The hardest extension is real self-play: let the model propose "a+b="
 # problems itself and reward the proposals with learnability. **What you should find:** the share
@@ -364,10 +365,10 @@ plt.show()
 
 # %% tags=["nbval-ignore-output"]
 P4_STEPS = 3 if SHORT else 150
-p4 = experiments.project4(steps=P4_STEPS, seeds=SEEDS, workers=WORKERS, eval_prompts=20 if SHORT else 100)
+p4 = lab21.project4(steps=P4_STEPS, seeds=SEEDS, workers=WORKERS, eval_prompts=20 if SHORT else 100)
 
 # %%
-print(experiments.summary_table(p4, ["pass@1", "pass@16"], EXPECTED["project4"]))
+print(lab21.summary_table(p4, ["pass@1", "pass@16"], EXPECTED["project4"]))
 for arm, runs in p4.items():
     ev = runs[0]["evals"]
     print(f"{arm:<6} evaluation noise (standard error over problems): pass@1 ± {ev['pass@1_se'][-1]:.3f}, "
@@ -437,7 +438,7 @@ plt.show()
 
 # %% tags=["nbval-ignore-output"]
 P5_STEPS = 3 if SHORT else 300
-p5 = experiments.project5(steps=P5_STEPS, seeds=SEEDS, workers=WORKERS, eval_prompts=20 if SHORT else 100)
+p5 = lab21.project5(steps=P5_STEPS, seeds=SEEDS, workers=WORKERS, eval_prompts=20 if SHORT else 100)
 
 # %%
 _e = EXPECTED["project5"]

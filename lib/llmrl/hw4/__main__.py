@@ -70,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--axes", default="ppo_epochs,minibatch,kl_coef,clip_eps")
     s.add_argument("--tolerance", type=float, default=0.15, help="drop in final eval exact match that counts as degraded")
     s.add_argument("--out", default="artifacts/hw4/ablation")
+    s.add_argument("--workers", type=int, default=1, help="parallel processes (the two directions of an axis side by side)")
     s.add_argument("--no-progress", action="store_true")
 
     sub.add_parser("pretrain", help="build (or check) the cached character model")
@@ -148,7 +149,7 @@ def main(argv=None) -> int:
         first = next(r for r in res.records if "eval_exact_match" in r)
         print(f"{cfg.task} {cfg.algo}: {cfg.steps} steps in {time.perf_counter() - t0:.1f} s; eval exact match "
               f"{first['eval_exact_match']:.3f} -> {res.final('eval_exact_match'):.3f}; final rollout reward "
-              f"{res.final('rollout_reward'):.3f}; logs in {run_dir}")
+              f"{res.final('reward_mean'):.3f}; logs in {run_dir}")
         return 0
     if args.command == "sweep":
         from .ablation import AXES, plot_sweep, sweep
@@ -158,6 +159,7 @@ def main(argv=None) -> int:
             raise SystemExit(f"--axes: unknown {bad}; known: {sorted(AXES)}")
         base = default_config("format_copy", "grpo", steps=args.steps)
         rows = sweep(impl, args.out, base, {a: AXES[a] for a in names}, args.tolerance, progress=not args.no_progress,
+                     workers=args.workers,
                      callback=lambda r: print(f"  {r['axis']:>10} = {r['label']:>6}: eval exact match "
                                               f"{r['final_eval_exact_match']:.3f}, reward {r['final_reward']:.3f}",
                                               flush=True))

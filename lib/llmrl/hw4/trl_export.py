@@ -132,28 +132,30 @@ HYPERPARAMETERS: tuple[Mapped, ...] = (
     Mapped("backend_kwargs['use_vllm']", "use_vllm (vllm_mode='colocate')", "GPU only; not run here"),
 )
 
-# Course hw4 metric (llmrl.hw4.trainer's record names) -> TRL's logged name. Written against the
-# names in use today; issue 16 renames the course's metrics into one vocabulary, and this map (and
-# docs/hw4_trl.md, checked against it by a test) must follow that rename.
+# Course metric (the names of llmrl.metrics, as in hw4's metrics.jsonl) -> TRL's logged name.
 METRICS: tuple[Mapped, ...] = (
-    Mapped("rollout_reward", "reward", "mean total reward of the rollout batch (sum of the components)"),
-    Mapped("rollout_reward_std", "reward_std",
+    Mapped("reward_mean", "reward", "mean total reward of the rollout batch (sum of the components)"),
+    Mapped("reward_std", "reward_std",
            "std over the batch: population std in the course, Bessel-corrected (n - 1) in TRL"),
-    Mapped("rollout_reward_<component>", "rewards/<component>/mean", "per component, e.g. rewards/correct/mean"),
-    Mapped("rollout_exact_match", "exact_match", "logged by export-trl's reward function (TRL has no exact match)"),
-    Mapped("kl_to_reference_nats", "kl",
-           "token mean of k3 in both, averaged over the step's minibatches; TRL logs it only when beta > 0"),
+    Mapped("reward_<component>_mean", "rewards/<component>/mean", "per component, e.g. rewards/correct/mean"),
+    Mapped("sampled_accuracy", "exact_match", "logged by export-trl's reward function (TRL has no exact match)"),
+    Mapped("kl_to_reference_k3_token_mean_nats", "kl",
+           "token mean of k3 under the policy being updated in both, averaged over the step's minibatches; TRL "
+           "logs it only when beta > 0"),
     Mapped("clip_fraction", "clip_ratio/region_mean",
-           "the course counts every token with abs(ratio - 1) > eps, TRL only those clipped in the direction of "
-           "their advantage (ratio < 1 - eps with A < 0, ratio > 1 + eps with A > 0): TRL's is smaller or equal"),
-    Mapped("grad_norm", "grad_norm", "total norm before clipping; the course averages the step's optimizer steps"),
-    Mapped("entropy_nats", "entropy",
+           "the same count in both: tokens clipped in the direction of their advantage (ratio < 1 - eps with "
+           "A < 0, ratio > 1 + eps with A > 0)"),
+    Mapped("grad_norm_mean", "grad_norm", "total norm before clipping; the course averages the step's optimizer steps"),
+    Mapped("entropy_token_mean_nats", "entropy",
            "token mean of the policy's entropy; the course measures the first epoch only, TRL every pass "
            "(of logits / temperature when TRL scores at the sampling temperature)"),
-    Mapped("completion_tokens", "completions/mean_length", "mean completion length in tokens, EOS included"),
-    Mapped("loss", "loss", "mean minibatch loss; equal to the course's grpo_loss for equal-length completions or beta 0"),
+    Mapped("completion_tokens_mean", "completions/mean_length", "mean completion length in tokens, EOS included"),
+    Mapped("loss_mean", "loss",
+           "mean minibatch loss; equal to the course's grpo_loss for equal-length completions or beta 0"),
     Mapped("frac_zero_std_groups", "frac_reward_zero_std", "fraction of groups whose rewards are all equal"),
     Mapped("advantage_abs_mean", None, "TRL logs the advantages only per completion (log_completions)"),
+    Mapped("kl_to_reference_k1_sum_nats", None, "the course's KL under the sampling policy (k1 summed per "
+           "completion); TRL has only its k3 mean"),
     Mapped("eval_exact_match", None, "export-trl's callback: the course's greedy eval on the fixed eval set"),
     Mapped("eval_reward", None, "export-trl's callback, as eval_exact_match"),
     Mapped("step_seconds", "step_time",
@@ -172,7 +174,7 @@ def markdown_table(rows: tuple[Mapped, ...]) -> str:
 
 
 def metric_rename(component_names) -> dict[str, str]:
-    """TRL logged name -> course metric name, components expanded (``rewards/tag/mean`` -> ``rollout_reward_tag``)."""
+    """TRL logged name -> course metric name, components expanded (``rewards/tag/mean`` -> ``reward_tag_mean``)."""
     out = {}
     for m in METRICS:
         if m.trl is None:
