@@ -9,7 +9,8 @@ Figures: ``matmul_gflops``, ``rl_step_ms`` (16 prompts x 8 samples, 1 epoch), ``
 and ``rl_step_vs_matmul_ratio``, ``sft_step_ms`` (batch 64), ``lab11_widget_update_s`` (a slider move redrawn), ``sft_teacher_student_s``
 (one SFT run from scratch that yields the student and the teacher), ``trl_grpo_vs_ours_per_sequence``
 (optional), ``hw4_data_parallel_wall_ratio`` (hw4's trainer on 2 CPU processes against 1 process
-over the same prompts and samples; ``--only-dp`` runs this figure alone).
+over the same prompts and samples, with the CPU-time ratio that shared cores do not blur;
+``--only-dp`` runs this figure alone).
 """
 
 from __future__ import annotations
@@ -109,9 +110,9 @@ def trl_ratio(ours_ms_per_seq: float, steps: int = 3) -> dict | None:
     return {"trl_ms_per_sequence": ms, "ours_ms_per_sequence": ours_ms_per_seq, "ratio": ms / ours_ms_per_seq}
 
 
-def _timed_command(cmd: list[str], env: dict) -> tuple[float, float, float]:
+def _timed_command(cmd: list[str], env: dict) -> tuple[float, float, float, float]:
     """(wall seconds of the whole command, seconds of its training as hw4's train command prints
-    them, CPU seconds of all its processes)."""
+    them, CPU seconds of all its processes, CPU seconds of training of its busiest process)."""
     import resource
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -122,10 +123,20 @@ def _timed_command(cmd: list[str], env: dict) -> tuple[float, float, float]:
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd[:8])} ... failed ({proc.returncode}): {proc.stderr[-1500:]}")
-    found = re.search(r": (\d+) steps in ([0-9.]+) s", proc.stdout)
+    try:
+        seconds, cpus = train_timing(proc.stdout)
+    except ValueError as e:
+        raise RuntimeError(f"{e} of {' '.join(cmd[:8])} ...: {proc.stdout[-500:]}") from None
+    return wall, seconds, cpu, max(cpus)
+
+
+def train_timing(stdout: str) -> tuple[float, list[float]]:
+    """(seconds of training, CPU seconds of training of each process) from the last line
+    ``python -m llmrl.hw4 train`` prints."""
+    found = re.search(r": (\d+) steps in ([0-9.]+) s \(CPU ([0-9., ]+) s", stdout)
     if not found:
-        raise RuntimeError(f"no timing line in the output of {' '.join(cmd[:8])} ...: {proc.stdout[-500:]}")
-    return wall, float(found.group(2)), cpu
+        raise ValueError("no timing line in the output")
+    return float(found.group(2)), [float(c) for c in found.group(3).split(",")]
 
 
 def data_parallel_ratio(steps: int = 20, repeats: int = 1, port: int = 8790) -> dict:
@@ -135,7 +146,11 @@ def data_parallel_ratio(steps: int = 20, repeats: int = 1, port: int = 8790) -> 
     prompts at the first step, other samples). Runs alternate; each figure is the best of ``repeats``.
     The ratio uses the seconds the runs print for their training (after start-up); ``command_ratio``
     the wall time of the whole commands (interpreter start, model load and, for 2 processes, the
-    rendezvous included)."""
+    rendezvous included). ``half_batch_ratio`` is the floor that splitting the work alone allows: one
+    process on half the prompts and half the evaluation against the plain run, with nothing to wait for.
+    ``cpu_ratio``: the CPU seconds of training of the busier of the 2 processes against the 1-process
+    run's. On two otherwise idle cores the wall ratio would be about this (waits for the other
+    process aside); unlike wall times on a shared machine it hardly moves with the load."""
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     common = ["-m", "llmrl.hw4", "train", "--task", "format_copy", "--algo", "grpo", "--steps", str(steps),
@@ -145,16 +160,25 @@ def data_parallel_ratio(steps: int = 20, repeats: int = 1, port: int = 8790) -> 
         runs = {"two_processes": [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                                   "--master_port", str(port), *common, "--run-dir", f"{tmp}/two"],
                 "one_process_same_samples": [sys.executable, *common, "--run-dir", f"{tmp}/one", "--set", "shares=2"],
-                "one_process_plain": [sys.executable, *common, "--run-dir", f"{tmp}/plain"]}
+                "one_process_plain": [sys.executable, *common, "--run-dir", f"{tmp}/plain"],
+                # one process's share of the work alone: half the prompts (and half the greedy
+                # evaluation, which the 2 processes split), no second process to wait for
+                "one_process_half_batch": [sys.executable, *common, "--run-dir", f"{tmp}/half",
+                                           "--set", "n_prompts=4", "--set", "minibatch_size=12",
+                                           "--set", "eval_limit=32"]}
         load_before = os.getloadavg()
         for _ in range(repeats):
             for name, cmd in runs.items():
                 got = _timed_command(cmd, env)
-                best[name] = tuple(min(a, b) for a, b in zip(best.get(name, (float("inf"),) * 3), got))
+                best[name] = tuple(min(a, b) for a, b in zip(best.get(name, (float("inf"),) * 4), got))
     two, one, plain = best["two_processes"], best["one_process_same_samples"], best["one_process_plain"]
+    half = best["one_process_half_batch"]
     return {"steps": steps, "two_processes_s": round(two[1], 2), "one_process_s": round(one[1], 2),
-            "one_process_plain_s": round(plain[1], 2), "ratio": round(two[1] / one[1], 3),
-            "ratio_vs_plain": round(two[1] / plain[1], 3), "command_ratio": round(two[0] / one[0], 3),
+            "one_process_plain_s": round(plain[1], 2), "one_process_half_batch_s": round(half[1], 2),
+            "ratio": round(two[1] / one[1], 3), "ratio_vs_plain": round(two[1] / plain[1], 3),
+            "half_batch_ratio": round(half[1] / plain[1], 3), "command_ratio": round(two[0] / one[0], 3),
+            "training_cpu_s": {k: round(v[3], 2) for k, v in best.items()},
+            "cpu_ratio": round(two[3] / one[3], 3), "half_batch_cpu_ratio": round(half[3] / plain[3], 3),
             "commands_s": {k: round(v[0], 1) for k, v in best.items()},
             "commands_cpu_s": {k: round(v[2], 1) for k, v in best.items()},
             "load_average_before": [round(x, 2) for x in load_before],

@@ -17,7 +17,8 @@ The fast tests check the pieces in one process. The slow ones start real process
   metrics, bit for bit, as the uninterrupted run.
 
 Times on the 2-core machine shared with other jobs: fast tests 9 s, slow tests 93 s (load average
-6; each 2-process launch is 15-30 s of it, mostly interpreter start and imports).
+6; each 2-process launch is 15-30 s of it, mostly interpreter start and imports); 210 s at load
+13-17 (2026-12-01).
 """
 
 import json
@@ -123,6 +124,22 @@ def test_where_launchers_put_a_process(monkeypatch):
 
     mpi = load_config_from_file(str(ROOT / "configs" / "accelerate" / "multi_cpu.yaml"))
     assert mpi.distributed_type == "MULTI_CPU" and mpi.num_processes == 2
+
+
+def test_train_command_prints_the_seconds_the_benchmark_reads(capsys, tmp_path):
+    """``python -m llmrl.bench --only-dp`` reads the training seconds and each process's CPU
+    seconds from the train command's last line (one process here: one CPU figure)."""
+    from llmrl.bench import train_timing
+    from llmrl.hw4.__main__ import main
+
+    assert main(["train", "--task", "format_copy", "--algo", "grpo", "--steps", "1", "--run-dir", str(tmp_path),
+                 "--no-progress", "--set", "n_prompts=2", "--set", "group_size=2", "--set", "minibatch_size=4",
+                 "--set", "eval_limit=2"]) == 0
+    out = capsys.readouterr().out
+    seconds, cpus = train_timing(out)
+    assert len(cpus) == 1 and 0 < cpus[0] and 0 < seconds
+    with pytest.raises(ValueError, match="no timing line"):
+        train_timing(out.replace("steps in", "steps:"))
 
 
 # ----------------------------------------------------------------------------- collect: prompts and samples

@@ -156,8 +156,10 @@ def main(argv=None) -> int:
                 print(f"{group.world_size} processes ({group.device.type}): shares={cfg.shares}, each process "
                       f"samples {cfg.n_prompts // group.world_size} of the {cfg.n_prompts} prompts of every step",
                       flush=True)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             res = train(cfg, impl, run_dir=run_dir, resume=not args.fresh, progress=not args.no_progress, group=group)
+            seconds = time.perf_counter() - t0
+            cpu = group.all_gather_objects(time.process_time() - c0)  # every process's CPU seconds of training
         except NotImplementedError:
             distributed.shutdown(wait=False)
             raise SystemExit(f"{impl.source}: a required function still raises NotImplementedError; "
@@ -168,7 +170,8 @@ def main(argv=None) -> int:
         distributed.shutdown()
         first = next(r for r in res.records if "eval_exact_match" in r)
         if group.is_main:
-            print(f"{cfg.task} {cfg.algo}: {cfg.steps} steps in {time.perf_counter() - t0:.1f} s; eval exact match "
+            print(f"{cfg.task} {cfg.algo}: {cfg.steps} steps in {seconds:.1f} s "
+                  f"(CPU {', '.join(f'{c:.2f}' for c in cpu)} s{' per process' if len(cpu) > 1 else ''}); eval exact match "
                   f"{first['eval_exact_match']:.3f} -> {res.final('eval_exact_match'):.3f}; final rollout reward "
                   f"{res.final('reward_mean'):.3f}; logs in {run_dir}")
         return 0
