@@ -195,3 +195,13 @@ def test_report_only_marks_what_was_not_run(fast_run, tmp_path):
     assert "**not run**" in hack  # the hacking runs were never computed in this cache
     bon = next(line for line in text.splitlines() if line.startswith("| `lab19.bon-negative-3000` |"))
     assert "**not run**" not in bon
+
+
+def test_stop_after_reports_what_was_not_reached(tmp_path):
+    out = tmp_path / "r.md"
+    assert R.main(["--only", "hw4/k3", "--seeds", "0", "--stop-after", "0", "--out", str(out),
+                   "--cache", str(tmp_path / "c")]) == 0
+    text = out.read_text()
+    assert "Partial report (stopped at --stop-after 0 min before hw4/k3)" in text
+    row = next(line for line in text.splitlines() if line.startswith("| `hw4.k3-unbiased` |"))
+    assert "**not run**: not reached within the run's time budget" in row
