@@ -463,7 +463,7 @@ def _claims() -> list[Claim]:
         - _ev(r["lab21/project3"], "uniform", "sampled_accuracy_2d+2d_ge100"), above(0.0, "a direction"), qualitative=True)
     add("lab21.p3-uniform-usage", "lab21", "Uniform's share of samples on the unsolvable 3d+1d bucket.", "0.22", P3,
         lambda r: r["lab21/project3"]["arms"]["uniform"]["extra"]["total_usage"]["usage_3d+1d"],
-        near(0.20, 0.03, "uniform over five buckets is 0.20 by construction; the published 0.22 is one seed's draw"))
+        near(0.22, 0.03, "one seed's share of a uniform draw over five buckets (0.20 expected): ±0.03"))
     add("lab21.p3-learnability-usage", "lab21", "Learnability's share on 3d+1d.", "0.03", P3,
         lambda r: r["lab21/project3"]["arms"]["learnability"]["extra"]["total_usage"]["usage_3d+1d"],
         near(0.03, 0.03, "a small share from one seed: ±0.03"))
