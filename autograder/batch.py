@@ -270,8 +270,27 @@ def _is_full(e: BaseException) -> bool:
     return "disk is full" in text or "no space" in text or isinstance(e, files.DiskFull)
 
 
-def with_gradebook_retry(what: str, fn, wait: float | None = None):
-    """Call fn(); a locked gradebook is retried with growing pauses for up to `wait` seconds."""
+def db_locked(db: Path | None) -> bool:
+    """True while another process holds a lock that keeps us from writing `db`."""
+    if db is None or not db.exists():
+        return False
+    try:
+        con = sqlite3.connect(db, timeout=0.5, isolation_level=None)
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            con.execute("ROLLBACK")
+        finally:
+            con.close()
+    except sqlite3.OperationalError as e:
+        return _is_locked(e)
+    return False
+
+
+def with_gradebook_retry(what: str, fn, wait: float | None = None, db: Path | None = None):
+    """Call fn(); a locked gradebook is retried with growing pauses for up to `wait` seconds.
+
+    nbgrader reports a locked database as a generic "error accessing the nbgrader database": with
+    `db` given, any error while `db` is locked counts as the lock."""
     wait = float(os.environ.get("LLMRL_GRADEBOOK_WAIT", 120)) if wait is None else wait
     deadline = time.monotonic() + wait
     pause = 0.5
@@ -282,8 +301,9 @@ def with_gradebook_retry(what: str, fn, wait: float | None = None):
             if _is_full(e):
                 raise BatchStop(f"no space left on the device while {what}; the gradebook keeps what was merged "
                                 f"before: free some space and run the batch again") from None
-            if not _is_locked(e) or time.monotonic() >= deadline:
-                if _is_locked(e):
+            locked = _is_locked(e) or db_locked(db)
+            if not locked or time.monotonic() >= deadline:
+                if locked:
                     raise BatchStop(f"gradebook.db stayed locked by another process for {wait:.0f} s while {what}; "
                                     f"close it (the formgrader?) and run the batch again") from None
                 raise
@@ -296,7 +316,8 @@ def prepare_gradebook(assignment: str, root: Path) -> None:
     release_dir = files.scratch_dir("release")
     try:
         with_gradebook_retry(f"recording {assignment} in the gradebook", lambda: course.record_assignment(
-            assignment, root, release_dir, failure=f"cannot record {assignment} in the gradebook"))
+            assignment, root, release_dir, failure=f"cannot record {assignment} in the gradebook"),
+            db=root / "gradebook.db")
     finally:
         files.rmtree(release_dir)
 
@@ -509,7 +530,8 @@ def run_batch(assignments: list[str], root: Path = ROOT, submitted: Path | None 
             bar = tqdm(total=len(jobs), unit="submission", desc="grading", file=sys.stderr, initial=len(results))
         gb = None
         if merge_results:
-            gb = with_gradebook_retry("opening gradebook.db", lambda: Gradebook(f"sqlite:///{root / 'gradebook.db'}"))
+            gb = with_gradebook_retry("opening gradebook.db", lambda: Gradebook(f"sqlite:///{root / 'gradebook.db'}"),
+                                      db=root / "gradebook.db")
         try:
             state: dict = {}
             for i in sorted(results):  # results reused from an earlier run: merged again
@@ -536,7 +558,7 @@ def run_batch(assignments: list[str], root: Path = ROOT, submitted: Path | None 
             finally:
                 pool.shutdown(wait=True, cancel_futures=True)
             if gb is not None and results:
-                with_gradebook_retry("exporting grades.csv", lambda: export_grades(gb, root))
+                with_gradebook_retry("exporting grades.csv", lambda: export_grades(gb, root), db=root / "gradebook.db")
         finally:
             if bar is not None:
                 bar.close()
@@ -568,7 +590,7 @@ def _merge_one(gb, r: Result, root: Path, backup: Path | None, on_merged, state:
             gb.db.rollback()
             raise
     try:
-        with_gradebook_retry(f"merging {who}", do)
+        with_gradebook_retry(f"merging {who}", do, db=root / "gradebook.db")
     except BatchStop:
         raise
     except Exception as e:

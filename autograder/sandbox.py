@@ -186,6 +186,16 @@ def exposed(course_roots: list[Path] | None = None) -> list[Path]:
     return list(_exposed(roots)) + ([cache_dir()] if cache_dir().is_dir() else [])
 
 
+def aliases() -> list[tuple[Path, Path]]:
+    """(real folder, the path it is reached by) for an environment reached through a symbolic link:
+    the kernel is started as PYTHON, so that path must exist inside too."""
+    out = []
+    for p in {Path(PYTHON).parent.parent, Path(os.path.normpath(os.path.abspath(sys.prefix)))}:
+        if p.exists() and p.resolve() != p:
+            out.append((p.resolve(), p))
+    return out
+
+
 def bwrap_argv(workdir: Path, runtime: Path, course_roots: list[Path] | None = None) -> list[str]:
     argv = ["bwrap", "--unshare-all", "--cap-drop", "ALL", "--die-with-parent", "--new-session",
             "--ro-bind", "/usr", "/usr"]
@@ -201,6 +211,8 @@ def bwrap_argv(workdir: Path, runtime: Path, course_roots: list[Path] | None = N
     argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--tmpfs", "/dev/shm"]
     for p in exposed(course_roots):
         argv += ["--ro-bind", str(p), str(p)]
+    for real, alias in aliases():
+        argv += ["--ro-bind", str(real), str(alias)]
     argv += ["--bind", str(workdir), str(workdir), "--bind", str(runtime), str(runtime),
              "--setenv", "JPY_PARENT_PID", "1",  # its real parent is not visible in the new PID namespace
              "--chdir", str(workdir)]

@@ -36,6 +36,7 @@ from __future__ import annotations
 import copy
 import importlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -196,7 +197,10 @@ def available(root: Path = ROOT) -> list[str]:
     return out
 
 
-SHARED_SPECS = {"hostile"}  # specs that place their entries on every assignment (autograder/corpus/hostile.py)
+SHARED_SPECS = {"hostile"}
+# Workers for grading the corpus: one more than the cores, since each grading waits on its kernels
+# (startup, the calls between its two kernels) part of the time.
+CORPUS_WORKERS = (os.cpu_count() or 1) + 1  # specs that place their entries on every assignment (autograder/corpus/hostile.py)
 
 
 def load_spec(assignment: str):

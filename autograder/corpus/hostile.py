@@ -332,15 +332,16 @@ _try("other course folders' sources", lambda: glob.glob("/work/*/source/*/*.ipyn
 _try("this course's sources", lambda: glob.glob(%(root)r + "/source/*/*.ipynb"))
 _try("this course's jupytext files", lambda: glob.glob(%(root)r + "/notebooks/*/*.py"))
 _try("home folders", lambda: os.listdir("/home") + os.listdir("/root"))
-_try("the grader's scratch folders", lambda: glob.glob("/tmp/llmrl-*"))
+_try("the grader's scratch courses", lambda: [p for pattern in ("source", "submitted", "gradebook.db", "autograded")
+                                             for p in glob.glob(f"/tmp/**/{pattern}", recursive=True)])
 _try("ssh keys", lambda: open(os.path.expanduser("~root/.ssh/id_rsa")).read())
 _try("the grader's environment", lambda: [k for k in os.environ if k not in (
     "PATH", "HOME", "TMPDIR", "MPLCONFIGDIR", "IPYTHONDIR", "LLMRL_CACHE", "NBGRADER_EXECUTION", "LANG", "LC_ALL",
     "LC_CTYPE", "TZ", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "MPLBACKEND", "JPY_PARENT_PID", "JPY_SESSION_NAME",
     "LLMRL_SANDBOX_COURSES", "LLMRL_GRADE_MEM_MB", "LLMRL_GRADE_CPU_S", "LLMRL_GRADE_FSIZE_MB", "LLMRL_SANDBOX",
     "OMP_NUM_THREADS", "MKL_NUM_THREADS", "LLMRL_FAST", "PYDEVD_DISABLE_FILE_VALIDATION", "CLICOLOR", "FORCE_COLOR",
-    "TERM", "CLICOLOR_FORCE", "PAGER", "GIT_PAGER", "MPLBACKEND", "LLMRL_GRADER_RPC")])
-_try("the model cache (allowed: must be readable)", lambda: 1 / 0 if not os.listdir(os.environ["LLMRL_CACHE"]) else None)
+    "TERM", "CLICOLOR_FORCE", "PAGER", "GIT_PAGER", "MPLBACKEND", "LLMRL_GRADER_RPC", "PWD", "PYDEVD_USE_FRAME_EVAL")])
+print("CACHE readable" if os.listdir(os.environ["LLMRL_CACHE"]) else "CACHE missing")   # allowed, and needed
 '''
 # 6: links planted where nbgrader (outside the sandbox) used to read and write
 LEAK_LINKS = r'''
