@@ -330,6 +330,7 @@ def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Pa
                                         SaveAutoGrades)
     from nbconvert.preprocessors import ClearMetadataPreprocessor
 
+    import kernels
     import safety
     import tworun
 
@@ -373,7 +374,13 @@ def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Pa
                                                 student_kernel="fresh" if self_check else None)
             if settings.student_kernel is None:
                 settings.student_kernel = os.environ.get("LLMRL_GRADE_STUDENT_KERNEL", "reuse")
-            results = asyncio.run(_run_all(dict(tworun.STAGED), {n: sources[n] for n in tworun.STAGED}, settings))
+            try:
+                results = asyncio.run(_run_all(dict(tworun.STAGED), {n: sources[n] for n in tworun.STAGED}, settings))
+            except (tworun.GradingError, kernels.KernelStartError, OSError, RuntimeError) as e:
+                if isinstance(e, files.DiskFull):
+                    raise
+                raise PipelineError(f"the grader could not run the notebooks: {type(e).__name__}: "
+                                    f"{str(e).strip().splitlines()[0] if str(e).strip() else 'no detail'}") from None
             stage("kernels")
             tworun.RESULTS.clear()
             tworun.RESULTS.update(results)

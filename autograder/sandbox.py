@@ -291,7 +291,7 @@ def probe(course_roots: list[Path] | None = None, timeout: float = 120) -> str |
             argv = bwrap_argv(work, runtime, roots)
         except SandboxError as e:
             return str(e)
-        env = kernel_env(runtime)
+        env = kernel_env(runtime, {"NBGRADER_EXECUTION": "autograde"})  # exactly a grading kernel's
         env["LLMRL_SANDBOX_COURSES"] = os.pathsep.join(map(str, roots))
         try:
             proc = subprocess.run(argv + [PYTHON, "-c", PROBE], capture_output=True, text=True,

@@ -1,11 +1,11 @@
 """Hostile submissions, one group per class of issue 13, applied to the assignments' notebooks.
 
 Each entry is written once, here, for any notebook with test cells: the edits find the solution
-cells and the names they define in the notebook itself. `entries(assignment, notebooks)` (called
-by corpus.build_all) places every entry on one notebook, taking turns over the notebooks of the
-course, so that each assignment carries some of them and the corpus does not grade each attack
-four times; the class 1 entry that took every untouched release to full marks runs on every
-notebook.
+cells and the names they define in the notebook itself. `entries(assignment)` (called by
+corpus.build_all) places every entry on the notebook `PLACES` names (one where the attack got
+through the grader of issue 13), so that each assignment carries some of them and the corpus
+does not grade each attack four times; the class 1 entry that took every untouched release to
+full marks, and `wrong-control`, run on every notebook.
 
 What each must score is what an honest submission with the same answers scores:
 - attacks on an untouched release (hooks, transformers, exception handlers) score 0;
