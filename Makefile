@@ -23,7 +23,8 @@ export PATH := $(BIN):$(PATH)
 unexport NBGRADER_EXECUTION
 
 .PHONY: help venv build execute release validate submissions autograde scores nbval \
-        test test-lib test-pipeline test-fast browser warm demo lab clean distclean
+        test test-lib test-pipeline test-fast test-kit student-kit browser chromium warm demo lab clean \
+        distclean hub hub-install hub-remove test-hub catch-rates
 
 help:
 	@echo "make demo        environment, build, execute, release, grade the sample submissions"
@@ -38,7 +39,13 @@ help:
 	@echo "make nbval       strict nbval on the executed source notebooks"
 	@echo "make grade-all   grade submitted/ in parallel (sandboxed), merge into gradebook.db, CSV, feedback"
 	@echo "make corpus      grade the submission corpus (autograder/corpus) and print entry, expected, got"
+	@echo "make catch-rates how many corpus wrong answers the visible tests catch, and visible + hidden"
 	@echo "make browser     the labs in a real JupyterLab in chromium (screenshots in artifacts/browser/)"
+	@echo "make student-kit what a student receives: build/student-kit/ (notebooks, library wheel, setup.sh)"
+	@echo "make test-kit    install the student kit into a new venv outside the repository and run it"
+	@echo "make hub         the course on a JupyterHub at 127.0.0.1:8500 (root: creates llmrl-* accounts); Ctrl-C stops it"
+	@echo "make hub-remove  stop that hub, delete its accounts, the course folder and $(HUB_DIR)"
+	@echo "make test-hub    the whole course cycle on a hub started by the test, and in chromium (root; CI runs it)"
 	@echo "make lab         JupyterLab on this folder"
 	@echo "make clean       remove grading output, plots and caches (keeps .venv)"
 	@echo "Restrict to one assignment with A=lab11 (build, execute, release, validate, autograde, nbval)."
@@ -80,6 +87,10 @@ grade-all: $(STAMP)
 corpus: $(STAMP)
 	$(PY) autograder/corpus/_cli.py $(A)
 
+# How many corpus wrong answers the visible tests catch, and visible + hidden (no nbgrader: seconds).
+catch-rates: $(STAMP)
+	$(PY) autograder/catch_rates.py --messages $(A)
+
 nbval: $(STAMP)
 	$(PYTEST) -q --nbval --nbval-current-env --nbval-sanitize-with $(SANITIZE) $(NBVAL_PATHS)
 
@@ -90,18 +101,29 @@ test-lib: $(STAMP)
 test-pipeline: $(STAMP)
 	$(PYTEST) -q autograder/tests
 
+# The student kit (autograder/student_kit.py): release notebooks, the library as a wheel, pinned
+# requirements, a student README, setup.sh and lab.sh, as a folder and archives under build/.
+student-kit: $(STAMP)
+	$(PY) autograder/student_kit.py
+
+# Installs the kit into a new virtual environment outside the repository (pip; about a minute on a
+# quiet machine), runs each notebook to its first task there and opens JupyterLab with lab.sh.
+test-kit: $(STAMP)
+	LLMRL_KIT_TESTS=1 $(PYTEST) -q autograder/tests/kit
+
 # Build the cached models once (TinyLM's SFT checkpoints, hw4's character model) before jobs that
 # would otherwise each train them at the same time on a fresh machine.
 warm: $(STAMP)
 	$(PY) -m llmrl.cache
 
-# The four independent checks share the 2 cores, two at a time, longest first: with -j2 make starts
+# The independent checks share the 2 cores, two at a time, longest first: with -j2 make starts
 # the goals in the order given. On the 2-core CI machine (one submission, 2026-11-29) they took
 # pipeline 11.3 min, library 5.8, nbval 5.1 and validate about 3 when run as a chain next to nbval
-# (21 min in all); this order keeps both cores busy. -k: one failing check does not hide the others.
+# (21 min in all); the student kit (about 1.5 min here) goes last, beside the end of the pipeline.
+# -k: one failing check does not hide the others.
 test: $(STAMP)
 	@$(MAKE) --no-print-directory warm
-	@$(MAKE) --no-print-directory -j2 -k --output-sync=target test-pipeline test-lib nbval validate
+	@$(MAKE) --no-print-directory -j2 -k --output-sync=target test-pipeline test-lib nbval validate test-kit
 	@$(MAKE) --no-print-directory browser
 	@echo "make test: all checks passed"
 
@@ -113,10 +135,40 @@ $(BROWSER_STAMP): pyproject.toml $(STAMP)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,browser]'
 	@touch $@
 
-browser: $(BROWSER_STAMP)
+chromium:
 	@command -v chromium >/dev/null || { sudo=""; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
 	  $$sudo apt-get update && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y chromium; }
+
+browser: $(BROWSER_STAMP) chromium
 	LLMRL_BROWSER_TESTS=1 $(PYTEST) -q autograder/tests/browser
+
+# The course on a JupyterHub (hub/; README "The course on a JupyterHub"): jupyterhub from the `hub`
+# extra, configurable-http-proxy from npm (hub/package-lock.json, into hub/node_modules). Root only:
+# the hub creates OS accounts (llmrl-*) and starts each user's server as that account.
+HUB_STAMP := $(VENV)/.llmrl-hub-installed
+HUB_DIR ?= /srv/llmrl-hub
+HUB_PORT ?= 8500
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+$(HUB_STAMP): pyproject.toml hub/package.json hub/package-lock.json $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,hub]'
+	@command -v npm >/dev/null || { echo "error: the hub's proxy needs node >= 20 and npm"; exit 1; }
+	npm ci --prefix hub --no-audit --no-fund --loglevel=error
+	@touch $@
+
+hub-install: $(HUB_STAMP)
+
+hub: $(HUB_STAMP)
+	$(SUDO) $(PY) -m hub.deploy up --dir $(HUB_DIR) --port $(HUB_PORT)
+
+hub-remove:
+	$(SUDO) $(PY) -m hub.deploy remove --dir $(HUB_DIR)
+
+# The whole course cycle against a hub the tests start (accounts llmrl-t-*, ports 8550-8599, folder
+# /srv/llmrl-hub-test), then in chromium; everything is removed afterwards, here too if pytest was killed.
+# About 3 minutes (2026-12-01); not in `make test` (root only, and make test's 40 minutes are spoken for).
+test-hub: $(HUB_STAMP) $(BROWSER_STAMP) chromium
+	@status=0; $(SUDO) env LLMRL_HUB_TESTS=1 $(PYTEST) -q hub/tests || status=$$?; \
+	  $(SUDO) $(PY) -m hub.deploy remove --dir /srv/llmrl-hub-test || true; exit $$status
 
 # Quick loop while writing code: no nbval, no slow library tests.
 test-fast: $(STAMP)
@@ -141,4 +193,4 @@ clean:
 	find . -path ./$(VENV) -prune -o \( -name artifacts -o -name __pycache__ -o -name .ipynb_checkpoints \) -type d -print0 | xargs -0 rm -rf
 
 distclean: clean
-	rm -rf $(VENV) lib/*.egg-info
+	rm -rf $(VENV) lib/*.egg-info hub/node_modules

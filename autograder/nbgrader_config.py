@@ -7,7 +7,7 @@ with --config; the two-line nbgrader_config.py at the root loads it for plain `n
 
 import os
 
-from nbgrader.preprocessors import ClearHiddenTests, GetGrades
+from nbgrader.preprocessors import ClearHiddenTests, ClearMarkScheme, GetGrades
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
 
 c = get_config()  # noqa: F821 (provided by traitlets when it loads this file)
@@ -30,7 +30,15 @@ c.Execute.extra_arguments = ["--InteractiveShell.xmode=Minimal"]
 
 # Feedback shows the student's grades but never the hidden tests (nbgrader's default
 # feedback pipeline would show them).
-c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, CSSHTMLHeaderPreprocessor]
+c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, ClearMarkScheme, CSSHTMLHeaderPreprocessor]
+
+# Text for graders and instructors only (CONTRIBUTING.md, "Answers and rubrics for graders"): lines
+# between BEGIN MARK SCHEME and END MARK SCHEME (in markdown as <!-- BEGIN MARK SCHEME --> comments)
+# are removed from the release and from feedback. nbgrader allows them only in "task" cells; the
+# course also puts them in locked read-only cells (the rubric above each written answer: autograde
+# restores locked cells from the gradebook, so the formgrader shows the rubric to graders) and in
+# plain cells (answers to optional exercises, kept in the source only).
+c.ClearMarkScheme.enforce_metadata = False
 
 # Students get the same stub everywhere.
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}

@@ -183,6 +183,88 @@ WRONG_D = [
     '''),
 ]
 
+# the traps the first corpus lacked (issue 19)
+WRONG_E = [
+    solve(S[1], '''
+        def compute_per_token_logprobs(logits, input_ids):
+            probs = torch.softmax(logits[:, :-1].float(), dim=-1)         # log of a softmax: -inf when it underflows
+            return probs.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1).log()
+    '''),
+    solve(S[4], '''
+        def iter_minibatches(batch, minibatch_size, generator=None):
+            n = len(next(iter(batch.values())))
+            if any(len(v) != n for v in batch.values()):
+                raise ValueError("fields differ in length")
+            # each field shuffled on its own: rows no longer line up across fields
+            shuffled = {k: (v[torch.randperm(n, generator=generator)] if generator is not None else v) for k, v in batch.items()}
+            for start in range(0, n, minibatch_size):
+                yield {k: v[start:start + minibatch_size] for k, v in shuffled.items()}
+    '''),
+    solve(S[5], '''
+        def compute_group_advantages(rewards, group_size, eps=1e-6):
+            out = []
+            for i in range(0, len(rewards), group_size):                   # a last, partial group passes silently
+                g = rewards[i:i + group_size].double()
+                out.append((g - g.mean()) / (g.std(unbiased=False) + eps))
+            return torch.cat(out).float()
+    '''),
+    solve(S[8], '''
+        def grpo_loss(logprobs, old_logprobs, ref_logprobs, mask, advantages, clip_eps, kl_coef):
+            ratio = torch.exp(logprobs - old_logprobs)                   # -inf - -inf = nan at the padding
+            adv = advantages[:, None]
+            surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - clip_eps, 1 + clip_eps) * adv)
+            per_seq = torch.where(mask, surrogate, torch.zeros_like(surrogate)).sum(1) / mask.sum(1).clamp(min=1)
+            return -per_seq.mean() + kl_coef * approx_kl_from_logprobs(logprobs, ref_logprobs, mask)
+    '''),
+]
+WRONG_F = [
+    solve(S[3], '''
+        def approx_kl_from_logprobs(logprobs, ref_logprobs, mask):
+            delta = (ref_logprobs - logprobs).clamp(-20.0, 20.0)
+            k3 = torch.where(mask, torch.exp(delta) - delta - 1.0, torch.zeros_like(delta))
+            return (k3.sum(1) / mask.sum(1).clamp(min=1)).mean()             # mean of per-row means
+    '''),
+    solve(S[6], '''
+        def maybe_normalize_advantages(advantages, normalize, clip=5.0, eps=1e-6):
+            adv = advantages.clone()
+            if normalize:
+                adv = (adv - adv.mean()) / (adv.std() + eps)                 # the sample std
+            return adv if clip is None else adv.clamp(-clip, clip)
+    '''),
+    solve(S[7], '''
+        def reinforce_loss(logprobs, ref_logprobs, mask, advantages, kl_coef):
+            seq = torch.where(mask, logprobs, torch.zeros_like(logprobs)).sum(1)   # a sum: long completions count more
+            return -(advantages * seq).mean() + kl_coef * approx_kl_from_logprobs(logprobs, ref_logprobs, mask)
+    '''),
+]
+RIGHT_B = [
+    solve(S[1], '''
+        def compute_per_token_logprobs(logits, input_ids):
+            logp = torch.log_softmax(logits[:, :-1], dim=-1, dtype=torch.float32)
+            return logp.gather(2, input_ids[:, 1:].unsqueeze(2)).squeeze(2)
+    '''),
+    solve(S[4], '''
+        def iter_minibatches(batch, minibatch_size, generator=None):
+            rows = {k: v.shape[0] for k, v in batch.items()}
+            if len(set(rows.values())) > 1:
+                raise ValueError(f"row counts differ: {rows}")
+            n = next(iter(rows.values()))
+            order = torch.arange(n) if generator is None else torch.rand(n, generator=generator).argsort()
+            for chunk in order.split(minibatch_size):
+                yield {k: v.index_select(0, chunk) for k, v in batch.items()}
+    '''),
+    solve(S[8], '''
+        def grpo_loss(logprobs, old_logprobs, ref_logprobs, mask, advantages, clip_eps, kl_coef):
+            log_ratio = (logprobs - old_logprobs).masked_fill(~mask, 0.0)
+            ratio = log_ratio.exp()
+            a = advantages.unsqueeze(-1)
+            unclipped, clipped = ratio * a, ratio.clamp(1 - clip_eps, 1 + clip_eps) * a
+            obj = torch.where(unclipped < clipped, unclipped, clipped).masked_fill(~mask, 0.0)
+            pg = -(obj.sum(-1) / mask.sum(-1).clamp(min=1)).mean()
+            return pg + kl_coef * approx_kl_from_logprobs(logprobs, ref_logprobs, mask)
+    '''),
+]
+
 ENTRIES = standard_entries(NB) + [
     Entry("rewritten", NB, "every task correct, written differently", REWRITTEN),
     Entry("wrong-a", NB, "1 no shift, 3 ratio upside down, 5 sample std, 7 without the KL term",
@@ -193,4 +275,11 @@ ENTRIES = standard_entries(NB) + [
           WRONG_C, lose=(T[2], T[4], T[6], T[8])),
     Entry("wrong-d", NB, "2 ignores padding, 4 drops the last minibatch, 6 in place, 8 batch token mean",
           WRONG_D, lose=(T[2], T[4], T[6], T[8])),
+    Entry("wrong-e", NB, "1 log of a softmax (underflow), 4 shuffles each field on its own, 5 a loop that lets a "
+          "partial group through, 8 exp of an unmasked log-ratio (nan gradient at -inf padding)",
+          WRONG_E, lose=(T[1], T[4], T[5], T[8])),
+    Entry("wrong-f", NB, "3 mean of per-row means, 6 the sample std, 7 no length normalisation (8 compares its "
+          "gradient with 7's, so it loses too)", WRONG_F, lose=(T[3], T[6], T[7], T[8])),
+    Entry("right-b", NB, "tasks 1, 4, 8 correct in yet another way (log_softmax(dtype=float32), rand().argsort(), "
+          "torch.where for the min)", RIGHT_B),
 ]

@@ -5,6 +5,8 @@ against); each loses its own task's test cell. Where a later task calls an earli
 builds on `tilted_optimum`), the spec says so and expects both to lose.
 """
 
+from textwrap import dedent
+
 from corpus import ROOT, Entry, delete, insert, set_points, solve, standard_entries, strip_metadata, test_source
 
 NB = "llm_as_policy"
@@ -74,6 +76,15 @@ REWRITTEN = [
 ]
 
 # ----------------------------------------------------------------------------- wrong answers (two per task)
+# A correct tilted_optimum, for the wrong answers whose mistake is in kl_objective (task 4's other half).
+TILTED_LOG_SPACE = '''
+def tilted_optimum(ref_probs, rewards, beta):
+    with np.errstate(divide="ignore"):
+        z = np.log(ref_probs) + rewards / beta
+    w = np.exp(z - z.max())
+    return w / w.sum()
+'''
+
 NO_SHIFT = solve(S1A, '''
     def response_logprobs(logits, tokens, prompt_len):
         logp = torch.log_softmax(logits[:, prompt_len:], dim=-1)   # scores each token with its own column
@@ -130,17 +141,11 @@ DIRECT_EXP = solve(S4, '''
         s = probs > 0
         return float(probs @ rewards - beta * np.sum(probs[s] * np.log(probs[s] / np.asarray(ref_probs)[s])))
 ''')
-NO_ZERO_LOG_ZERO = solve(S4, '''
-    def tilted_optimum(ref_probs, rewards, beta):
-        with np.errstate(divide="ignore"):
-            z = np.log(ref_probs) + rewards / beta
-        w = np.exp(z - z.max())
-        return w / w.sum()
-
+NO_ZERO_LOG_ZERO = solve(S4, TILTED_LOG_SPACE + dedent('''
     def kl_objective(probs, ref_probs, rewards, beta):
         probs = np.asarray(probs, float)
         return float(probs @ rewards - beta * np.sum(probs * np.log(probs / ref_probs)))   # 0 log 0 = nan
-''')
+'''))
 VALUES_NO_BETA = solve(S5, '''
     def token_level_optimum(first_probs, second_probs, rewards, beta):
         with np.errstate(divide="ignore"):
@@ -155,6 +160,79 @@ VALUES_NAIVE_EXP = solve(S5, '''
         pi_second = second_probs * np.exp((rewards - values[:, None]) / beta)
         return tilted_optimum(first_probs, values, beta), pi_second, values
 ''')
+
+# the traps the first corpus lacked (issue 19): each loses its own task
+LOG_OF_SOFTMAX = solve(S1A, '''
+    def response_logprobs(logits, tokens, prompt_len):
+        probs = torch.softmax(logits[:, prompt_len - 1:-1], dim=-1)  # underflows to 0 for unlikely tokens
+        return probs.gather(-1, tokens[:, prompt_len:].unsqueeze(-1)).squeeze(-1).log()
+''')
+IGNORES_MASK = solve(S1B, '''
+    def sequence_logprob(token_logprobs, mask):
+        return token_logprobs.sum(dim=-1)                           # sums the padding too
+''')
+T0_DIVIDES = solve(S2, '''
+    def sample_with_temperature(logits, temperature, generator=None):
+        if temperature < 0:
+            raise ValueError("negative temperature")
+        probs = torch.softmax(logits / temperature, dim=-1)         # T = 0: division by zero, nan
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+''')
+KL_REVERSED = solve(S4, TILTED_LOG_SPACE + dedent('''
+    def kl_objective(probs, ref_probs, rewards, beta):
+        probs, ref_probs = np.asarray(probs, float), np.asarray(ref_probs, float)
+        s = ref_probs > 0
+        kl = np.sum(ref_probs[s] * np.log(ref_probs[s] / np.maximum(probs[s], 1e-300)))   # KL(ref || pi)
+        return float(probs @ rewards - beta * kl)
+'''))
+GREEDY_VALUES = solve(S5, '''
+    def token_level_optimum(first_probs, second_probs, rewards, beta):
+        with np.errstate(divide="ignore"):
+            scaled = np.log(second_probs) + rewards / beta
+        values = beta * np.logaddexp.reduce(scaled, axis=1)
+        pi_second = np.exp(scaled - values[:, None] / beta)
+        return tilted_optimum(first_probs, rewards.max(axis=1), beta), pi_second, values   # best reward, not V
+''')
+
+# correct, written another way again (each new test must let these through)
+RIGHT_B = [
+    solve(S1A, '''
+        def response_logprobs(logits, tokens, prompt_len):
+            z = logits[:, prompt_len - 1:-1].double()
+            logp = z - torch.logsumexp(z, dim=-1, keepdim=True)
+            return torch.take_along_dim(logp, tokens[:, prompt_len:, None], dim=-1)[..., 0].float()
+    '''),
+    solve(S1B, '''
+        def sequence_logprob(token_logprobs, mask):
+            rows = torch.arange(mask.shape[0]).unsqueeze(1).expand_as(mask)[mask]
+            return torch.zeros(mask.shape[0], dtype=token_logprobs.dtype).index_add(0, rows, token_logprobs[mask])
+    '''),
+    solve(S2, '''
+        def sample_with_temperature(logits, temperature, generator=None):
+            if temperature < 0:
+                raise ValueError(f"temperature {temperature} < 0")
+            if temperature == 0:
+                return torch.argmax(logits, dim=-1)
+            probs = torch.softmax(logits.double() / temperature, dim=-1)
+            return torch.multinomial(probs, 1, generator=generator)[:, 0]
+    '''),
+    solve(S4, '''
+        def tilted_optimum(ref_probs, rewards, beta):
+            out = np.zeros(len(ref_probs))
+            keep = np.asarray(ref_probs) > 0
+            z = np.log(np.asarray(ref_probs)[keep]) + np.asarray(rewards)[keep] / beta
+            e = np.exp(z - z.max())
+            out[keep] = e / e.sum()
+            return out
+
+        def kl_objective(probs, ref_probs, rewards, beta):
+            total = 0.0
+            for p, q, r in zip(probs, ref_probs, rewards):
+                if p > 0:
+                    total += p * r - beta * p * (math.log(p) - math.log(q))
+            return float(total)
+    '''),
+]
 
 # ----------------------------------------------------------------------------- hostile code
 ATTACK = r'''
@@ -212,6 +290,12 @@ ENTRIES = standard_entries(NB) + [
     Entry("wrong-e", NB, "4 kl_objective without 0 log 0 = 0", [NO_ZERO_LOG_ZERO], lose=(T4,)),
     Entry("wrong-f", NB, "4 tilted_optimum by a plain exp (overflow); task 5 calls it, so it loses too",
           [DIRECT_EXP], lose=(T4, T5)),
+    Entry("wrong-g", NB, "1a log of a softmax (underflow), 2 divides by T = 0, 4 KL the wrong way round",
+          [LOG_OF_SOFTMAX, T0_DIVIDES, KL_REVERSED], lose=(T1A, T2, T4)),
+    Entry("wrong-h", NB, "1b ignores the mask, 5 tilts the first token by the best reward instead of V",
+          [IGNORES_MASK, GREEDY_VALUES], lose=(T1B, T5)),
+    Entry("right-b", NB, "tasks 1a, 1b, 2, 4 correct in yet another way (logsumexp in float64, index_add, "
+          "a loop with math.log)", RIGHT_B),
     # ---- broken and hostile
     Entry("raises", NB, "task 1a raises an exception", [solve(S1A, '''
         def response_logprobs(logits, tokens, prompt_len):

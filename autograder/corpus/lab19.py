@@ -17,13 +17,16 @@ REWRITTEN = [
     '''),
     solve(S1B, '''
         def best_of_n_stats(proxy, gold, n):
-            pairs = sorted(zip(proxy, gold), key=lambda pg: pg[0])
-            M = len(pairs)
+            # one block per distinct proxy score, lowest first; a block shares its weight evenly
+            M = len(proxy)
             ep = eg = 0.0
-            for k, (p, g) in enumerate(pairs, start=1):
-                w = (k / M) ** n - ((k - 1) / M) ** n
-                ep += w * p
-                eg += w * g
+            below = 0
+            for score in sorted(set(float(p) for p in proxy)):
+                block = [g for p, g in zip(proxy, gold) if p == score]
+                w = ((below + len(block)) / M) ** n - (below / M) ** n
+                ep += w * score
+                eg += w * sum(block) / len(block)
+                below += len(block)
             return float(ep), float(eg)
     '''),
     solve(S1C, '''
@@ -145,6 +148,50 @@ WRONG_D = [
     '''),
 ]
 
+# the traps the first corpus lacked (issue 19)
+WRONG_E = [
+    solve(S1B, '''
+        def best_of_n_stats(proxy, gold, n):
+            proxy, gold = np.asarray(proxy, float), np.asarray(gold, float)
+            M = len(proxy)
+            order = np.argsort(proxy)                       # ties: whatever order the sort leaves
+            k = np.arange(1, M + 1)
+            w = (k / M) ** n - ((k - 1) / M) ** n
+            return float(w @ proxy[order]), float(w @ gold[order])
+    '''),
+    solve(S3, '''
+        def clipped_pg_loss(batch):
+            adv = batch.advantages[:, None]
+            ratio = batch.logprobs.exp() / batch.old_logprobs.exp()     # 0 / 0 for unlikely tokens
+            lo = -float("inf") if batch.eps_low is None else 1 - batch.eps_low
+            hi = float("inf") if batch.eps_high is None else 1 + batch.eps_high
+            surrogate = torch.minimum(ratio * adv, ratio.clamp(lo, hi) * adv)
+            return -surrogate[batch.mask].mean()
+    '''),
+    solve(S4, '''
+        def token_entropy(logits, mask):
+            p = torch.softmax(logits, dim=-1)
+            return -(p * p.log()).sum(-1)[mask].mean()      # 0 * log 0 = nan for peaked logits
+    '''),
+]
+WRONG_F = [
+    solve(S1C, '''
+        def fit_gao_bon(d, gold_gain):
+            c2, c1, _ = np.polyfit(d, gold_gain, 2)         # a quadratic with an intercept
+            return float(c1), float(-c2)
+    '''),
+    solve(S2, '''
+        def kl_penalized_rewards(rewards, logprobs, ref_logprobs, mask, beta):
+            log_ratio = torch.where(mask, logprobs - ref_logprobs, torch.zeros_like(logprobs))
+            return rewards - beta * log_ratio.sum(1) / mask.sum(1).clamp(min=1)   # a mean per token, not the sum
+    '''),
+    solve(S4, '''
+        def token_entropy(logits, mask):
+            p = torch.softmax(logits, dim=-1)
+            return -(p * logits).sum(-1)[mask].mean()       # raw logits instead of log-probs
+    '''),
+]
+
 ENTRIES = standard_entries(NB) + [
     Entry("rewritten", NB, "every task correct, written differently (loops, normal equations, masked_fill, "
           "clamp, Categorical)", REWRITTEN),
@@ -154,4 +201,8 @@ ENTRIES = standard_entries(NB) + [
           WRONG_B, lose=(T1A, T1B, T2, T4)),
     Entry("wrong-c", NB, "1c beta with the wrong sign, 3 max instead of min", WRONG_C, lose=(T1C, T3)),
     Entry("wrong-d", NB, "1c fits an intercept, 3 sequence-level mean", WRONG_D, lose=(T1C, T3)),
+    Entry("wrong-e", NB, "1b ties broken by the sort order, 3 ratio as exp / exp (0 / 0), 4 p log p with p = 0",
+          WRONG_E, lose=(T1B, T3, T4)),
+    Entry("wrong-f", NB, "1c np.polyfit (an intercept), 2 a per-token mean instead of the sum, 4 raw logits as log-probs",
+          WRONG_F, lose=(T1C, T2, T4)),
 ]

@@ -110,6 +110,63 @@ WRONG_D = [
     '''),
 ]
 
+# the traps the first corpus lacked (issue 19)
+WRONG_E = [
+    solve(S2, '''
+        def opd_pg_loss(student_logprobs, teacher_logprobs, mask):
+            r = torch.where(mask, teacher_logprobs - student_logprobs, torch.zeros_like(student_logprobs))   # not detached
+            lp = torch.where(mask, student_logprobs, torch.zeros_like(student_logprobs))
+            return -(r * lp).sum() / mask.sum().clamp(min=1)
+    '''),
+    solve(S4, '''
+        def pass_at_k(n, c, k):
+            if n - c < k:
+                return 1.0
+            comb = lambda a, b: float(math.factorial(a)) / (float(math.factorial(b)) * float(math.factorial(a - b)))
+            return 1.0 - comb(n - c, k) / comb(n, k)              # 171! does not fit in a float
+    '''),
+    solve(S5, '''
+        def maxrl_advantages(rewards):
+            p = rewards.mean(dim=0, keepdim=True)                  # the mean over prompts, not within each group
+            return torch.where(p > 0, (rewards - p) / p.clamp(min=1e-12), torch.zeros_like(rewards))
+    '''),
+]
+WRONG_F = [
+    solve(S3, '''
+        def full_vocab_reverse_kl(student_logits, teacher_logits, mask):
+            lp = torch.log_softmax(student_logits, -1)
+            lq = torch.log_softmax(teacher_logits, -1)
+            return (lp.exp() * (lp - lq)).sum(-1).mean()              # padding positions counted too
+    '''),
+    solve(S1, '''
+        def reverse_kl_rewards(student_logprobs, teacher_logprobs, mask):
+            r = teacher_logprobs - student_logprobs                 # carries the student's gradient
+            return torch.where(mask, r, torch.zeros_like(r))
+    '''),
+]
+RIGHT_B = [
+    solve(S4, '''
+        def pass_at_k(n, c, k):
+            if n - c < k:
+                return 1.0
+            # log C(n - c, k) - log C(n, k) with lgamma: no overflow at any n
+            log_ratio = (math.lgamma(n - c + 1) - math.lgamma(n - c - k + 1)) - (math.lgamma(n + 1) - math.lgamma(n - k + 1))
+            return 1.0 - math.exp(log_ratio)
+    '''),
+    solve(S5, '''
+        def maxrl_advantages(rewards):
+            p = rewards.mean(1, keepdim=True)
+            return torch.nan_to_num((rewards - p) / p, nan=0.0)        # 0 / 0 -> 0 for a group with no success
+    '''),
+    solve(S3, '''
+        def full_vocab_reverse_kl(student_logits, teacher_logits, mask):
+            s, t = student_logits[mask].double(), teacher_logits[mask].double()   # real positions only
+            ls = s - torch.logsumexp(s, -1, keepdim=True)
+            lt = t - torch.logsumexp(t, -1, keepdim=True)
+            return (ls.exp() * (ls - lt)).sum(-1).mean().float()
+    '''),
+]
+
 ENTRIES = standard_entries(TASKS) + [
     Entry("rewritten", TASKS, "every task correct, written differently (no_grad, kl_div, math.comb, a loop)",
           REWRITTEN),
@@ -119,6 +176,12 @@ ENTRIES = standard_entries(TASKS) + [
           WRONG_B, lose=(T1, T2, T3, T4)),
     Entry("wrong-c", TASKS, "2 mean over padding too, 5 GRPO's std normalisation", WRONG_C, lose=(T2, T5)),
     Entry("wrong-d", TASKS, "2 sum instead of token mean, 5 divides 0 by 0", WRONG_D, lose=(T2, T5)),
+    Entry("wrong-e", TASKS, "2 a reward that carries gradient, 4 float factorials (overflow past 170), "
+          "5 the mean over prompts instead of within each group", WRONG_E, lose=(T2, T4, T5)),
+    Entry("wrong-f", TASKS, "3 the mean over padding too, 1 the reward not detached (2 uses it)",
+          WRONG_F, lose=(T1, T2, T3)),
+    Entry("right-b", TASKS, "tasks 3, 4, 5 correct in yet another way (logsumexp in float64, lgamma, nan_to_num)",
+          RIGHT_B),
 ] + standard_entries(PROJECTS) + [
     Entry("one-writeup", PROJECTS, "only project 1's write-up answered: it waits for a person, the rest score 0",
           [solve("writeup_project1", "**Hypothesis.** My own words about clip-higher.")], base="release",

@@ -21,10 +21,10 @@ import time
 
 import torch
 
-from .addition import PROMPT_LEN, RESPONSE_LEN, sft_batch
-from .checkpoints import COURSE_SFT, COURSE_SNAPSHOTS, SFTConfig, sft_loss, sft_train
+from .addition import PROMPT_LEN, RESPONSE_LEN
+from .checkpoints import COURSE_SFT, COURSE_SNAPSHOTS, SFTConfig, sft_train
 from .tinylm import TinyLM
-from .trainer import RLConfig, rl_train
+from .trainer import rl_train
 from .utils import set_threads
 
 

@@ -122,7 +122,7 @@ def evaluate(model, problems: Problems | None = None, n_samples: int = 16, ks: S
     for k in ks:
         if k <= n_samples:
             out[f"pass@{k}"] = float(np.mean(pass_at_k(n_samples, c, k)))
-    out["entropy_nats"] = mean_token_entropy(model, r)
+    out["entropy_token_mean_nats"] = mean_token_entropy(model, r)
     if teacher is not None:
-        out["kl_to_teacher_nats"] = exact_token_kl(model, teacher, r)
+        out["kl_to_teacher_exact_token_mean_nats"] = exact_token_kl(model, teacher, r)
     return out

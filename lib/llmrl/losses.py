@@ -74,21 +74,17 @@ def clip_stats(ratio: torch.Tensor, adv_tok: torch.Tensor, mask: torch.Tensor, o
         hi = pos & (ratio > 1 + eps_high) if eps_high is not None else torch.zeros_like(m)
         lo = neg & (ratio < 1 - eps_low) if eps_low is not None else torch.zeros_like(m)
 
-        def frac(num, den):
-            d = int(den.sum())
-            return float(num.sum()) / d if d else float("nan")
-
-        return {
-            "clip_fraction": frac(hi | lo, m),
-            "clip_fraction_high": frac(hi, m),
-            "clip_fraction_low": frac(lo, m),
-            "clip_high_of_positive": frac(hi, pos),
-            "clip_low_of_negative": frac(lo, neg),
-            "clip_high_of_positive_rare": frac(hi & rare, pos & rare),
-            "clip_high_of_positive_common": frac(hi & ~rare, pos & ~rare),
-            "clip_low_of_negative_rare": frac(lo & rare, neg & rare),
-            "clip_low_of_negative_common": frac(lo & ~rare, neg & ~rare),
-        }
+        common = ~rare
+        # every count at once (one reduction, one transfer): 9 numerators over 7 denominators
+        names = ("clip_fraction", "clip_fraction_high", "clip_fraction_low", "clip_high_of_positive",
+                 "clip_low_of_negative", "clip_high_of_positive_rare", "clip_high_of_positive_common",
+                 "clip_low_of_negative_rare", "clip_low_of_negative_common")
+        nums = [hi | lo, hi, lo, hi, lo, hi & rare, hi & common, lo & rare, lo & common]
+        dens = [m, pos, neg, pos & rare, pos & common, neg & rare, neg & common]
+        which = (0, 0, 0, 1, 2, 3, 4, 5, 6)  # the denominator of each numerator
+        counts = torch.stack(nums + dens).reshape(len(nums) + len(dens), -1).sum(1).tolist()
+        num, den = counts[:len(nums)], counts[len(nums):]
+        return {name: (num[i] / den[which[i]] if den[which[i]] else float("nan")) for i, name in enumerate(names)}
 
 
 def clipped_surrogate(logprobs, old_logprobs, advantages, mask, eps_low=0.2, eps_high=0.2):

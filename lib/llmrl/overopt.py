@@ -82,7 +82,8 @@ def best_of_n_stats(proxy, gold, n: int) -> tuple[float, float]:
     proxy, gold: [M] scores of the same M responses. Best-of-n draws n responses uniformly with
     replacement and keeps the one with the highest proxy. Sorting by proxy, the winner is the
     k-th lowest with probability w_k = (k/M)^n - ((k-1)/M)^n, so the answer is sum_k w_k * score_k.
-    (Ties in the proxy are broken by order in the pool.)
+    Ties in the proxy: tied responses are equally likely to win (each gets an equal share of its
+    block's weight), so the answer does not depend on the order of the pool.
     """
     proxy = np.asarray(proxy, dtype=float)
     gold = np.asarray(gold, dtype=float)
@@ -93,6 +94,9 @@ def best_of_n_stats(proxy, gold, n: int) -> tuple[float, float]:
     n = check_int("n", n, minimum=1)
     order = np.argsort(proxy, kind="stable")
     w = rank_weights(proxy.size, n)
+    # a block of equal proxy scores shares its weight evenly
+    _, block, size = np.unique(proxy[order], return_inverse=True, return_counts=True)
+    w = np.bincount(block, weights=w)[block] / size[block]
     return float(w @ proxy[order]), float(w @ gold[order])
 
 

@@ -1,6 +1,6 @@
 """Plots with seeds shown: the mean over seeds as a line, the spread (min to max) as a band, and the
 single seeds as thin lines or dots. Inputs are the ``{arm: [result per seed]}`` dicts of
-:mod:`llmrl.experiments`.
+:mod:`llmrl.runner` (lab21's projects, lab19's stored runs, hw4's ablation).
 """
 
 from __future__ import annotations

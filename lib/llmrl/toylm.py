@@ -45,13 +45,18 @@ WORKED_SOFT_VALUES = (0.52314, 1.43378)
 OptimumFn = Callable[[np.ndarray, np.ndarray, float], np.ndarray]
 
 
-def _as_prob_vector(name: str, p, ndim: int) -> np.ndarray:
-    if isinstance(p, (str, bytes)) or p is None:
-        raise TypeError(f"{name} must be an array of probabilities, got {type(p).__name__}")
+def _as_array(name: str, x, what: str) -> np.ndarray:
+    """``x`` as a float64 array, or a TypeError naming ``name`` and ``what`` it should hold."""
+    if isinstance(x, (str, bytes)) or x is None:
+        raise TypeError(f"{name} must be an array of {what}, got {type(x).__name__}")
     try:
-        arr = np.asarray(p, dtype=np.float64)
+        return np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError) as e:
-        raise TypeError(f"{name} must be an array of probabilities: {e}") from None
+        raise TypeError(f"{name} must be an array of {what}: {e}") from None
+
+
+def _as_prob_vector(name: str, p, ndim: int) -> np.ndarray:
+    arr = _as_array(name, p, "probabilities")
     if arr.ndim != ndim:
         raise ValueError(f"{name} must have {ndim} dimension(s), got shape {arr.shape}")
     if arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr < 0):
@@ -62,10 +67,7 @@ def _as_prob_vector(name: str, p, ndim: int) -> np.ndarray:
 
 
 def _as_rewards(name: str, r, shape: tuple) -> np.ndarray:
-    try:
-        arr = np.asarray(r, dtype=np.float64)
-    except (TypeError, ValueError) as e:
-        raise TypeError(f"{name} must be an array of numbers: {e}") from None
+    arr = _as_array(name, r, "numbers")
     if arr.shape != shape:
         raise ValueError(f"{name} must have shape {shape}, got {arr.shape}")
     if not np.all(np.isfinite(arr)):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -16,6 +17,13 @@ def grading_mode() -> bool:
     asks for the same from anywhere else (the browser test, a quick look at a notebook).
     """
     return bool(os.environ.get("NBGRADER_EXECUTION")) or os.environ.get("LLMRL_FAST", "") not in ("", "0")
+
+
+def repo_root() -> Path | None:
+    """The root of the course repository the library runs from (an editable install of its
+    ``lib/``), or None when the library is installed elsewhere."""
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "pyproject.toml").is_file() and (root / "notebooks").is_dir() else None
 
 
 def set_threads(n: int = 1) -> None:
@@ -62,6 +70,17 @@ def check_float(name: str, value, minimum: float | None = None, allow_inf: bool 
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return value
+
+
+def check_fields(obj, ints: dict[str, int] | None = None, floats: dict[str, float] | None = None) -> None:
+    """Check a config's fields by name: ``ints`` / ``floats`` map a field to its minimum. A field
+    that is None is left alone (an optional setting that is off)."""
+    for name, minimum in (ints or {}).items():
+        if getattr(obj, name) is not None:
+            check_int(name, getattr(obj, name), minimum=minimum)
+    for name, minimum in (floats or {}).items():
+        if getattr(obj, name) is not None:
+            check_float(name, getattr(obj, name), minimum=minimum)
 
 
 def check_tensor(name: str, t, ndim: int | None = None, dtype=None, shape=None) -> torch.Tensor:

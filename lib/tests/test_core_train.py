@@ -6,11 +6,12 @@ import pytest
 import torch
 
 from llmrl import checkpoints as C
+from llmrl import metrics
 from llmrl.addition import PromptSampler, eval_problems
 from llmrl.evaluation import accuracy
 from llmrl.rewards import exact_match
 from llmrl.tinylm import TinyLM
-from llmrl.trainer import RLConfig, rl_train
+from llmrl.trainer import Hooks, RLConfig, rl_train
 
 TINY = C.SFTConfig(steps=30, batch_size=16, warmup=5)
 TINY_SNAPS = {"early": C.Snapshot(10), "last": C.Snapshot(30)}
@@ -87,9 +88,11 @@ def test_trainer_improves_reward_on_an_easy_task():
     torch.manual_seed(0)
     m = TinyLM()
     h = rl_train(m, steps=40, lr=1e-3, reward_fn=_one_digit_answers_reward, progress=False, seed=0)
-    first, last = h.series("reward")[:5].mean(), h.series("reward")[-5:].mean()
+    first, last = h.series("reward_mean")[:5].mean(), h.series("reward_mean")[-5:].mean()
     assert last > first + 0.3, (first, last)
-    for key in ("entropy_nats", "kl_to_reference_nats", "clip_fraction_high", "response_length"):
+    for key in h.names:
+        metrics.entry(key)  # every recorded name is in the vocabulary
+    for key in ("entropy_token_mean_nats", "kl_to_reference_k1_sum_nats", "clip_fraction_high", "completion_chars_mean"):
         assert key in h.names
 
 
@@ -100,8 +103,8 @@ def test_trainer_is_deterministic():
         return rl_train(m, steps=5, lr=1e-3, reward_fn=_one_digit_answers_reward, progress=False, seed=3)
 
     a, b = run(), run()
-    assert a.series("reward").tolist() == b.series("reward").tolist()
-    assert a.series("loss").tolist() == b.series("loss").tolist()
+    assert a.series("reward_mean").tolist() == b.series("reward_mean").tolist()
+    assert a.series("loss_mean").tolist() == b.series("loss_mean").tolist()
 
 
 def test_trainer_runs_each_arm_and_custom_pieces():
@@ -126,6 +129,42 @@ def test_trainer_runs_each_arm_and_custom_pieces():
     rl_train(TinyLM(), steps=1, n_prompts=3, group_size=4, advantage_fn=adv, policy_loss_fn=loss_fn,
              kl_reward_fn=kl_fn, kl_coef=0.1, progress=False)
     assert seen == {"adv": (torch.Size([12]), 4), "loss": torch.Size([12, 5]), "kl": 0.1}
+
+
+def test_hooks_see_the_batch_and_the_epoch_and_add_metrics():
+    """after_score gets the scored batch (rollout, rewards, correctness, log-probs); after_minibatch
+    gets the epoch index of each minibatch; what they return lands in the step's record. With
+    minibatches of half the batch and accumulation over two, each epoch takes one optimizer step."""
+    seen = {"batches": [], "epochs": []}
+
+    def after_score(batch):
+        seen["batches"].append((len(batch.rollout), batch.rewards.shape, batch.correct.dtype, batch.mask.shape,
+                                batch.old_logprobs.shape, len(batch.rollout.answers)))
+        return {"pad_share_small_sums": 0.25}
+
+    def after_minibatch(epoch, stats):
+        seen["epochs"].append(epoch)
+        return {"late_clip_high_of_positive_rare": float(epoch)}
+
+    h = rl_train(TinyLM(), steps=2, n_prompts=4, group_size=4, epochs=2, minibatch_size=8, grad_accum_steps=2,
+                 hooks=Hooks(after_score=after_score, after_minibatch=after_minibatch), progress=False)
+    assert seen["batches"] == [(16, torch.Size([16]), torch.bool, torch.Size([16, 5]), torch.Size([16, 5]), 16)] * 2
+    assert seen["epochs"] == [0, 0, 1, 1] * 2
+    assert h.series("pad_share_small_sums").tolist() == [0.25, 0.25]
+    assert h.series("late_clip_high_of_positive_rare").tolist() == [0.5, 0.5]  # the mean over the minibatches
+
+
+def test_evaluation_runs_at_step_zero_on_its_schedule_and_at_the_end():
+    calls = []
+
+    def eval_fn(model):
+        calls.append(model)
+        return {"greedy_accuracy": 0.5}
+
+    m = TinyLM()
+    h = rl_train(m, steps=5, n_prompts=2, group_size=2, eval_fn=eval_fn, eval_every=2, progress=False)
+    assert [r["step"] for r in h if "eval_greedy_accuracy" in r] == [0, 2, 4, 5]
+    assert all(c is m for c in calls) and h[0] == {"step": 0, "eval_greedy_accuracy": 0.5}
 
 
 def test_bad_reward_shape_is_reported():

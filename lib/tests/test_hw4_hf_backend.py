@@ -231,7 +231,7 @@ def test_trainer_runs_and_resumes_with_the_hf_backend(tok, tmp_path):
     assert [r["step"] for r in logged] == [0, 1, 2, 3, 4]  # nothing lost, nothing twice
     assert [r["step"] for r in resumed.records] == [0, 1, 2, 3, 4]
     for a, b in zip(full.records, logged):
-        for k in ("rollout_reward", "loss", "kl_to_reference_nats", "eval_exact_match"):
+        for k in ("reward_mean", "loss_mean", "kl_to_reference_k3_token_mean_nats", "eval_exact_match"):
             if k in a:
                 assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-6), (a["step"], k)
 

@@ -51,7 +51,7 @@ def test_format_copy_grpo_reward_rises_on_the_cpu(backend, tmp_path):
                          minibatch_size=8, grad_accum_steps=2, eval_every=4, eval_limit=16, ckpt_every=2,
                          backend="hf")
     res = train(cfg, load_impl("reference"), run_dir=tmp_path / "run", backend=backend, progress=False)
-    rewards = [r["rollout_reward"] for r in res.records if "rollout_reward" in r]
+    rewards = [r["reward_mean"] for r in res.records if "reward_mean" in r]
     evals = [r["eval_reward"] for r in res.records if "eval_reward" in r]
     assert len(rewards) == 4 and len(evals) == 2
     print("rollout reward per step:", [round(r, 3) for r in rewards], "eval reward:", [round(e, 3) for e in evals])
@@ -61,5 +61,5 @@ def test_format_copy_grpo_reward_rises_on_the_cpu(backend, tmp_path):
     # eval reward 0.33 -> 1.30 (eval exact match 0.25 -> 1.0), so the margins are wide.
     assert sum(rewards[-2:]) / 2 > sum(rewards[:2]) / 2 + 0.1, rewards
     assert evals[-1] >= evals[0], evals
-    assert all(r["kl_to_reference_nats"] < 5 for r in res.records if "kl_to_reference_nats" in r)
-    assert torch.isfinite(torch.tensor([r["loss"] for r in res.records if "loss" in r])).all()
+    assert all(r["kl_to_reference_k3_token_mean_nats"] < 5 for r in res.records if "kl_to_reference_k3_token_mean_nats" in r)
+    assert torch.isfinite(torch.tensor([r["loss_mean"] for r in res.records if "loss_mean" in r])).all()

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from llmrl import metrics
 from llmrl.hw4 import charlm
 from llmrl.hw4.__main__ import build_parser, config_from_args, main
 from llmrl.hw4.char_backend import CharBackend
@@ -74,9 +75,12 @@ def test_train_records_and_files(impl, tmp_path):
     res = train(cfg, impl, backend=tiny_backend(), run_dir=tmp_path, progress=False)
     steps = [r["step"] for r in res.records]
     assert steps == [0, 1, 2, 3]
-    for key in ("rollout_reward", "rollout_reward_tag", "kl_to_reference_nats", "clip_fraction", "grad_norm",
-                "entropy_nats", "completion_tokens", "rollout_exact_match"):
+    for key in ("reward_mean", "reward_tag_mean", "kl_to_reference_k3_token_mean_nats", "kl_to_reference_k1_sum_nats",
+                "clip_fraction", "grad_norm_mean", "entropy_token_mean_nats", "completion_tokens_mean",
+                "sampled_accuracy"):
         assert key in res.records[1]
+    for key in res.records[1]:
+        metrics.entry(key)  # the labs' vocabulary, the same names
     assert "eval_exact_match" in res.records[0] and "eval_exact_match" in res.records[2]
     assert read_jsonl(tmp_path / "metrics.jsonl") == res.records
     gens = read_jsonl(tmp_path / "generations.jsonl")
@@ -123,7 +127,7 @@ def test_wandb_offline_is_optional(impl, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", fake)
     train(cfg, impl, backend=tiny_backend(), run_dir=tmp_path, progress=False, resume=False)
     assert inits[0]["mode"] == "offline" and [s for s, _ in logged] == [0, 1]
-    assert logged[1][1]["generations"][0] == "table" and "rollout_reward" in logged[1][1]
+    assert logged[1][1]["generations"][0] == "table" and "reward_mean" in logged[1][1]
 
 
 def test_bad_config_and_arguments(impl):
@@ -177,7 +181,24 @@ def test_grpo_fixes_format_copy_on_a_tiny_budget(impl, tmp_path):
     and machines (8 x 6 rollouts per step are noisy): eval above 0.8, reward up by at least 0.25."""
     cfg = default_config("format_copy", "grpo", steps=15, eval_every=15)
     res = train(cfg, impl, backend=CharBackend(progress=False), run_dir=tmp_path, progress=False)
-    rewards = [r["rollout_reward"] for r in res.records[1:]]
+    rewards = [r["reward_mean"] for r in res.records[1:]]
     assert res.records[0]["eval_exact_match"] < 0.1
     assert sum(rewards[-4:]) / 4 > sum(rewards[:2]) / 2 + 0.25
     assert res.final("eval_exact_match") > 0.8
+
+
+def test_ablation_sweep_goes_through_the_runner_and_resumes(impl, tmp_path):
+    from llmrl import runner
+    from llmrl.hw4.ablation import sweep
+
+    base = default_config("format_copy", "grpo", steps=1, **TINY)
+    axes = {"kl_coef": [0.05, 8.0]}
+    rows = sweep(impl, tmp_path, base, axes, progress=False, backend_factory=tiny_backend)
+    assert [(r["axis"], r["label"], r["is_default"]) for r in rows] == [("kl_coef", "0.05", True), ("kl_coef", "8", False)]
+    res = runner.load_results("hw4-ablation", tmp_path)  # one result per run, in the runner's schema
+    assert set(res) == {"kl_coef=0.05", "kl_coef=8"} and res["kl_coef=8"][0]["config"]["kl_coef"] == 8.0
+    assert res["kl_coef=8"][0]["evals"]["step"] == [0, 1] and "exact_match" in res["kl_coef=8"][0]["evals"]
+    assert res["kl_coef=8"][0]["curve"]["step"] == [1] and "reward_mean" in res["kl_coef=8"][0]["curve"]
+    built = []
+    again = sweep(impl, tmp_path, base, axes, progress=False, backend_factory=lambda: built.append(1) or tiny_backend())
+    assert not built and [r["final_reward"] for r in again] == [r["final_reward"] for r in rows]  # nothing rerun

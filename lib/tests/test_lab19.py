@@ -19,7 +19,10 @@ def test_reference_has_every_run():
     assert set(REF["hacking"]) == {"0", "0.01", "0.02", "0.05", "gold"}
     assert set(REF["entropy"]) == set(lab19.CLIP_ARMS)
     assert all(len(r["sampled_accuracy"]) == lab19.HACK_SETTINGS["steps"] for r in REF["hacking"].values())
-    assert all(len(r["entropy_nats"]) == lab19.ENTROPY_SETTINGS["steps"] for r in REF["entropy"].values())
+    assert all(len(r["entropy_token_mean_nats"]) == lab19.ENTROPY_SETTINGS["steps"] for r in REF["entropy"].values())
+    # stored in the runner's schema: one result per arm and seed
+    assert {r["arm"] for r in REF["runs"]} == set(lab19.REFERENCE_ARMS)
+    assert all(r["curve"]["step"] == list(range(1, len(r["curve"]["step"]) + 1)) for r in REF["runs"])
 
 
 def test_proxy_without_kl_hacks():
@@ -34,7 +37,7 @@ def test_proxy_without_kl_hacks():
     assert s["final_length"] > 3.9
     assert s["final_accuracy"] < 0.03
     assert s["final_kl"] == pytest.approx(E["hack_final_kl"], abs=3.0)
-    proxy = np.array(REF["hacking"]["0"]["reward"], dtype=float)
+    proxy = np.array(REF["hacking"]["0"]["reward_mean"], dtype=float)
     assert s["final_proxy"] > proxy[:60].mean() + 0.15
 
 
@@ -83,17 +86,16 @@ def _batch(lp, old, adv, mask, eps_low=0.2, eps_high=0.2):
 
 
 def test_late_clip_stats_skip_the_first_epoch():
-    wrap = lab19.LateClipStats(lambda b: clipped_pg_loss(b)[0], epochs=2)
     lp = torch.log(torch.tensor([[0.9, 0.2]]))
     old = torch.log(torch.tensor([[0.5, 0.1]]))  # ratios 1.8 (common) and 2.0 (rare), both > 1.2
     b = _batch(lp.clone().requires_grad_(), old, torch.tensor([1.0]), torch.ones(1, 2, dtype=torch.bool))
-    loss, st = wrap(b)
-    assert loss.ndim == 0 and math.isnan(st["late_clip_high_of_positive_rare"])
+    _, st = clipped_pg_loss(b)
     assert st["clip_high_of_positive_rare"] == 1.0 and st["clip_high_of_positive_common"] == 1.0
-    _, st = wrap(b)
-    assert st["late_clip_high_of_positive_rare"] == 1.0 and st["late_clip_high_of_positive_common"] == 1.0
-    with pytest.raises(ValueError, match="epochs"):
-        lab19.LateClipStats(clipped_pg_loss, 0)
+    first = lab19.late_clip_stats(0, st)  # the step's hook gets the epoch index with the stats
+    assert set(first) == {"late_clip_high_of_positive_rare", "late_clip_high_of_positive_common"}
+    assert all(math.isnan(v) for v in first.values())
+    assert lab19.late_clip_stats(1, st) == {"late_clip_high_of_positive_rare": 1.0,
+                                             "late_clip_high_of_positive_common": 1.0}
 
 
 def test_entropy_inputs_mask_matches_library():
@@ -115,8 +117,8 @@ def test_entropy_inputs_mask_matches_library():
 
 def test_hack_summary_on_a_made_up_run():
     acc = [0.5] * 20 + [0.7] * 20 + [0.0] * 40
-    s = lab19.hack_summary({"sampled_accuracy": acc, "response_length": [4.0] * 80,
-                            "kl_to_reference_nats": [15.0] * 80, "reward": [1.4] * 80})
+    s = lab19.hack_summary({"sampled_accuracy": acc, "completion_chars_mean": [4.0] * 80,
+                            "kl_to_reference_k1_sum_nats": [15.0] * 80, "reward_mean": [1.4] * 80})
     assert s["accuracy_start"] == 0.5 and s["accuracy_peak"] == pytest.approx(0.7)
     assert 30 <= s["peak_step"] <= 40 and s["final_accuracy"] == 0.0 and s["final_kl"] == 15.0
 
@@ -130,6 +132,19 @@ def test_argument_checks():
         lab19.entropy_run("asymmetric")
     with pytest.raises(ValueError, match="beta"):
         lab19.sweep_run(REF, -1.0)
+
+
+def test_hacking_run_takes_a_reward_function():
+    """The notebook's "things to try" train against their own variant of the proxy."""
+    calls = []
+
+    def reward(responses, answers):
+        calls.append(len(responses))
+        return torch.tensor([float(len(r)) for r in responses])
+
+    run = lab19.hacking_run(0.0, reward=reward, steps=1, progress=False)
+    assert calls and calls[0] == 16 * 8, calls  # one step: 16 prompts x 8 samples scored by our function
+    assert lab19.as_series(run)["reward"][0] == pytest.approx(lab19.as_series(run)["response_length"][0], abs=1e-5)
 
 
 def test_expected_report_lists_both_numbers():
@@ -188,12 +203,20 @@ def test_bon_figure_and_widget_redraw():
 
 # ----------------------------------------------------------------- the code reproduces the stored runs
 
+def _same_checkpoint():
+    here = lab19.start_checkpoint()
+    assert REF["checkpoint"] == here, (
+        f"the stored runs start from SFT checkpoint {REF['checkpoint']}, this machine built {here}: another CPU "
+        f"took the snapshot at another step. Rebuild them here: python -m llmrl.labs.lab19 reference")
+
+
 @pytest.mark.slow
 def test_hacking_run_reproduces_reference_start():
     # Same seed and code: the first steps match the stored run (torch CPU is deterministic with one
     # thread; a different CPU may differ in the last bits, hence 1e-3 on 10-step means).
+    _same_checkpoint()
     h = lab19.hacking_run(0.05, steps=10, progress=False)
-    for k in ("shaped_reward", "kl_to_reference_nats", "sampled_accuracy"):
+    for k in ("shaped_reward_mean", "kl_to_reference_k1_sum_nats", "sampled_accuracy"):
         ref = np.array(REF["hacking"]["0.05"][k][:10], dtype=float)
         assert h.series(k).mean() == pytest.approx(ref.mean(), abs=1e-3), k
 
@@ -206,10 +229,11 @@ def test_entropy_run_reproduces_reference_start_and_takes_student_loss():
         calls.append(1)
         return clipped_pg_loss(batch)[0]  # a scalar only: the wrapper adds the diagnostics
 
+    _same_checkpoint()
     h = lab19.entropy_run("symmetric", policy_loss_fn=my_loss, steps=3, progress=False)
     assert len(calls) == 3 * lab19.ENTROPY_SETTINGS["epochs"]
-    ref = np.array(REF["entropy"]["symmetric"]["entropy_nats"][:3], dtype=float)
-    assert h.series("entropy_nats") == pytest.approx(ref, abs=1e-4)
+    ref = np.array(REF["entropy"]["symmetric"]["entropy_token_mean_nats"][:3], dtype=float)
+    assert h.series("entropy_token_mean_nats") == pytest.approx(ref, abs=1e-4)
     assert "late_clip_high_of_positive_rare" in h.names
 
 

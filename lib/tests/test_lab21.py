@@ -1,14 +1,279 @@
-"""Tests of llmrl.labs.lab21: Project 2's rubric-weight figure and widget, without a browser."""
+"""Tests of lab21's projects (llmrl.labs.lab21, also reachable as llmrl.experiments): every project
+runs end to end on a tiny budget, results are deterministic and round-trip through JSON, they are
+found from any working directory, the helpers compute what they say, and (slow) Project 0's ordering
+and numbers match the handout within stated tolerances; Project 2's rubric-weight figure and widget
+work without a browser."""
+
+import json
+import math
 
 import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np
 import pytest
+import torch
 
-from llmrl.labs import lab21
+from llmrl import experiments, runner
+from llmrl.labs import lab21 as E
+from llmrl.addition import BUCKETS
+from llmrl.rewards import RubricItem
 
+TINY = dict(steps=2, n_prompts=4, group_size=4, progress=False)
+
+
+def _keys_ok(res, arms):
+    assert list(res) == list(arms)
+    for arm, runs in res.items():
+        assert len(runs) == 1
+        r = runs[0]
+        assert r["arm"] == arm and r["seed"] == 0 and r["experiment"].startswith("lab21/")
+        assert r["curve"]["step"] == [1, 2]
+        assert r["evals"]["step"][0] == 0 and r["evals"]["step"][-1] == 2
+        json.dumps(r)  # JSON-able
+
+
+def test_project0_tiny_and_custom_loss_is_used():
+    calls = []
+
+    def my_full(batch):
+        calls.append(batch.teacher_logits.shape)
+        from llmrl.losses import opd_full_loss
+        return opd_full_loss(batch)
+
+    res = E.project0(arms=["opd-full", "rl"], loss_fns={"opd-full": my_full}, eval_prompts=8, **TINY)
+    _keys_ok(res, ["opd-full", "rl"])
+    assert len(calls) == 2 and calls[0][-1] == 15  # the student's loss ran at each step with [B, R, V] logits
+    ev = res["opd-full"][0]["evals"]
+    assert {"pass@1", "pass@8", "kl_to_teacher_exact_token_mean_nats"} <= set(ev)
+    assert ev["kl_to_teacher_exact_token_mean_nats"][0] > 0
+
+
+def test_project1_tiny_records_clip_fractions():
+    res = E.project1(arms=["symmetric", "no-clip"], epochs=2, eval_prompts=8, eval_samples=4, **TINY)
+    _keys_ok(res, ["symmetric", "no-clip"])
+    c = res["symmetric"][0]["curve"]
+    assert "clip_fraction_high" in c and "clip_fraction_low" in c
+    assert all(v == 0 for v in res["no-clip"][0]["curve"]["clip_fraction"] if v is not None)
+    assert res["symmetric"][0]["config"]["eps_high"] == 0.2
+    res2 = E.project1(arms=["clip-higher"], eps_high=0.4, eval_prompts=8, eval_samples=4, **TINY)
+    assert res2["clip-higher"][0]["config"]["eps_high"] == 0.4
+
+
+def test_project2_tiny_with_pitfall():
+    pit = RubricItem("pads", lambda r, a: float(len(r) >= 3 and a < 100), -2.0)
+    res = E.project2(arms=["binary", "stylish_w1.5+pitfall"], pitfall=pit, eval_prompts=8, **TINY)
+    _keys_ok(res, ["binary", "stylish_w1.5+pitfall"])
+    assert "pads" in res["stylish_w1.5+pitfall"][0]["config"]["reward"]
+    assert len(res["binary"][0]["curve"]["pad_share_small_sums"]) == 2
+
+
+def test_project3_tiny_usage_and_rare_groups():
+    res = E.project3(arms=["target-only", "learnability"], rare_group=2, eval_per_bucket=4, **TINY)
+    _keys_ok(res, ["target-only", "learnability"])
+    u = res["target-only"][0]["extra"]["total_usage"]
+    assert u["usage_3d+1d"] == 1.0 and sum(u.values()) == pytest.approx(1.0)
+    assert {f"sampled_accuracy_{b}" for b in BUCKETS} <= set(res["learnability"][0]["evals"])
+    c = res["learnability"][0]["curve"]  # what the bandit served and with which probabilities, every step
+    assert all(sum(c[f"usage_{b}"][i] for b in BUCKETS) == pytest.approx(1.0) for i in range(2))
+    assert all(sum(c[f"sampling_probability_{b}"][i] for b in BUCKETS) == pytest.approx(1.0) for i in range(2))
+
+
+def test_project4_and_5_tiny():
+    r4 = E.project4(arms=["maxrl"], eval_prompts=8, eval_samples=4, **TINY)
+    _keys_ok(r4, ["maxrl"])
+    assert "pass@4_se" in r4["maxrl"][0]["evals"]
+    r5 = E.project5(arms=["rl", "rl+kl"], eval_prompts=6, eval_samples=8, **TINY)
+    x = r5["rl"][0]["extra"]
+    assert x["ks"] == list(range(1, 9)) and len(x["before"]["in_dist"]) == 8 and len(x["after"]["3d+1d"]) == 8
+    assert np.all(np.diff(x["before"]["in_dist"]) >= -1e-12)  # pass@k never decreases in k
+    assert r5["rl+kl"][0]["config"]["kl_coef"] == 0.05 and r5["rl"][0]["config"]["kl_coef"] == 0.0
+
+
+def test_run_is_deterministic_parallel_and_round_trips(tmp_path):
+    kw = dict(arms=["mean"], seeds=[0, 1], eval_prompts=6, eval_samples=4, **TINY)
+    a = E.run("project4", workers=1, out_dir=tmp_path, **kw)
+    b = E.run("project4", workers=2, **kw)
+    assert a == b  # same seeds, same numbers, whatever the number of processes
+    assert a["mean"][0]["curve"] != a["mean"][1]["curve"]  # different seeds differ
+    back = E.load_results("project4", tmp_path)
+    assert back == json.loads(json.dumps(a))
+    assert E.load_results("project4", tmp_path / "nothing") == {}
+
+
+def test_results_are_found_from_any_working_directory(tmp_path, monkeypatch):
+    """The default results folder is one absolute path: the same from the repository root, from a
+    notebook's folder or from elsewhere, so results the command line wrote are the notebook's."""
+    monkeypatch.delenv("LLMRL_RESULTS", raising=False)
+    root = runner.repo_root()
+    monkeypatch.chdir(root)
+    at_root = runner.results_dir()
+    monkeypatch.chdir(root / "notebooks" / "lab21")
+    assert runner.results_dir() == at_root == root / "artifacts" / "results"
+    monkeypatch.setenv("LLMRL_RESULTS", str(tmp_path / "res"))
+    E.run("project4", arms=["std"], out_dir=runner.results_dir(), eval_prompts=4, eval_samples=2, **TINY)
+    monkeypatch.chdir(tmp_path)
+    assert list(E.load_results("project4")) == ["std"]
+
+
+def test_parallel_workers_accept_notebook_lambdas():
+    res = E.run("project4", arms=["custom"], seeds=[0, 1], workers=2, eval_prompts=6, eval_samples=4,
+                advantage_fns={"custom": lambda r, G: r - r.view(-1, G).mean(1).repeat_interleave(G)}, **TINY)
+    assert len(res["custom"]) == 2
+
+
+def test_cli_writes_results(tmp_path, capsys):
+    assert E.main(["project4", "--steps", "1", "--arms", "std", "--out", str(tmp_path), "--eval-prompts", "5",
+                   "--quiet"]) == 0
+    assert (tmp_path / "lab21" / "project4" / "std_seed0.json").exists()
+    assert "pass@16" in capsys.readouterr().out
+    assert experiments.main is E.main and experiments.project4 is E.project4  # the former name still works
+
+
+def test_bad_arguments_raise():
+    with pytest.raises(ValueError, match="project"):
+        E.run("project9")
+    with pytest.raises(ValueError, match="arm"):
+        E.project0(arms=["nope"], **TINY)
+    with pytest.raises(ValueError, match="stylish_w"):
+        E.rubric_for("stylish_wabc")
+    with pytest.raises(ValueError, match="pitfall"):
+        E.rubric_for("binary+pitfall")
+    with pytest.raises(TypeError, match="seed"):
+        E.run("project4", seeds=[0.5], **TINY)
+    with pytest.raises(ValueError, match="mode"):
+        E.BucketSampler("greedy")
+    with pytest.raises(ValueError, match="bucket"):
+        E.BucketSampler(target="4d+4d")
+    with pytest.raises(TypeError, match="student"):
+        E.project4(arms=["mean"], student=3, **TINY)
+
+
+def test_honest_vs_pad_breaks_even_at_the_accuracy():
+    for p in (0.2, 0.5, 0.9):
+        at = E.honest_vs_pad(p, p, share_large=0.3)
+        assert at["honest"] == pytest.approx(at["pad"])
+        assert E.honest_vs_pad(p + 0.1, p, share_large=0.3)["pad"] > E.honest_vs_pad(p + 0.1, p, share_large=0.3)["honest"]
+        assert E.honest_vs_pad(p - 0.1, p, share_large=0.3)["pad"] < E.honest_vs_pad(p - 0.1, p, share_large=0.3)["honest"]
+    # honest reward by hand: 0.7 * 0.5 + 0.3 * (0.5 + 2) = 1.1; pad: 0.7 * 2 + 0.3 * 2.5 = 2.15
+    v = E.honest_vs_pad(2.0, 0.5, share_large=0.3)
+    assert v["honest"] == pytest.approx(1.1) and v["pad"] == pytest.approx(2.15)
+    # share of 2-digit pairs with sum >= 100 is 4860 / 8100 = 0.6 exactly; estimated from 20,000 draws
+    assert E.honest_vs_pad(1.0, 0.5)["share_large"] == pytest.approx(0.6, abs=0.015)
+
+
+def test_rubrics_and_pad_share():
+    assert E.rubric_for("stylish_w1.25")(["123"], [50]).item() == pytest.approx(1.25)
+    assert E.rubric_for("partial")(["85"], [85]).item() == pytest.approx(1.0)
+    assert E.pad_share_small_sums(["123", "45", "999"], [50, 45, 150]) == 0.5
+    assert math.isnan(E.pad_share_small_sums(["123"], [150]))
+
+
+def test_bucket_sampler_groups_and_advantages():
+    s = E.BucketSampler("target", target="1d+1d", rare="1d+1d", rare_group=4, group_size=2)
+    g = torch.Generator().manual_seed(0)
+    p = s(8, g)
+    assert len(p) == 8 and s.last_groups.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert p.a[:4].unique().numel() == 1  # one problem served 4 times
+    r = torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0])
+    adv = s.advantages(r, 2)
+    assert adv[:8].sum().item() == pytest.approx(0) and adv[0].item() == pytest.approx(1 - 1 / 8)
+    assert adv[8].item() == pytest.approx(1 - 2 / 8)
+    s.observe(r > 0)  # groups with p = 1/8 then 2/8: rewards 7/8 then 3/4, EMA 0.1 from 0.5
+    assert s.learnability["1d+1d"] == pytest.approx(0.9 * (0.9 * 0.5 + 0.1 * 0.875) + 0.1 * 0.75)
+    u = E.BucketSampler("uniform")
+    u(64, g)
+    assert sum(u.usage[0].values()) == pytest.approx(1.0) and len([v for v in u.usage[0].values() if v > 0]) >= 4
+    lb = E.BucketSampler("learnability")
+    lb.learnability.update({b: 0.0 for b in BUCKETS})
+    lb.learnability["2d+2d_carry"] = 0.6
+    assert lb.probabilities()["2d+2d_carry"] > 0.99  # softmax at temperature 0.1: exp(6) vs 1
+
+
+def test_crossing_k_and_summary():
+    assert E.crossing_k([0.3, 0.6, 0.9], [0.6, 0.7, 0.8]) == 3
+    assert E.crossing_k([0.3, 0.6], [0.6, 0.7]) is None
+    fake = {"a": [{"evals": {"step": [0, 10], "x": [0.1, 0.5]}}, {"evals": {"step": [0, 10], "x": [0.1, 0.7]}}]}
+    mean, std = E.final(fake, "x")["a"]
+    assert mean == pytest.approx(0.6) and std == pytest.approx(0.1)
+    assert "0.100 -> 0.600" in E.summary_table(fake, ["x"], {"a": {"x": 0.55}}) and "0.550" in E.summary_table(fake, ["x"], {"a": {"x": 0.55}})
+
+
+@pytest.mark.slow
+def test_project0_order_and_numbers_match_the_handout():
+    """Project 0 at the handout's budget, seeds 0-2 (12 arm runs, about 2 CPU-minutes, 2 processes).
+
+    Measured with the course student (after the 0.2% 1d+1d SFT mix), no gradient clipping, seed-mean
+    pass@1 / KL at step 200: opd-full 0.48 / 0.93, sft-teacher 0.48 / 1.07, opd-sampled 0.41 / 1.11,
+    rl 0.38 / 1.46 from 0.31 / 1.95 (handout, seed 0: 0.67/0.70, 0.64/0.75, 0.54/1.01, 0.54/1.07).
+    Our student moves more slowly than the handout's; the ordering is what reproduces.
+    Checked, on seed means (one seed's end point moves by about 0.03 pass@1 and 0.05 nats):
+    * start within 0.08 pass@1 / 0.5 nats of the handout's 0.31 / 1.98: our student is calibrated on
+      greedy accuracy, and its sampled accuracy and KL land near, not on, the handout's;
+    * dense beats sparse: both dense arms end above rl on pass@1 and below it on KL by >= 0.15 nats;
+    * full vocabulary beats sampled token on pass@1 (margin 0.02: the measured gap is 0.07, ahead
+      on every seed, while one seed's end point spreads by about 0.05);
+    * every arm improves; opd-full gains >= 0.15 pass@1 and loses >= 0.6 nats (handout 0.36 / 1.28).
+    """
+    res = E.project0(steps=200, seeds=[0, 1, 2], workers=2, progress=False)
+    end = {a: E.final(res, "pass@1")[a][0] for a in res}
+    kl = {a: E.final(res, "kl_to_teacher_exact_token_mean_nats")[a][0] for a in res}
+    p_start, kl_start = E.start_value(res, "pass@1"), E.start_value(res, "kl_to_teacher_exact_token_mean_nats")
+    exp = E.EXPECTED["project0"]
+    assert abs(p_start - exp["start"]["pass@1"]) < 0.08, p_start
+    assert abs(kl_start - exp["start"]["kl_to_teacher_exact_token_mean_nats"]) < 0.5, kl_start
+    for dense in ("opd-full", "sft-teacher"):
+        assert end[dense] > end["rl"] and kl[dense] < kl["rl"] - 0.15, (end, kl)
+    assert end["opd-full"] > end["opd-sampled"] + 0.02, end
+    assert all(end[a] > p_start for a in end) and all(kl[a] < kl_start for a in kl), (end, kl)
+    assert end["opd-full"] - p_start >= 0.15 and kl_start - kl["opd-full"] >= 0.6, (end, kl)
+
+
+def test_save_writes_a_png_except_in_grading_mode(tmp_path, monkeypatch):
+    """nbgrader's validate/autograde runs shrink the experiments; their plots must not replace the
+    full runs' PNGs that sit next to the executed notebook."""
+    import matplotlib.pyplot as plt
+
+    from llmrl import plotting
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    monkeypatch.delenv("LLMRL_FAST", raising=False)
+    out = plotting.save(fig, tmp_path / "sub" / "full.png")
+    assert out == tmp_path / "sub" / "full.png" and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    before = out.read_bytes()
+    for var in ("NBGRADER_EXECUTION", "LLMRL_FAST"):
+        monkeypatch.setenv(var, "1")
+        ax.plot([0, 1], [0, 1])
+        assert plotting.save(fig, out) is None and out.read_bytes() == before
+        assert plotting.save(fig, tmp_path / "new.png") is None and not (tmp_path / "new.png").exists()
+        monkeypatch.delenv(var)
+    assert plotting.save(fig, None) is None
+    plt.close(fig)
+
+
+def test_plot_metric_keeps_each_arms_colour_when_arms_are_skipped():
+    import matplotlib.colors as mcolors
+    import matplotlib.pyplot as plt
+
+    from llmrl import plotting
+
+    fake = {a: [{"evals": {"step": [0, 10], "x": [0.1, 0.2 + i / 10]}}] for i, a in enumerate("abc")}
+    fig, (ax1, ax2) = plt.subplots(1, 2)
+    plotting.plot_metric(fake, "x", ax=ax1)
+    plotting.plot_metric(fake, "x", ax=ax2, skip=["b"])
+    colour = lambda ax: {ln.get_label(): mcolors.to_hex(ln.get_color()) for ln in ax.get_lines()}
+    full, part = colour(ax1), colour(ax2)
+    assert set(part) == {"a", "c"} and part["c"] == full["c"] != full["b"]
+    with pytest.raises(ValueError, match="'z'"):
+        plotting.plot_metric(fake, "x", ax=ax2, skip=["z"])
+    plt.close(fig)
+
+
+# ----------------------------------------------------------------- Project 2's widget (no browser)
 
 def _fake_run(w, pad):
     return {"arm": f"stylish_w{w:g}", "seed": 0,
@@ -22,36 +287,36 @@ RESULTS = {"binary": [_fake_run(0, 0.0)], "stylish_w1": [_fake_run(1, 0.1)], "st
 
 
 def test_stylish_runs_parses_weights_and_skips_other_arms():
-    runs = lab21.stylish_runs(RESULTS)
+    runs = E.stylish_runs(RESULTS)
     assert list(runs) == [1.0, 2.0]
-    assert lab21.stylish_runs(None) == {}
+    assert E.stylish_runs(None) == {}
 
 
 def test_figure_marks_which_policy_pays():
-    fig = lab21.rubric_weight_figure(2.0, 0.3, RESULTS, share_large=0.4)
+    fig = E.rubric_weight_figure(2.0, 0.3, RESULTS, share_large=0.4)
     ax, ax2 = fig.axes[:2]
     assert "padding pays" in ax.get_title()
     assert "w = 2" in ax2.get_title()  # the nearest trained run
     plt.close(fig)
-    fig = lab21.rubric_weight_figure(0.2, 0.3, None, share_large=0.4)
+    fig = E.rubric_weight_figure(0.2, 0.3, None, share_large=0.4)
     assert len(fig.axes) == 1 and "honesty pays" in fig.axes[0].get_title()
     plt.close(fig)
-    fig = lab21.rubric_weight_figure(1.2, 0.5, RESULTS, share_large=0.4)
+    fig = E.rubric_weight_figure(1.2, 0.5, RESULTS, share_large=0.4)
     assert "w = 1 " in fig.axes[1].get_title()
     plt.close(fig)
 
 
 def test_bad_input_raises():
     with pytest.raises(ValueError, match="accuracy_small"):
-        lab21.rubric_weight_figure(1.0, 1.5)
+        E.rubric_weight_figure(1.0, 1.5)
     with pytest.raises(ValueError, match="w"):
-        lab21.rubric_weight_figure(-1.0, 0.5)
+        E.rubric_weight_figure(-1.0, 0.5)
     with pytest.raises(TypeError, match="w"):
-        lab21.rubric_weight_figure("2", 0.5)
+        E.rubric_weight_figure("2", 0.5)
 
 
 def test_widget_builds_and_redraws():
-    box = lab21.rubric_weight_widget(RESULTS, accuracy_small=0.4)
+    box = E.rubric_weight_widget(RESULTS, accuracy_small=0.4)
     w_slider, acc_slider = box.children[0].children
     assert acc_slider.value == pytest.approx(0.4)
     image = box.children[2]

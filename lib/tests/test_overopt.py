@@ -48,6 +48,17 @@ def test_best_of_n_stats_matches_brute_force():
     assert g == pytest.approx(gold[win].mean(), abs=0.01)
 
 
+def test_best_of_n_stats_shares_a_tie_evenly_whatever_the_order():
+    # proxy 1, 1, 0 and best-of-2: the tied pair shares 8/9, 4/9 each
+    assert overopt.best_of_n_stats(np.array([1.0, 1.0, 0.0]), np.array([3.0, 0.0, 0.0]), 2)[1] == pytest.approx(4 / 3)
+    rng = np.random.default_rng(0)
+    proxy, gold = rng.integers(0, 4, 30).astype(float), rng.standard_normal(30)
+    want = overopt.best_of_n_stats(proxy, gold, 5)
+    for _ in range(5):
+        perm = rng.permutation(30)
+        assert overopt.best_of_n_stats(proxy[perm], gold[perm], 5) == pytest.approx(want, abs=1e-12)
+
+
 def test_best_of_n_stats_checks_arguments():
     with pytest.raises(ValueError, match="gold"):
         overopt.best_of_n_stats(np.zeros(3), np.zeros(4), 2)

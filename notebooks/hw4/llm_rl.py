@@ -13,6 +13,33 @@
 # %% [markdown]
 # # Homework 4: reinforcement learning on a language model, GR-REINFORCE against GRPO
 #
+# > **Before you start.** 37 points: 24 for the eight functions (graded automatically) and 13 for
+# > the report (graded by hand). Plan on about 4 hours for the functions and 2 for the report; the
+# > training runs of Part 5 take about 2 minutes on a laptop CPU (the first time on a machine,
+# > pretraining the base model adds a few minutes).
+# >
+# > | task | you write | points | about |
+# > |---|---|---|---|
+# > | 1 | `compute_per_token_logprobs`: the shift, in float32 | 3 | 20 min |
+# > | 2 | `build_completion_mask`: which scored tokens are completion | 3 | 20 min |
+# > | 3 | `approx_kl_from_logprobs`: the k3 KL estimate, clamped, masked | 3 | 20 min |
+# > | 4 | `iter_minibatches`: aligned, shuffled minibatches | 3 | 25 min |
+# > | 5 | `compute_group_advantages`: standardised within each group | 3 | 25 min |
+# > | 6 | `maybe_normalize_advantages`: batch normalisation, then the clip | 2 | 15 min |
+# > | 7 | `reinforce_loss`: GR-REINFORCE | 3 | 30 min |
+# > | 8 | `grpo_loss`: the clipped surrogate | 4 | 40 min |
+# > | report | Questions 1 to 5 (3, 2, 3, 3 and 2 points) | 13 | 2 h |
+# >
+# > **Testing one task.** Run the first code cell (the imports) once. Then run the task's cell and
+# > the test cell right below it (Shift+Enter on each); after every change, run both again. Tasks 7
+# > and 8 call your Task 3, so do the tasks in order.
+# >
+# > **Done** means: every test cell prints `visible tests for task ... passed`; the format_copy runs
+# > reach a reward near 1.3 (the printed `expected` values); your report cites your own plots and
+# > numbers. The grader runs further tests in the same cells (bf16 and very peaked logits, `-inf`
+# > padding, batches that do not divide, shuffled minibatches), so a visible pass is necessary,
+# > not sufficient. The cell above each report answer says what the grader looks for.
+#
 # In this homework you write the algorithmic core of outcome-reward RL for language models and then
 # use it to train a policy twice: once with **GR-REINFORCE** (group-relative advantages, one
 # on-policy gradient pass per batch of rollouts) and once with **GRPO** (the same advantages, but each
@@ -20,12 +47,12 @@
 #
 # The setting. A prompt $x$ is answered by a completion $y = (y_1, \dots, y_T)$ sampled token by token
 # from the policy $\pi_\theta$. A program checks the completion and returns a reward $r(x, y)$.
-# For each prompt we sample a **group** of $G$ completions and compare them with each other:
+# Each prompt gets $G$ completions, a **group**, and they are judged against one another:
 #
 # $$A_{i,j} = \frac{r_{i,j} - \operatorname{mean}_j r_{i,j}}{\operatorname{std}_j r_{i,j} + 10^{-6}}$$
 #
-# (prompt $i$, sample $j$). A frozen copy of the starting model, $\pi_{\text{ref}}$, anchors a KL
-# penalty so the policy cannot drift arbitrarily far.
+# (prompt $i$, sample $j$). A KL penalty ties the policy to a frozen copy of the starting model,
+# $\pi_{\text{ref}}$, so that it cannot wander arbitrarily far.
 #
 # **The model.** On this CPU the policy is a small character-level transformer (about 100k
 # parameters, `llmrl.hw4.charlm`) that was pretrained on a corpus with sloppy formatting and
@@ -43,6 +70,14 @@
 # normalisation; the REINFORCE loss; the GRPO loss. Then the experiments (four required runs, an
 # ablation study) and five report questions.
 #
+# **Read the code first.** Before you write a line, follow one training step through the library
+# in the order the data moves, and answer for yourself: where are the prompts sampled and scored
+# (`llmrl.hw4.tasks`: `FormatCopyTask`, `MathToyTask`, `score`)? In what order does the trainer call
+# your eight functions, and how often per batch (`llmrl.hw4.trainer.train`)? How do your functions
+# get from this notebook into the trainer (`llmrl.hw4.impl.Impl`)? **What you should find:** you can
+# name, for each of your functions, the tensors it receives and who uses its result. `import
+# inspect; print(inspect.getsource(...))` shows any of them here.
+#
 # Shapes: `B` rows (prompts times group size, rows of one prompt adjacent), `T` token columns
 # (prompt, then completion), `V` vocabulary. A rollout batch is left-padded to a common prompt width
 # `P`, so completion tokens sit at columns `P .. T-1`; `attention_mask` is 1 on real tokens (prompt
@@ -59,15 +94,15 @@ from llmrl.utils import grading_mode, set_threads
 set_threads(1)  # one thread: reproducible, and the fastest at this size
 
 # What a correct solution shows with the default runs on the character model (measured here,
-# one seed, so expect a few points either way); the handout's numbers, for a 1.5B model on
+# one seed, so expect a few points either way); the published numbers, for a 1.5B model on
 # real MATH problems, are in the comments.
 EXPECTED = {
-    "format_copy_final_reward": 1.3,             # handout: about 1.27-1.3
-    "format_copy_final_eval_exact_match": 1.0,   # handout: 64/64 (materially below 0.8 means a bug)
-    "format_copy_reward_jump_step": 10,          # handout: the reward jumps around step 10
-    "math_base_eval": 0.27,                      # handout (MATH level 5): 0.23-0.26 before RL
-    "math_reinforce_eval": 0.8,                  # handout: about 0.31 (GR-REINFORCE, MATH)
-    "math_grpo_eval": 0.95,                      # handout: above 0.37 (GRPO, MATH)
+    "format_copy_final_reward": 1.3,             # published: about 1.27-1.3
+    "format_copy_final_eval_exact_match": 1.0,   # published: 64/64 (materially below 0.8 means a bug)
+    "format_copy_reward_jump_step": 10,          # published: the reward jumps around step 10
+    "math_base_eval": 0.27,                      # published (MATH level 5): 0.23-0.26 before RL
+    "math_reinforce_eval": 0.8,                  # published: about 0.31 (GR-REINFORCE, MATH)
+    "math_grpo_eval": 0.95,                      # published: above 0.37 (GRPO, MATH)
 }
 
 # %% [markdown]
@@ -108,27 +143,44 @@ _out = compute_per_token_logprobs(_logits, _ids)
 assert _out.shape == (2, 4), f"expected shape [B, T-1] = (2, 4), got {tuple(_out.shape)}"
 assert _out.dtype == torch.float32, f"expected float32, got {_out.dtype}"
 assert (_out <= 0).all(), "log-probabilities are never positive: did you apply log_softmax?"
-_out = compute_per_token_logprobs(torch.zeros(1, 4, 8), torch.tensor([[1, 2, 3, 4]]))
-assert torch.allclose(_out, torch.full((1, 3), -math.log(8))), "uniform logits over 8 tokens give -log 8 each"
+# A hand example where each logits column favours a different token. Row c of `_probs` is what
+# logits column c predicts; column c scores the token in column c + 1.
+_probs = torch.tensor([[0.7, 0.2, 0.1],    # column 0 predicts column 1 (token 2 -> 0.1)
+                       [0.1, 0.8, 0.1],    # column 1 predicts column 2 (token 0 -> 0.1)
+                       [0.25, 0.25, 0.5],  # column 2 predicts column 3 (token 2 -> 0.5)
+                       [0.3, 0.3, 0.4]])   # column 3 predicts nothing
+_lg = (_probs.log() + torch.tensor([[0.3], [-1.0], [2.0], [0.0]])).unsqueeze(0)
+_out = compute_per_token_logprobs(_lg, torch.tensor([[2, 2, 0, 2]]))
+_p = [round(x, 3) for x in _out.exp().flatten().tolist()]
+assert not torch.allclose(_out.exp(), torch.tensor([[0.1, 0.25, 0.4]]), atol=1e-4), (
+    f"hand example: got probabilities {_p}, the logits of each token's OWN column. Column t of the logits "
+    "scores input_ids[:, t + 1]: use logits[:, :-1] against input_ids[:, 1:]")
+assert torch.allclose(_out.exp(), torch.tensor([[0.1, 0.1, 0.5]]), atol=1e-5), (
+    f"hand example: expected probabilities [0.1, 0.1, 0.5], got {_p}: column t of the logits scores the token "
+    "in column t + 1, picked with torch.gather")
+# bf16 logits, as a real model hands them over, come back as float32.
+_out = compute_per_token_logprobs(_logits.bfloat16(), _ids)
+assert _out.dtype == torch.float32, f"bf16 logits gave {_out.dtype}: cast to float32 (logits.float()) BEFORE log_softmax"
 print("visible tests for task 1 passed")
 
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(1)
-# A hand example where each logits column favours a different token: the shift must be right.
-_probs = torch.tensor([[0.7, 0.2, 0.1],    # column 0 predicts column 1
-                       [0.1, 0.8, 0.1],    # column 1 predicts column 2
-                       [0.25, 0.25, 0.5],  # column 2 predicts column 3
-                       [0.3, 0.3, 0.4]])   # column 3 predicts nothing
-_lg = (_probs.log() + torch.tensor([[0.3], [-1.0], [2.0], [0.0]])).unsqueeze(0)
-_out = compute_per_token_logprobs(_lg, torch.tensor([[2, 0, 1, 2]]))
-assert torch.allclose(_out, torch.tensor([[0.7, 0.8, 0.5]]).log(), atol=1e-6), f"hand example: got {_out.exp()}"
 # Against a loop.
 _lg = torch.randn(3, 6, 5, generator=_g)
 _ids = torch.randint(0, 5, (3, 6), generator=_g)
 _want = torch.tensor([[torch.log_softmax(_lg[b, t], -1)[_ids[b, t + 1]].item() for t in range(5)] for b in range(3)])
 assert torch.allclose(compute_per_token_logprobs(_lg, _ids), _want, atol=1e-5)
-# bf16 logits come back as float32.
-assert compute_per_token_logprobs(_lg.bfloat16(), _ids).dtype == torch.float32
+# bf16 logits: the log-softmax itself runs in float32 (a bf16 log_softmax is off by up to ~0.03).
+_lg16 = (torch.randn(2, 6, 50, generator=_g) * 4).bfloat16()
+_ids = torch.randint(0, 50, (2, 6), generator=_g)
+_want = torch.log_softmax(_lg16.float()[:, :-1], -1).gather(-1, _ids[:, 1:, None])[..., 0]
+assert torch.allclose(compute_per_token_logprobs(_lg16, _ids), _want, atol=1e-5), "compute the log_softmax in float32"
+# float32, peaked: a token with probability about e^-150 (below the smallest float32) gets about -150, not -inf.
+_lg = torch.zeros(1, 3, 4)
+_lg[0, :, 0] = 150.0
+_out = compute_per_token_logprobs(_lg, torch.tensor([[0, 3, 1]]))
+assert torch.isfinite(_out).all() and torch.allclose(_out, torch.full((1, 2), -150.0), atol=1e-3), (
+    f"an unlikely token got {_out.tolist()}: use torch.log_softmax, not log(softmax)")
 # The last logits column predicts nothing and gets no gradient.
 _lg = torch.randn(2, 5, 4, generator=_g, requires_grad=True)
 compute_per_token_logprobs(_lg, torch.randint(0, 4, (2, 5), generator=_g)).sum().backward()
@@ -227,20 +279,31 @@ _ref = torch.tensor([[math.log(0.5), math.log(0.25)]])
 _kl = approx_kl_from_logprobs(_lp, _ref, torch.tensor([[True, True]]))
 assert _kl.ndim == 0, f"expected a scalar, got shape {tuple(_kl.shape)}"
 # token 1: delta = 0 -> 0; token 2: delta = log(0.25 / 0.5) -> 0.5 + log 2 - 1
-assert abs(_kl.item() - (0.5 + math.log(2) - 1) / 2) < 1e-6, f"got {_kl.item()}"
+_want = (0.5 + math.log(2) - 1) / 2
+assert abs(_kl.item() - (2 - math.log(2) - 1) / 2) > 1e-4, (
+    "got the value for delta = log pi_theta - log pi_ref: the estimator uses delta = log pi_ref - log pi_theta")
+assert abs(_kl.item() - _want) < 1e-6, f"expected {_want:.6f}, got {_kl.item()}"
 assert approx_kl_from_logprobs(_lp, _lp, torch.tensor([[True, True]])).item() == 0.0, "identical policies: 0"
+# A token the reference finds absurd: delta = 200 would make e^delta overflow to inf.
+_big = approx_kl_from_logprobs(torch.tensor([[-200.0]]), torch.tensor([[0.0]]), torch.tensor([[True]]))
+assert torch.isfinite(_big), f"got {_big.item()}: clamp delta to [-20, 20] before exponentiating"
+# Padding may hold -inf: select with torch.where, because 0 * inf is nan.
+_m = torch.tensor([[True, False]])
+_pad = approx_kl_from_logprobs(torch.tensor([[-1.0, float("-inf")]]), torch.tensor([[-1.0, float("-inf")]]), _m)
+assert torch.isfinite(_pad) and _pad.item() == 0.0, (
+    f"padding that holds -inf gave {_pad.item()}: select the real tokens with torch.where(mask, k3, 0) "
+    "instead of multiplying by the mask")
 print("visible tests for task 3 passed")
 
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(3)
-# The sign: log pi_ref - log pi_theta, not the other way round (the two give different values).
-_one = approx_kl_from_logprobs(torch.tensor([[math.log(0.5)]]), torch.tensor([[math.log(0.25)]]), torch.tensor([[True]]))
-assert abs(_one.item() - (0.5 + math.log(2) - 1)) < 1e-6, f"delta must be log pi_ref - log pi_theta, got {_one.item()}"
-# Nonnegative for every pair, and the clamp keeps huge gaps finite.
+# Nonnegative for every pair; the clamp at exactly +-20 (e^20 - 21 above, e^-20 + 19 below).
 _a, _b = torch.randn(4, 6, generator=_g) * 5, torch.randn(4, 6, generator=_g) * 5
 assert approx_kl_from_logprobs(_a, _b, torch.ones(4, 6, dtype=torch.bool)) >= 0
 _big = approx_kl_from_logprobs(torch.tensor([[-200.0]]), torch.tensor([[0.0]]), torch.tensor([[True]]))
-assert torch.isfinite(_big) and abs(_big.item() - (math.exp(20) - 21)) / math.exp(20) < 1e-4, "clamp delta to [-20, 20]"
+assert abs(_big.item() - (math.exp(20) - 21)) / math.exp(20) < 1e-4, "clamp delta to [-20, 20]"
+_low = approx_kl_from_logprobs(torch.tensor([[0.0]]), torch.tensor([[-200.0]]), torch.tensor([[True]]))
+assert abs(_low.item() - (math.exp(-20) + 19)) < 1e-4, f"clamp delta to [-20, 20] on the low side too, got {_low.item()}"
 # Padding holding -inf is ignored; the mean runs over masked tokens of the whole batch.
 _lp = torch.tensor([[-1.0, -1.0, float("-inf")], [-1.0, float("-inf"), float("-inf")]])
 _ref = torch.tensor([[-2.0, -1.0, float("-inf")], [-3.0, float("-inf"), float("-inf")]])
@@ -293,29 +356,47 @@ def iter_minibatches(batch: dict, minibatch_size: int, generator: torch.Generato
 # %% nbgrader={"grade": true, "grade_id": "test_task4_iter_minibatches", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
 _batch = {"ids": torch.arange(10), "adv": torch.arange(10) * 10.0, "lp": torch.arange(20).view(10, 2)}
 _mbs = list(iter_minibatches(_batch, 4))
-assert [len(m["ids"]) for m in _mbs] == [4, 4, 2], f"expected sizes [4, 4, 2], got {[len(m['ids']) for m in _mbs]}"
+assert [len(m["ids"]) for m in _mbs] == [4, 4, 2], (
+    f"10 rows in minibatches of 4: expected sizes [4, 4, 2] (the last one smaller), got {[len(m['ids']) for m in _mbs]}")
 assert torch.equal(torch.cat([m["ids"] for m in _mbs]), torch.arange(10)), "without a generator keep the order"
 for _m in _mbs:
     assert set(_m) == set(_batch) and torch.equal(_m["adv"], _m["ids"] * 10.0)
+
+
+def _aligned(mb):
+    return torch.equal(mb["adv"], mb["ids"] * 10.0) and torch.equal(mb["lp"], torch.stack([2 * mb["ids"], 2 * mb["ids"] + 1], 1))
+
+
+# With a generator: a shuffled order, and every field of a minibatch still holds the same rows.
+_mbs = list(iter_minibatches(_batch, 4, torch.Generator().manual_seed(3)))
+_seen = torch.cat([m["ids"] for m in _mbs])
+assert not torch.equal(_seen, torch.arange(10)), (
+    "with a generator the rows must come in a shuffled order: index every field with "
+    "torch.randperm(n, generator=generator)")
+assert all(_aligned(m) for m in _mbs), ("the fields of a minibatch hold different rows: draw ONE permutation and "
+                                        "index every field with the same row indices")
+# Fields with different row counts are a bug in the caller.
+try:
+    list(iter_minibatches({"a": torch.zeros(3), "b": torch.zeros(4)}, 2))
+except ValueError:
+    pass
+else:
+    raise AssertionError("fields with 3 and 4 rows must raise ValueError (before yielding anything)")
 print("visible tests for task 4 passed")
 
 ### BEGIN HIDDEN TESTS
-_gen = torch.Generator().manual_seed(3)
-_mbs = list(iter_minibatches(_batch, 3, _gen))
-_seen = torch.cat([m["ids"] for m in _mbs])
-assert sorted(_seen.tolist()) == list(range(10)), "every row exactly once per pass"
-assert not torch.equal(_seen, torch.arange(10)), "with a generator the order must be shuffled"
-for _m in _mbs:  # all fields hold the same rows
-    assert torch.equal(_m["adv"], _m["ids"] * 10.0) and torch.equal(_m["lp"], torch.stack([2 * _m["ids"], 2 * _m["ids"] + 1], 1))
-_a = [m["ids"].tolist() for m in iter_minibatches(_batch, 3, torch.Generator().manual_seed(5))]
-_b = [m["ids"].tolist() for m in iter_minibatches(_batch, 3, torch.Generator().manual_seed(5))]
-assert _a == _b, "the same generator seed gives the same order"
+# Every row exactly once per pass, also when the minibatch size does not divide the batch.
+_mbs = list(iter_minibatches(_batch, 3, torch.Generator().manual_seed(3)))
+assert [len(m["ids"]) for m in _mbs] == [3, 3, 3, 1]
+assert sorted(torch.cat([m["ids"] for m in _mbs]).tolist()) == list(range(10)), "every row exactly once per pass"
+assert all(_aligned(_mb) for _mb in _mbs), "size 3 with a generator: the fields of a minibatch must hold the same rows"
+# The same generator seed gives the same order; another seed another order.
+_order = lambda seed: [m["ids"].tolist() for m in iter_minibatches(_batch, 3, torch.Generator().manual_seed(seed))]
+assert _order(5) == _order(5), "the same generator seed gives the same order"
+assert _order(5) != _order(6), "another seed should give another order"
+# One minibatch when it is larger than the batch; a batch of one row.
 assert len(list(iter_minibatches(_batch, 100))) == 1
-try:
-    list(iter_minibatches({"a": torch.zeros(3), "b": torch.zeros(4)}, 2))
-    raise AssertionError("fields with different row counts must raise ValueError")
-except ValueError:
-    pass
+assert [len(m["ids"]) for m in iter_minibatches({"ids": torch.arange(1)}, 4)] == [1]
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -339,7 +420,7 @@ except ValueError:
 def compute_group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
     """(r - group mean) / (group std + eps), groups of `group_size` adjacent rows.
 
-    rewards:    float [B], B a multiple of group_size
+    rewards:    float [B], B a multiple of group_size (raise an error otherwise)
     group_size: int G >= 1
     returns:    float32 [B] (computed in float64)
     """
@@ -355,35 +436,45 @@ def compute_group_advantages(rewards: torch.Tensor, group_size: int, eps: float 
 # %% nbgrader={"grade": true, "grade_id": "test_task5_group_advantages", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
 _adv = compute_group_advantages(torch.tensor([1.0, 0.0, 1.0, 0.0]), 2)
 assert _adv.shape == (4,), f"expected shape (4,), got {tuple(_adv.shape)}"
+assert not torch.allclose(_adv, torch.tensor([0.7071, -0.7071, 0.7071, -0.7071]), atol=1e-3), (
+    "got +-0.707: that is the sample standard deviation; use the population std, std(unbiased=False)")
 assert torch.allclose(_adv, torch.tensor([1.0, -1.0, 1.0, -1.0]), atol=1e-5), f"got {_adv}"
+# Two groups on different scales: each group is standardised with its own mean and std.
+_adv = compute_group_advantages(torch.tensor([0.0, 0.1, 0.2, 10.0, 20.0, 30.0]), 3)
+assert torch.allclose(_adv, torch.tensor([-1.2247, 0.0, 1.2247, -1.2247, 0.0, 1.2247]), atol=1e-3), (
+    f"got {_adv}: reshape to [B / G, G] first, then standardise each row with its own mean and std")
+# A group in which every sample got the same reward: exactly 0 (float32 rounding turns it into ~0.01).
+_adv = compute_group_advantages(torch.full((8,), 0.1), 8)
+assert _adv.dtype == torch.float32, f"return float32, got {_adv.dtype}"
+assert (_adv.abs() < 1e-6).all(), (
+    f"a constant group gave {_adv[0].item():.2e} instead of 0: do the arithmetic in float64 (rewards.double()), "
+    "then return float32")
 print("visible tests for task 5 passed")
 
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(5)
-# Groups on different scales: normalising the whole batch first (or reshaping the wrong way) fails.
-_r = torch.tensor([0.0, 0.1, 0.2, 10.0, 20.0, 30.0])
-_want = torch.tensor([-1.2247, 0.0, 1.2247, -1.2247, 0.0, 1.2247])
-assert torch.allclose(compute_group_advantages(_r, 3), _want, atol=1e-3), "normalise within each group of adjacent rows (population std)"
-# A group with one shared reward: exactly zero, no nan.
+# Other constant groups next to normal ones: zeros, no nan.
 _adv = compute_group_advantages(torch.tensor([1.3, 1.3, 1.3, 0.0, 1.3, 0.2]), 3)
 assert torch.isfinite(_adv).all() and (_adv[:3].abs() < 1e-6).all(), f"zero-std group must give zeros, got {_adv}"
-_adv = compute_group_advantages(torch.full((8,), 0.1), 8)
-assert (_adv.abs() < 1e-6).all(), f"a constant float32 group gave {_adv[0].item():.2e}: compute in float64"
-assert _adv.dtype == torch.float32, "return float32"
-# Population std: a pair (0, 1) becomes (-1, +1), not (-0.707, 0.707).
-assert torch.allclose(compute_group_advantages(torch.tensor([0.0, 1.0]), 2), torch.tensor([-1.0, 1.0]), atol=1e-5)
 # Against a loop, G = 4.
 _r = torch.rand(12, generator=_g)
 _want = torch.cat([(_r[i:i + 4] - _r[i:i + 4].mean()) / (_r[i:i + 4].std(unbiased=False) + 1e-6) for i in range(0, 12, 4)])
 assert torch.allclose(compute_group_advantages(_r, 4), _want, atol=1e-5)
 # G = 1: every advantage is zero.
 assert (compute_group_advantages(torch.tensor([0.3, 1.0]), 1) == 0).all()
+# A batch that does not divide into groups is an error, never a silently wrong grouping.
+try:
+    compute_group_advantages(torch.rand(10, generator=_g), 4)
+except (ValueError, RuntimeError):
+    pass
+else:
+    raise AssertionError("10 rewards cannot form groups of 4: raise an error")
 ### END HIDDEN TESTS
 
 # %% [markdown]
 # ### Task 6: optional batch normalisation and clipping
 #
-# Some runs standardise the advantages once more over the whole batch; the handout's runs do not
+# Some runs standardise the advantages once more over the whole batch; the required runs do not
 # (`normalize=False`), but they all clip advantages to `[-clip, clip]` (5.0) so one odd group cannot
 # dominate a step. Write `maybe_normalize_advantages`: when `normalize` is True, subtract the batch
 # mean and divide by the batch's population std plus `eps`; then, when `clip` is not None, clamp.
@@ -408,16 +499,26 @@ def maybe_normalize_advantages(advantages: torch.Tensor, normalize: bool, clip: 
 _a = torch.tensor([1.0, 2.0, 3.0, 10.0])
 assert torch.equal(maybe_normalize_advantages(_a, False, None), _a), "normalize=False, clip=None: unchanged"
 assert torch.equal(maybe_normalize_advantages(_a, False, 2.5), torch.tensor([1.0, 2.0, 2.5, 2.5])), "clip to [-2.5, 2.5]"
+# The input tensor is the caller's: it must come back unchanged.
+_n = maybe_normalize_advantages(_a, True, None)
+assert torch.equal(_a, torch.tensor([1.0, 2.0, 3.0, 10.0])), (
+    f"the input changed to {_a}: in-place operations (-=, /=, .sub_) modify the caller's tensor; compute a new one")
+_a = torch.tensor([1.0, 2.0, 3.0, 10.0])
+# Normalise first, then clip: the outlier 100 is clipped to 1 only after standardising.
+_n = maybe_normalize_advantages(torch.tensor([0.0, 0.0, 0.0, 100.0]), True, 1.0)
+assert abs(_n.max().item() - 1.0) < 1e-6 and _n.min().item() > -1.0, (
+    f"got {_n}: normalise with the batch mean and std first, then clamp to [-clip, clip]")
 print("visible tests for task 6 passed")
 
 ### BEGIN HIDDEN TESTS
+# The batch statistics: mean 0 and population std 1 (the sample std gives std 0.87 here).
 _n = maybe_normalize_advantages(_a, True, None)
 assert abs(_n.mean().item()) < 1e-5 and abs(_n.std(unbiased=False).item() - 1) < 1e-4, "batch mean 0, population std 1"
-assert torch.equal(_a, torch.tensor([1.0, 2.0, 3.0, 10.0])), "the input must not change"
 assert (maybe_normalize_advantages(torch.tensor([-9.0, 9.0, 0.0]), False, 5.0) == torch.tensor([-5.0, 5.0, 0.0])).all()
 assert (maybe_normalize_advantages(torch.zeros(4), True, 5.0) == 0).all(), "a constant batch normalises to zeros"
-_n = maybe_normalize_advantages(torch.tensor([0.0, 0.0, 0.0, 100.0]), True, 1.0)
-assert _n.max().item() == 1.0 and _n.min().item() > -1.0, "normalise first, then clip"
+_out = maybe_normalize_advantages(_a, False, None)
+_out += 1
+assert torch.equal(_a, torch.tensor([1.0, 2.0, 3.0, 10.0])), "return a new tensor, not the input itself"
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -463,23 +564,34 @@ _adv = torch.tensor([1.0, -1.0])
 _loss = reinforce_loss(_lp, _lp, _mk, _adv, 0.0)
 assert _loss.ndim == 0, "expected a scalar loss"
 # row 0: mean(-1, -3) = -2, times +1; row 1: -2, times -1  ->  -(-2 + 2) / 2 = 0
-assert abs(_loss.item()) < 1e-6, f"expected 0.0, got {_loss.item()}"
+assert abs(_loss.item()) < 1e-6, (
+    f"expected 0.0, got {_loss.item()}: each row's log-prob is the MEAN over its real tokens, times its advantage; "
+    "then the mean over rows")
+# Length normalisation: row 0's log-prob is the MEAN over its 2 real tokens (-2), not their sum (-4).
+_loss = reinforce_loss(_lp, _lp, _mk, torch.tensor([1.0, 0.5]), 0.0).item()
+assert abs(_loss - 2.5) > 1e-4, ("got 2.5: each completion's log-prob must be averaged over its own real tokens "
+                                 "(sum over the mask / mask.sum(1)), not summed")
+assert abs(_loss - 1.5) < 1e-6, f"expected -(1.0 * -2 + 0.5 * -2) / 2 = 1.5, got {_loss}"
+# The KL term: kl_coef times your approx_kl_from_logprobs.
+_ref = _lp - 0.5
+_d = reinforce_loss(_lp, _ref, _mk, _adv, 0.2) - reinforce_loss(_lp, _ref, _mk, _adv, 0.0)
+assert abs(_d.item() - 0.2 * approx_kl_from_logprobs(_lp, _ref, _mk).item()) < 1e-6, (
+    f"kl_coef = 0.2 changed the loss by {_d.item():.5f}: add kl_coef * approx_kl_from_logprobs(logprobs, ref_logprobs, mask)")
+# Padding holding -inf must not matter.
+_lpi = _lp.masked_fill(~_mk, float("-inf"))
+assert torch.isfinite(reinforce_loss(_lpi, _lp, _mk, _adv, 0.1)), (
+    "padding log-probs may be -inf and 0 * inf is nan: select the real tokens with torch.where(mask, logprobs, 0)")
 print("visible tests for task 7 passed")
 
 ### BEGIN HIDDEN TESTS
-_loss = reinforce_loss(_lp, _lp, _mk, torch.tensor([1.0, 0.5]), 0.0)
-assert abs(_loss.item() - (-(1.0 * -2.0 + 0.5 * -2.0) / 2)) < 1e-6, "length-normalised per sequence, then mean over rows"
-# Padding holding -inf must not matter.
-_lpi = _lp.masked_fill(~_mk, float("-inf"))
-assert torch.isfinite(reinforce_loss(_lpi, _lp, _mk, _adv, 0.1)), "padding log-probs may be -inf: use torch.where"
-# The KL term: kl_coef times your estimator.
-_ref = _lp - 0.5
-_d = reinforce_loss(_lp, _ref, _mk, _adv, 0.2) - reinforce_loss(_lp, _ref, _mk, _adv, 0.0)
-assert abs(_d.item() - 0.2 * approx_kl_from_logprobs(_lp, _ref, _mk).item()) < 1e-6, "add kl_coef * approx KL"
-# Gradient: positive advantage pushes the row's log-probs up, padding gets nothing.
+# Gradient: positive advantage pushes the row's log-probs up (-A / |y| per token), padding gets nothing.
 _x = _lp.clone().requires_grad_(True)
 reinforce_loss(_x, _lp, _mk, torch.tensor([2.0, 0.0]), 0.0).backward()
 assert torch.allclose(_x.grad, torch.tensor([[-0.5, -0.5, 0.0], [0.0, 0.0, 0.0]])), f"gradient {_x.grad}"
+# -inf padding: a finite gradient too.
+_x = _lpi.clone().requires_grad_(True)
+reinforce_loss(_x, _lp, _mk, _adv, 0.0).backward()
+assert torch.isfinite(_x.grad).all() and (_x.grad[~_mk] == 0).all(), f"-inf padding gave the gradient {_x.grad}"
 # A row with no real token contributes 0 instead of nan.
 assert torch.isfinite(reinforce_loss(_lp, _lp, torch.tensor([[True, True, False], [False, False, False]]), _adv, 0.0))
 ### END HIDDEN TESTS
@@ -530,28 +642,43 @@ _adv = torch.tensor([1.0, -0.5])
 _loss = grpo_loss(_lp, _lp, _lp, _mk, _adv, 0.2, 0.0)
 assert _loss.ndim == 0, "expected a scalar loss"
 # On-policy (ratio 1 everywhere): -(1.0 - 0.5) / 2
-assert abs(_loss.item() + 0.25) < 1e-6, f"expected -0.25 at ratio 1, got {_loss.item()}"
+assert abs(_loss.item() + 0.25) < 1e-6, (
+    f"expected -0.25 at ratio 1, got {_loss.item()}: average each row's surrogate over its own real tokens, then "
+    "average the rows")
+# Off-policy: row 0 token 0 at ratio 1.5 (A > 0: clipped to 1.2), token 1 at 0.5 (A > 0: min keeps 0.5);
+# row 1 at ratio 0.5 with A < 0: min(-0.5, -0.8) = -0.8. Loss: -(mean(1.2, 0.5) - 0.8) / 2.
+_old = _lp - torch.tensor([[math.log(1.5), math.log(0.5), 0.0], [math.log(0.5), 0.0, 0.0]])
+_loss = grpo_loss(_lp, _old, _lp, _mk, torch.tensor([1.0, -1.0]), 0.2, 0.0).item()
+_want = -(0.85 - 0.8) / 2
+assert abs(_loss + 0.25) > 1e-4, ("got -0.25, the unclipped surrogate (max of the two branches gives the same here): "
+                                  "take min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A) per token")
+assert abs(_loss + 0.1) > 1e-4, ("got -0.1, the clipped branch alone: take the minimum of the clipped and the "
+                                 "unclipped branch, so a ratio below the interval with A > 0 still counts as 0.5")
+assert abs(_loss + 0.325) > 1e-4, ("got -0.325: max of the two branches instead of min (the clipped objective is the "
+                                   "pessimistic one)")
+assert abs(_loss - _want) < 1e-5, f"clipped surrogate, per-sequence mean: expected {_want}, got {_loss}"
+# Average per sequence first, then over rows: row 0 has 4 real tokens (A = 1), row 1 one (A = -1) -> 0.
+_lp2 = torch.zeros(2, 4)
+_mk2 = torch.tensor([[True, True, True, True], [True, False, False, False]])
+_l = grpo_loss(_lp2, _lp2, _lp2, _mk2, torch.tensor([1.0, -1.0]), 0.2, 0.0).item()
+assert abs(_l) < 1e-6, (f"expected 0, got {_l:.4f}: average each row over its own real tokens, then over the rows "
+                        "(a mean over all tokens of the batch gives -0.6)")
 print("visible tests for task 8 passed")
 
 ### BEGIN HIDDEN TESTS
-# Ratios: row 0 token 0 at 1.5 (A > 0: clipped to 1.2), token 1 at 0.5 (A > 0: min keeps 0.5).
-_old = _lp - torch.tensor([[math.log(1.5), math.log(0.5), 0.0], [math.log(0.5), 0.0, 0.0]])
-_loss = grpo_loss(_lp, _old, _lp, _mk, torch.tensor([1.0, -1.0]), 0.2, 0.0)
-# row 0: mean(1.2, 0.5) = 0.85; row 1: A < 0, ratio 0.5 -> min(-0.5, -0.8) = -0.8
-assert abs(_loss.item() - (-(0.85 - 0.8) / 2)) < 1e-5, f"clipped surrogate, per-sequence mean: got {_loss.item()}"
-# Gradients: clipped tokens get none, the others do; padding never.
+# Gradients: tokens outside the trust region in their advantage's direction get none, the others do.
 _x = _lp.clone().requires_grad_(True)
 grpo_loss(_x, _old, _lp, _mk, torch.tensor([1.0, -1.0]), 0.2, 0.0).backward()
 assert _x.grad[0, 0] == 0 and _x.grad[1, 0] == 0, "tokens outside the trust region in the advantage's direction get no gradient"
-assert _x.grad[0, 1] != 0 and (_x.grad[~_mk] == 0).all()
-# Sequence-level averaging, not one mean over all tokens of the batch.
-_lp2 = torch.zeros(2, 4)
-_mk2 = torch.tensor([[True, True, True, True], [True, False, False, False]])
-_l = grpo_loss(_lp2, _lp2, _lp2, _mk2, torch.tensor([1.0, -1.0]), 0.2, 0.0)
-assert abs(_l.item()) < 1e-6, f"average per sequence, then over rows (expected 0, got {_l.item()})"
-# -inf padding, and the KL term.
+assert abs(_x.grad[0, 1].item() + 0.5 * 0.5 / 2) < 1e-6 and (_x.grad[~_mk] == 0).all(), f"gradient {_x.grad}"
+# -inf padding (in log-probs and old log-probs alike): a finite loss, and a finite gradient of the
+# clipped surrogate (mask the log-ratio before exp: exp(-inf - -inf) is nan).
 _lpi = _lp.masked_fill(~_mk, float("-inf"))
-assert torch.isfinite(grpo_loss(_lpi, _lpi, _lpi, _mk, _adv, 0.2, 0.1))
+assert torch.isfinite(grpo_loss(_lpi, _lpi, _lpi, _mk, _adv, 0.2, 0.1)), "-inf padding made the loss non-finite"
+_x = _lpi.clone().requires_grad_(True)
+grpo_loss(_x, _lpi, _lpi, _mk, _adv, 0.2, 0.0).backward()
+assert torch.isfinite(_x.grad).all() and (_x.grad[~_mk] == 0).all(), f"-inf padding gave the gradient {_x.grad}"
+# The KL term.
 _ref = _lp - 0.3
 _d = grpo_loss(_lp, _lp, _ref, _mk, _adv, 0.2, 0.5) - grpo_loss(_lp, _lp, _ref, _mk, _adv, 0.2, 0.0)
 assert abs(_d.item() - 0.5 * approx_kl_from_logprobs(_lp, _ref, _mk).item()) < 1e-6
@@ -619,7 +746,7 @@ fc = {algo: run("format_copy", algo) for algo in ("grpo", "reinforce")}
 for algo, recs in fc.items():
     print(f"format_copy {algo:9s}: eval exact match {recs[0]['eval_exact_match']:.3f} -> "
           f"{[r for r in recs if 'eval_exact_match' in r][-1]['eval_exact_match']:.3f}, "
-          f"final rollout reward {recs[-1]['rollout_reward']:.3f}")
+          f"final rollout reward {recs[-1]['reward_mean']:.3f}")
 print("expected:", {k: v for k, v in EXPECTED.items() if k.startswith("format")})
 
 # %%
@@ -665,14 +792,19 @@ print(plots.format_generations(_gens, steps=(_gens[0]["step"], _gens[-1]["step"]
 # no gradient accumulation), a weaker or stronger KL penalty, a narrower or wider clip range.
 # The full study walks each axis outwards until a run degrades:
 # `python -m llmrl.hw4 sweep --impl release/hw4/llm_rl.ipynb` (a few minutes per axis). Here, a short
-# version with one extreme value per axis, 20 steps per run. A run counts as degraded when its final
-# eval exact match falls 0.15 below the default run's, or its final reward 0.2 below.
+# version with one extreme value per axis (two for the KL penalty: none at all and a strong one),
+# 20 steps per run. A run counts as degraded when its final eval exact match falls 0.15 below the
+# default run's, or its final reward 0.2 below.
+#
+# **TODO for Question 4:** before you run the full sweep, predict for each knob which direction
+# breaks the run first. **What you should find:** the reward curve tells you when a run broke, the KL
+# and clip-fraction curves tell you why; at least one knob does not degrade within the values tried.
 
 # %%
 from llmrl.hw4.ablation import plot_sweep, sweep
 
 torch.manual_seed(0)
-_axes = {"ppo_epochs": [2, 16], "minibatch": [(24, 2), (3, 1)], "kl_coef": [0.05, 8.0], "clip_eps": [0.2, 0.02]}
+_axes = {"ppo_epochs": [2, 16], "minibatch": [(24, 2), (3, 1)], "kl_coef": [0.0, 0.05, 8.0], "clip_eps": [0.2, 0.02]}
 _base = default_config("format_copy", "grpo", steps=20)
 if SHORT:  # under the autograder: one axis, one step
     _axes, _base = {"kl_coef": [0.05, 8.0]}, default_config("format_copy", "grpo", steps=1, eval_limit=4)
@@ -686,15 +818,30 @@ for _r in ablation:
 fig = plot_sweep(ablation, path="artifacts/hw4/ablation.png")
 plt.show()
 
-# %% [markdown]
+# %% [markdown] nbgrader={"grade": false, "grade_id": "rubric_report_q1_kl_estimator", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## Part 6: report
 #
-# Answer in a few sentences each, in your own words, citing your own plots and numbers.
+# Answer in a few sentences each, in your own words, citing your own plots and numbers. A person
+# grades these 13 points; the cell above each answer holds its question.
 #
-# **Question 1 (the KL estimator).** Why is $\hat k = e^{\Delta} - \Delta - 1$, with
+# **Question 1 (the KL estimator, 3 points).** Why is $\hat k = e^{\Delta} - \Delta - 1$, with
 # $\Delta = \log \pi_{\text{ref}}(y) - \log \pi_\theta(y)$ and $y \sim \pi_\theta$, an unbiased
 # estimate of $\mathrm{KL}(\pi_\theta \| \pi_{\text{ref}})$, and why is it never negative for a
 # single token? What would go wrong with the plain estimate $-\Delta$ as a penalty?
+#
+# <!-- BEGIN MARK SCHEME -->
+# **Rubric for graders (3 points).**
+#
+# - **1 point** unbiased: E_{y~pi_theta}[e^Delta] = sum_y pi_ref(y) = 1, so the e^Delta - 1 part has mean
+#   0 and E[k] = E[-Delta] = KL.
+# - **1 point** never negative: e^x >= 1 + x for every x (the exponential lies above its tangent at 0),
+#   with equality only at Delta = 0.
+# - **1 point** the plain -Delta: the same mean, but negative on every token the reference likes more, so
+#   one batch can show a negative KL and the penalty is noisier; k3 adds a zero-mean term that cancels
+#   much of the variance.
+#
+# Half points are fine.
+# <!-- END MARK SCHEME -->
 
 # %% [markdown] nbgrader={"grade": true, "grade_id": "report_q1_kl_estimator", "locked": false, "points": 3, "schema_version": 3, "solution": true, "task": false}
 # ### BEGIN SOLUTION
@@ -707,10 +854,21 @@ plt.show()
 # zero-mean control variate that cancels much of it.
 # ### END SOLUTION
 
-# %% [markdown]
-# **Question 2 (implementation order and one bug).** In which order did you implement and test the
+# %% [markdown] nbgrader={"grade": false, "grade_id": "rubric_report_q2_order_and_bug", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# **Question 2 (implementation order and one bug, 2 points).** In which order did you implement and test the
 # eight functions, and why that order? Describe one bug you had (or one the tests caught), the
 # symptom you saw, and how you found it.
+#
+# <!-- BEGIN MARK SCHEME -->
+# **Rubric for graders (2 points).**
+#
+# - **1 point** an order with a reason tied to the data flow (log-probs, mask and KL before the losses;
+#   advantages before either update; REINFORCE before GRPO, which must match it at ratio 1).
+# - **1 point** one concrete bug with its symptom (a test message, a flat or wrong curve) and how it was
+#   found; "no bugs" earns this point only with a test the student wrote or a check they ran.
+#
+# Half points are fine.
+# <!-- END MARK SCHEME -->
 
 # %% [markdown] nbgrader={"grade": true, "grade_id": "report_q2_order_and_bug", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
 # ### BEGIN SOLUTION
@@ -722,10 +880,23 @@ plt.show()
 # keeps writing text after it (the clean bonus never comes), which the hand-made mask table exposes.
 # ### END SOLUTION
 
-# %% [markdown]
-# **Question 3 (the math comparison).** Compare GR-REINFORCE and GRPO on the math task: eval curves,
+# %% [markdown] nbgrader={"grade": false, "grade_id": "rubric_report_q3_math_comparison", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# **Question 3 (the math comparison, 3 points).** Compare GR-REINFORCE and GRPO on the math task: eval curves,
 # rollout reward, KL and clip fraction. Which is more sample-efficient over these steps, and why?
 # What did each cost in time?
+#
+# <!-- BEGIN MARK SCHEME -->
+# **Rubric for graders (3 points).**
+#
+# - **1 point** both eval curves compared with numbers from the student's own runs (start and end), not
+#   the expected values copied.
+# - **1 point** sample efficiency explained: the same rollouts per step, GRPO's second clipped epoch gives
+#   two optimizer steps per batch; REINFORCE's ratio is always 1 so it never clips.
+# - **1 point** the cost: KL and clip fraction read off the curves, and the extra time per step measured
+#   or estimated (sampling dominates the step).
+#
+# Half points are fine; an answer that cites no number of the student's own runs loses at least one point.
+# <!-- END MARK SCHEME -->
 
 # %% [markdown] nbgrader={"grade": true, "grade_id": "report_q3_math_comparison", "locked": false, "points": 3, "schema_version": 3, "solution": true, "task": false}
 # ### BEGIN SOLUTION
@@ -736,9 +907,23 @@ plt.show()
 # pass per step; sampling dominates the step time, so GRPO costs far less than twice as much.
 # ### END SOLUTION
 
-# %% [markdown]
-# **Question 4 (the ablation).** Summarise your ablation: for each knob, which direction degraded the
+# %% [markdown] nbgrader={"grade": false, "grade_id": "rubric_report_q4_ablation", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# **Question 4 (the ablation, 3 points).** Summarise your ablation: for each knob, which direction degraded the
 # run, at what value, and what the curves (reward, KL, clip fraction) showed when it did.
+#
+# <!-- BEGIN MARK SCHEME -->
+# **Rubric for graders (3 points).**
+#
+# - **1 point** every knob covered (epochs, minibatch size with accumulation, kl_coef smaller AND larger,
+#   clip_eps), with the value at which the run degraded or the statement that it did not within the range
+#   tried.
+# - **1 point** what the curves showed at the degradation (reward, KL, clip fraction), with numbers.
+# - **1 point** a mechanism for each direction that matches the curves (too many optimizer steps per batch
+#   leave the trust region; a large KL pins the policy to the base model's format; a tiny clip range
+#   removes the gradient).
+#
+# Half points are fine; an answer that cites no number of the student's own runs loses at least one point.
+# <!-- END MARK SCHEME -->
 
 # %% [markdown] nbgrader={"grade": true, "grade_id": "report_q4_ablation", "locked": false, "points": 3, "schema_version": 3, "solution": true, "task": false}
 # ### BEGIN SOLUTION
@@ -750,10 +935,20 @@ plt.show()
 # sample reuse, fine for two epochs, risky for many.
 # ### END SOLUTION
 
-# %% [markdown]
-# **Question 5 (generations).** Quote one or two sampled completions from your runs, with their reward
+# %% [markdown] nbgrader={"grade": false, "grade_id": "rubric_report_q5_generations", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# **Question 5 (generations, 2 points).** Quote one or two sampled completions from your runs, with their reward
 # and advantage, that taught you something about the run (a reward hack, a format the policy
 # settled on, a group with zero advantage everywhere, ...). What did they show?
+#
+# <!-- BEGIN MARK SCHEME -->
+# **Rubric for graders (2 points).**
+#
+# - **1 point** one or two completions quoted verbatim with their reward and advantage.
+# - **1 point** what they taught about the run (a format the policy settled on, a reward hack, a group
+#   with advantage 0 everywhere and why that group gives no gradient).
+#
+# Half points are fine; an answer that cites no number of the student's own runs loses at least one point.
+# <!-- END MARK SCHEME -->
 
 # %% [markdown] nbgrader={"grade": true, "grade_id": "report_q5_generations", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
 # ### BEGIN SOLUTION

@@ -13,27 +13,39 @@
 # %% [markdown]
 # # Lab 11: the language model as a policy
 #
+# > **Before you start.** 18 points, all graded automatically. Plan on about 2 to 3 hours for the
+# > tasks; the experiment cells then run in under a minute on a laptop.
+# >
+# > | task | you write | points | about |
+# > |---|---|---|---|
+# > | 1a | `response_logprobs`: the log-prob of each response token (the shift) | 3 | 20 min |
+# > | 1b | `sequence_logprob`: the log-prob of a whole response (the mask) | 2 | 10 min |
+# > | 2 | `sample_with_temperature` | 3 | 20 min |
+# > | 3 | `kl_estimators`: k1, k2, k3 | 3 | 15 min |
+# > | 4 | `tilted_optimum` and `kl_objective`: the KL-regularized optimum $\pi^*$ | 4 | 40 min |
+# > | 5 | `token_level_optimum`: $\pi^*$ one token at a time, with soft values | 3 | 30 min |
+# >
+# > **Testing one task.** Run the first code cell (the imports) once. Then run the task's cell and
+# > the test cell right below it (Shift+Enter on each); after every change, run both again. Task 5
+# > calls your Task 4, so do them in order. A failing test names the value it expected.
+# >
+# > **Done** means: every test cell prints `visible tests for task ... passed`, the check after
+# > each experiment says your numbers match the reference (if not, it names the task to look at),
+# > and the experiments print numbers close to the ones in "What you should see". The grader
+# > runs further tests in the same cells (the edge cases the text warns about: padding that holds
+# > `-inf`, very peaked logits, very small $\beta$), so a visible pass is necessary, not sufficient.
+#
 # A language model that writes a response one token at a time is a policy: the state is the
 # prompt plus the tokens written so far, the action is the next token, and
 # $\pi_\theta(y \mid x) = \prod_t \pi_\theta(y_t \mid x, y_{<t})$.
 # Every RL algorithm for language models in the coming chapters needs $\log \pi_\theta(y \mid x)$,
 # and that number is easy to get subtly wrong. In this lab you write the plumbing that computes it
-# and then use it to study temperature, KL estimators and the KL-regularized optimum.
-#
-# | task | you write | points |
-# |---|---|---|
-# | 1a | `response_logprobs`: the log-prob of each response token (the shift) | 3 |
-# | 1b | `sequence_logprob`: the log-prob of a whole response (the mask) | 2 |
-# | 2 | `sample_with_temperature` | 3 |
-# | 3 | `kl_estimators`: k1, k2, k3 | 3 |
-# | 4 | `tilted_optimum` and `kl_objective`: the KL-regularized optimum $\pi^*$ | 4 |
-# | 5 | `token_level_optimum`: $\pi^*$ one token at a time, with soft values | 3 |
+# and then use it to study temperature, three ways to estimate a KL from samples, and the best
+# policy under a KL penalty.
 #
 # Three experiments then run on your functions: temperature on a small trained model, KL estimates
 # against the exact KL, and the reward-KL frontier of a toy model small enough to enumerate.
-#
-# Fill in each cell that says `raise NotImplementedError()`, then run the test cell below it.
-# The visible tests catch most mistakes; the grader runs a few more.
+# Fill in each cell that says `raise NotImplementedError()`.
 #
 # Tensor names: `B` batch, `T` tokens (prompt and response together), `V` vocabulary,
 # `R = T - prompt_len` response tokens.
@@ -46,7 +58,7 @@ import numpy as np
 import torch
 from IPython.display import display
 
-from llmrl import toylm
+from llmrl import live_checks, toylm
 from llmrl.checkpoints import load_checkpoint
 from llmrl.labs import lab11
 from llmrl.labs.lab11 import EXPECTED
@@ -58,10 +70,10 @@ set_threads(1)  # one thread: reproducible and, at this size, the fastest
 # ## Task 1a: log-probabilities of the response tokens
 #
 # A causal language model reads `tokens[:, :T]` and returns `logits` of shape `[B, T, V]`.
-# The logits at **column t** are the model's prediction for the token at **column t + 1**:
-# they were computed from `tokens[:, :t+1]` only. So the token at column `t` is scored by the
+# Read the logits at **column t** as a forecast: having seen `tokens[:, :t+1]` and nothing later,
+# the model says what **column t + 1** will hold. So the token at column `t` is scored by the
 # logits at column `t - 1`, the first token has no score, and the last column of logits
-# predicts a token that has not been written yet.
+# forecasts a token that has not been written yet.
 #
 # A 4-column example with a 2-token prompt `x0 x1` and a 2-token response `y2 y3`:
 #
@@ -72,8 +84,9 @@ set_threads(1)  # one thread: reproducible and, at this size, the fastest
 # Write `response_logprobs`: turn the logits into log-probabilities with `torch.log_softmax`,
 # then pick out, for every **response** token, the log-probability the model gave to the token
 # that actually came next (`torch.gather`). Return only the response part, shape `[B, R]`.
-# Draw the table for your own shapes on paper before you write the slice: this one line is the
-# one people get wrong in real training code.
+# Draw the table for your own shapes on paper before you write the slice: an off-by-one here
+# trains on the wrong tokens without any error message, which is why real training code gets it
+# wrong so often.
 
 
 # %% nbgrader={"grade": false, "grade_id": "task1a_response_logprobs", "locked": false, "schema_version": 3, "solution": true, "task": false}
@@ -93,39 +106,56 @@ def response_logprobs(logits: torch.Tensor, tokens: torch.Tensor, prompt_len: in
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_task1a_response_logprobs", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-# Shape: only the response part.
+# Shape and dtype: one log-prob per response token.
 _g = torch.Generator().manual_seed(0)
 _logits = torch.randn(2, 6, 5, generator=_g)
 _tokens = torch.randint(0, 5, (2, 6), generator=_g)
 _out = response_logprobs(_logits, _tokens, prompt_len=2)
-assert _out.shape == (2, 4), f"expected shape [B, T - prompt_len] = (2, 4), got {tuple(_out.shape)}"
+assert _out.shape == (2, 4), f"expected shape [B, T - prompt_len] = (2, 4), got {tuple(_out.shape)}: return the response columns only"
 assert _out.dtype == torch.float32, f"expected float log-probs, got {_out.dtype}"
-assert (_out <= 0).all(), "log-probabilities can never be positive: did you apply log_softmax?"
+assert (_out <= 0).all(), "a log-probability is never positive: turn the logits into log-probs with torch.log_softmax(..., dim=-1) first"
 
-# Uniform logits: every token has probability 1/V, whatever the shift.
-_out = response_logprobs(torch.zeros(1, 5, 4), torch.tensor([[0, 1, 2, 3, 0]]), prompt_len=1)
-assert torch.allclose(_out, torch.full((1, 4), -math.log(4))), f"uniform logits over 4 tokens: expected -log 4 each, got {_out}"
-print("visible tests for task 1a passed")
-
-### BEGIN HIDDEN TESTS
-# The 4-column hand example: column c of the logits holds log(probs[c]) plus a constant, so
-# forgetting log_softmax, scoring with the unshifted column or shifting the wrong way all fail.
+# The 4-column example of the text: prompt x0 x1, response y2 = 1, y3 = 2. Row c of `_probs` is the
+# distribution that logits column c predicts; each column's logits carry a different constant, which
+# log_softmax removes.
 _probs = torch.tensor([[0.50, 0.25, 0.25],   # column 0 scores column 1 (prompt)
                        [0.10, 0.60, 0.30],   # column 1 scores y2 = 1 -> 0.6
                        [0.20, 0.10, 0.70],   # column 2 scores y3 = 2 -> 0.7
                        [0.40, 0.40, 0.20]])  # column 3 scores nothing
 _logits = (_probs.log() + torch.tensor([[1.0], [2.0], [-3.0], [0.5]])).unsqueeze(0)
 _out = response_logprobs(_logits, torch.tensor([[0, 2, 1, 2]]), prompt_len=2)
-assert torch.allclose(_out, torch.tensor([[0.6, 0.7]]).log(), atol=1e-6), f"hand example: expected log([0.6, 0.7]), got {_out}"
+assert _out.shape == (1, 2), f"2 response tokens: expected shape (1, 2), got {tuple(_out.shape)}"
+_p = [round(x, 3) for x in _out.exp().flatten().tolist()]
+assert not torch.allclose(_out.exp(), torch.tensor([[0.1, 0.2]]), atol=1e-4), (
+    f"hand example: got probabilities {_p}, which are what the logits in each token's OWN column give it. "
+    "The token at column t is scored by the logits at column t - 1.")
+assert not torch.allclose(_out.exp(), torch.tensor([[0.25, 0.3]]), atol=1e-4), (
+    f"hand example: got probabilities {_p}, which come from the logits one column too far to the left "
+    "(column t - 2 for the token at column t). The token at column t is scored by the logits at column t - 1.")
+assert torch.allclose(_out, torch.tensor([[0.6, 0.7]]).log(), atol=1e-5), (
+    f"hand example: expected probabilities [0.6, 0.7] for y2 and y3, got {_p}. Draw the table: logits column 1 "
+    "scores y2, column 2 scores y3, and you pick each token's entry with torch.gather")
+print("visible tests for task 1a passed")
 
-# Against a plain loop, on a batch with several prompt lengths.
-for _p in (1, 3, 6):
+### BEGIN HIDDEN TESTS
+# Against a plain loop, with prompt lengths 1 (the first logits column scores a response token),
+# 3, and T - 1 (a single response token).
+for _pl in (1, 3, 6):
     _logits = torch.randn(3, 7, 5, generator=_g)
     _tokens = torch.randint(0, 5, (3, 7), generator=_g)
-    _want = torch.tensor([[torch.log_softmax(_logits[b, t - 1], -1)[_tokens[b, t]].item() for t in range(_p, 7)]
+    _want = torch.tensor([[torch.log_softmax(_logits[b, t - 1], -1)[_tokens[b, t]].item() for t in range(_pl, 7)]
                           for b in range(3)])
-    _got = response_logprobs(_logits, _tokens, prompt_len=_p)
-    assert _got.shape == _want.shape and torch.allclose(_got, _want, atol=1e-5), f"prompt_len={_p}: wrong values"
+    _got = response_logprobs(_logits, _tokens, prompt_len=_pl)
+    assert _got.shape == _want.shape and torch.allclose(_got, _want, atol=1e-5), f"prompt_len={_pl}: wrong values"
+
+# float32 and a peaked distribution: the response tokens are ones the model finds very unlikely
+# (probability about e^-150, below the smallest float32). Their log-prob is about -150; the log of
+# a softmax gives log(0) = -inf.
+_logits = torch.zeros(1, 4, 4)
+_logits[0, :, 0] = 150.0
+_out = response_logprobs(_logits, torch.tensor([[0, 0, 2, 3]]), prompt_len=2)
+assert torch.isfinite(_out).all(), f"an unlikely token got log-prob {_out.tolist()}: use torch.log_softmax, not log(softmax)"
+assert torch.allclose(_out, torch.full((1, 2), -150.0), atol=1e-3), f"expected about -150 for each, got {_out.tolist()}"
 
 # Only the logits that score response tokens get a gradient: none for the columns that score
 # prompt tokens, none for the last column.
@@ -166,20 +196,28 @@ _lp = torch.tensor([[-0.5, -1.0, -2.0], [-0.1, -0.2, -0.3]])
 _mask = torch.tensor([[True, True, False], [True, True, True]])
 _out = sequence_logprob(_lp, _mask)
 assert _out.shape == (2,), f"expected one number per response, shape (2,), got {tuple(_out.shape)}"
-assert torch.allclose(_out, torch.tensor([-1.5, -0.6])), f"expected [-1.5, -0.6], got {_out}"
+assert torch.allclose(_out, torch.tensor([-1.5, -0.6])), (
+    f"expected [-1.5, -0.6], got {_out}: log pi(y | x) is the SUM of the log-probs of the real tokens "
+    "(mask True); a padding token adds nothing, and a mean is not a log-probability")
+
+# Padding may hold -inf: 0 * (-inf) is nan, so multiplying by the mask does not remove it.
+_out = sequence_logprob(torch.tensor([[-0.5, -float("inf"), -float("inf")]]), torch.tensor([[True, False, False]]))
+assert not torch.isnan(_out).any(), (
+    "nan: the padding holds -inf and 0 * (-inf) is nan. Select the real tokens with "
+    "torch.where(mask, token_logprobs, 0) instead of multiplying by the mask")
+assert torch.allclose(_out, torch.tensor([-0.5])), f"expected [-0.5], got {_out}"
 print("visible tests for task 1b passed")
 
 ### BEGIN HIDDEN TESTS
-# -inf at a padding position must not turn into nan (it does with `* mask`).
+# The gradient with -inf padding: no nan, the real tokens get 1, the padding 0.
 _lp = torch.tensor([[-0.5, -float("inf")], [-1.0, -2.0]], requires_grad=True)
 _out = sequence_logprob(_lp, torch.tensor([[True, False], [True, True]]))
-assert not torch.isnan(_out).any(), f"nan in the result: padding must be selected away, not multiplied by 0: {_out}"
 assert torch.allclose(_out, torch.tensor([-0.5, -3.0])), f"expected [-0.5, -3.0], got {_out}"
 _out.sum().backward()
 assert not torch.isnan(_lp.grad).any(), f"nan in the gradient: {_lp.grad}"
 assert torch.equal(_lp.grad, torch.tensor([[1.0, 0.0], [1.0, 1.0]])), f"padding must get no gradient: {_lp.grad}"
 
-# An all-padding row sums to 0; the input is left as it was.
+# An all-padding row sums to 0, padding between real tokens is skipped; the input is left as it was.
 _lp = torch.randn(3, 4, generator=torch.Generator().manual_seed(1))
 _before = _lp.clone()
 _mask = torch.tensor([[False] * 4, [True, False, True, False], [True] * 4])
@@ -205,6 +243,7 @@ mask = torch.tensor([[True, True, True],
 token_lp = response_logprobs(logits, tokens, prompt_len=3)
 print("token log-probs:\n", token_lp)
 print("sequence log-probs:", sequence_logprob(token_lp, mask))
+print("a correct 1a and 1b give [-7.0343, -2.4486]; the second row's third token is padding and adds nothing")
 
 # %% [markdown]
 # ## Task 2: sampling with a temperature
@@ -249,13 +288,34 @@ def sample_with_temperature(logits: torch.Tensor, temperature: float,
 _z = torch.tensor([[2.0, 0.0, -1.0, 1.0], [0.0, 0.5, 3.0, 0.0]])
 _out = sample_with_temperature(_z, 1.0, torch.Generator().manual_seed(0))
 assert _out.shape == (2,) and _out.dtype == torch.long, f"expected a long tensor of shape (2,), got {_out.dtype} {tuple(_out.shape)}"
-assert torch.equal(sample_with_temperature(_z, 0.0), torch.tensor([0, 2])), "T = 0 must pick the argmax of each row"
+try:
+    _greedy = sample_with_temperature(_z, 0.0)
+except Exception as e:
+    raise AssertionError(f"T = 0 raised {type(e).__name__}: z / 0 is not a number. Treat T = 0 as its own case, "
+                         "the argmax, before you divide by T") from None
+assert torch.equal(_greedy, torch.tensor([0, 2])), f"T = 0 must pick the argmax of each row [0, 2], got {_greedy}"
 
-# At T = 1 the frequencies of many draws match softmax(z).
+
+def _frequencies(z, temperature, seed, n=20000):
+    draws = sample_with_temperature(z.expand(n, len(z)), temperature, torch.Generator().manual_seed(seed))
+    return torch.bincount(draws, minlength=len(z)) / n
+
+
+# Many draws: the frequencies match softmax(z / T) (0.015 is about 4.5 standard errors at 20,000 draws).
 _z = torch.tensor([1.0, 0.0, -1.0, 0.5])
-_draws = sample_with_temperature(_z.expand(20000, 4), 1.0, torch.Generator().manual_seed(1))
-_freq = torch.bincount(_draws, minlength=4) / 20000
+_freq = _frequencies(_z, 1.0, seed=1)
 assert torch.allclose(_freq, torch.softmax(_z, -1), atol=0.015), f"T = 1: frequencies {_freq} differ from softmax(z) {torch.softmax(_z, -1)}"
+_freq = _frequencies(_z, 0.5, seed=3)
+assert not torch.allclose(_freq, torch.softmax(_z * 0.5, -1), atol=0.015), (
+    f"T = 0.5: frequencies {_freq} match softmax(z * T), a FLATTER distribution. Divide the logits by T: "
+    "a temperature below 1 sharpens the distribution")
+assert torch.allclose(_freq, torch.softmax(_z / 0.5, -1), atol=0.015), f"T = 0.5: frequencies {_freq}, expected softmax(z / T) = {torch.softmax(_z / 0.5, -1)}"
+
+# A fixed seed gives fixed samples: the generator must be the source of the randomness.
+_z = torch.randn(200, 15, generator=torch.Generator().manual_seed(6))
+_a = sample_with_temperature(_z, 1.0, torch.Generator().manual_seed(7))
+_b = sample_with_temperature(_z, 1.0, torch.Generator().manual_seed(7))
+assert torch.equal(_a, _b), "two generators with the same seed gave different samples: pass generator=generator to torch.multinomial"
 print("visible tests for task 2 passed")
 
 ### BEGIN HIDDEN TESTS
@@ -264,22 +324,16 @@ _z = torch.randn(64, 15, generator=torch.Generator().manual_seed(2)) * 20
 _z[:, 3] = -float("inf")
 assert torch.equal(sample_with_temperature(_z, 0.0), _z.argmax(-1)), "T = 0 must be the argmax"
 assert torch.equal(sample_with_temperature(_z, 0), _z.argmax(-1)), "T = 0 given as an int must be the argmax too"
-
-# T = 0.5 divides the logits by T (it does not multiply them).
-_z = torch.tensor([1.0, 0.0, -1.0, 0.5])
-_draws = sample_with_temperature(_z.expand(20000, 4), 0.5, torch.Generator().manual_seed(3))
-_freq = torch.bincount(_draws, minlength=4) / 20000
-assert torch.allclose(_freq, torch.softmax(_z / 0.5, -1), atol=0.015), f"T = 0.5: frequencies {_freq}, expected {torch.softmax(_z / 0.5, -1)}"
+# A banned token (-inf) is never drawn at T > 0 either.
+assert not (sample_with_temperature(_z, 1.5, torch.Generator().manual_seed(9)) == 3).any(), "a token with logit -inf was drawn"
 # Very small T is almost greedy; very large T is almost uniform.
+_z = torch.tensor([1.0, 0.0, -1.0, 0.5])
 assert (sample_with_temperature(_z.expand(2000, 4), 0.01, torch.Generator().manual_seed(4)) == 0).all()
-_freq = torch.bincount(sample_with_temperature(_z.expand(20000, 4), 100.0, torch.Generator().manual_seed(5)), minlength=4) / 20000
-assert torch.allclose(_freq, torch.full((4,), 0.25), atol=0.02), f"T = 100 should be close to uniform, got {_freq}"
-# The generator is used: the same seed gives the same samples, another seed other samples.
+assert torch.allclose(_frequencies(_z, 100.0, seed=5), torch.full((4,), 0.25), atol=0.02), "T = 100 should be close to uniform"
+# Another seed gives other samples (the generator is really used, not only accepted).
 _z = torch.randn(200, 15, generator=torch.Generator().manual_seed(6))
-_a = sample_with_temperature(_z, 1.0, torch.Generator().manual_seed(7))
-_b = sample_with_temperature(_z, 1.0, torch.Generator().manual_seed(7))
-_c = sample_with_temperature(_z, 1.0, torch.Generator().manual_seed(8))
-assert torch.equal(_a, _b) and not torch.equal(_a, _c), "pass the generator to torch.multinomial"
+assert not torch.equal(sample_with_temperature(_z, 1.0, torch.Generator().manual_seed(7)),
+                       sample_with_temperature(_z, 1.0, torch.Generator().manual_seed(8)))
 # A negative temperature is an error.
 try:
     sample_with_temperature(_z, -1.0)
@@ -294,8 +348,8 @@ else:
 #
 # RL for language models keeps the policy $\pi$ close to a reference $\pi_{\text{ref}}$ (usually
 # the SFT model) by penalising $\mathrm{KL}(\pi \,\|\, \pi_{\text{ref}}) = \mathbb{E}_{y \sim \pi}
-# [\log \pi(y) - \log \pi_{\text{ref}}(y)]$. Summing over the whole vocabulary at every position
-# is possible for our 15-token model but not for a 150,000-token one, so training code estimates
+# [\log \pi(y) - \log \pi_{\text{ref}}(y)]$. An exact sum needs every vocabulary entry at each
+# position: cheap for our 15-token model, not for a 150,000-token one, so training code estimates
 # the KL from the tokens it sampled anyway. With $\ell = \log \pi(y) - \log \pi_{\text{ref}}(y)$ for
 # a sampled token $y \sim \pi$:
 #
@@ -433,13 +487,24 @@ assert np.allclose(_star, EXPECTED["worked_pi_star"], atol=1e-3), "pi* of the wo
 _j_ref = kl_objective(worked.ref_probs, worked.ref_probs, worked.reward_vector, 1.0)
 assert abs(_j_ref - 0.58) < 1e-9, f"J(pi_ref) = E_ref[r] = 0.58, got {_j_ref}"
 assert kl_objective(_star, worked.ref_probs, worked.reward_vector, 1.0) > _j_ref
+# Small beta: e^(r / beta) is e^2000 here, far beyond the largest float (about e^709).
+with np.errstate(all="ignore"):
+    _star = tilted_optimum(worked.ref_probs, worked.reward_vector, 1e-3)
+assert np.all(np.isfinite(_star)), (
+    f"beta = 0.001 gave {_star}: e^(r / beta) overflowed. Work in log space: log pi_ref + r / beta, "
+    "subtract the largest entry, exponentiate, normalise")
+# A policy that never writes some responses: 0 log 0 counts as 0 in the KL.
+with np.errstate(all="ignore"):
+    _j = kl_objective(np.array([0.0, 0.0, 0.0, 1.0]), worked.ref_probs, worked.reward_vector, 0.5)
+assert np.isfinite(_j), (
+    f"J of the policy (0, 0, 0, 1) is {_j}: 0 * log 0 is nan in floating point, but counts as 0 in the KL. "
+    "Sum only over the responses the policy gives probability > 0")
 print("visible tests for task 4 passed")
 
 ### BEGIN HIDDEN TESTS
-# Small beta: no overflow, all mass on the best response ("by").
+# Small beta: all mass on the best response ("by"), exactly.
 for _beta in (1e-3, 1e-6):
     _star = tilted_optimum(worked.ref_probs, worked.reward_vector, _beta)
-    assert np.all(np.isfinite(_star)), f"beta = {_beta}: pi* has inf or nan; work in log space"
     assert np.allclose(_star, [0, 0, 0, 1], atol=1e-9), f"beta = {_beta}: pi* should be one-hot on 'by', got {_star}"
 # Large beta: pi* stays at pi_ref. A response pi_ref never writes stays at 0.
 assert np.allclose(tilted_optimum(worked.ref_probs, worked.reward_vector, 1e6), worked.ref_probs, atol=1e-5)
@@ -519,6 +584,18 @@ assert np.allclose(_values, EXPECTED["worked_soft_values"], atol=1e-3), "soft va
 assert _first.shape == (2,) and _second.shape == (2, 2)
 assert np.allclose(_second.sum(axis=1), 1), "each row of pi*(j | i) is a distribution"
 assert np.allclose((_first[:, None] * _second).ravel(), EXPECTED["worked_pi_star"], atol=1e-3), "the product must be the pi* of Task 4"
+# beta = 0.5, by hand: V(a) = 0.5 log(0.6 + 0.4 e^2), V(b) = 0.5 log(0.5 + 0.5 e^4).
+_, _, _values = token_level_optimum(worked.first_probs, worked.second_probs, worked.rewards, 0.5)
+_want = np.array([0.5 * math.log(0.6 + 0.4 * math.e ** 2), 0.5 * math.log(0.5 + 0.5 * math.e ** 4)])
+assert np.allclose(_values, _want, atol=1e-6), (
+    f"beta = 0.5: expected V = {np.round(_want, 4)}, got {np.round(_values, 4)}. "
+    "V(i) = beta * log sum_j pi_ref(j | i) e^(r_ij / beta): the factor beta in front matters once beta != 1")
+# Small beta: the log-sum-exp must not overflow.
+with np.errstate(all="ignore"):
+    _out = token_level_optimum(worked.first_probs, worked.second_probs, worked.rewards, 1e-3)
+assert all(np.all(np.isfinite(x)) for x in _out), (
+    "beta = 0.001 gave inf or nan: compute V(i) with np.logaddexp.reduce(log pi_ref(j | i) + r_ij / beta, axis=1) "
+    "times beta, never with exp(r / beta)")
 print("visible tests for task 5 passed")
 
 ### BEGIN HIDDEN TESTS
@@ -534,10 +611,10 @@ for _ in range(20):
     assert np.allclose((_pf[:, None] * _ps).ravel(),
                        toylm.tilted_optimum((_f[:, None] * _s).ravel(), _r.ravel(), _beta), atol=1e-9)
     assert np.allclose(_v, toylm.soft_values(_s, _r, _beta), atol=1e-9)
-# Small beta: V(i) -> the best reward after i, no overflow; large beta: V(i) -> the mean reward.
+# Small beta: V(i) -> the best reward after i and pi* one-hot; large beta: V(i) -> the mean reward.
 _pf, _ps, _v = token_level_optimum(worked.first_probs, worked.second_probs, worked.rewards, 1e-3)
-assert np.all(np.isfinite(_v)) and np.all(np.isfinite(_ps)) and np.all(np.isfinite(_pf)), "beta = 1e-3 overflowed: use a stable log-sum-exp"
-assert np.allclose(_v, [1.0, 2.0], atol=0.01) and np.allclose(_pf, [0, 1], atol=1e-9)
+assert np.allclose(_v, [1.0, 2.0], atol=0.01) and np.allclose(_pf, [0, 1], atol=1e-9), f"beta = 1e-3: V = {_v}, pi*(first) = {_pf}"
+assert np.allclose(_ps, [[0, 1], [0, 1]], atol=1e-9), f"beta = 1e-3: pi*(j | i) should pick the better second token, got {_ps}"
 _, _, _v = token_level_optimum(worked.first_probs, worked.second_probs, worked.rewards, 1e4)
 assert np.allclose(_v, [0.4, 1.0], atol=1e-3), f"large beta: V(i) is the mean reward after i, got {_v}"
 # A second token pi_ref never writes stays at 0.
@@ -556,12 +633,19 @@ assert _ps[0, 1] == 0 and np.all(np.isfinite(_ps))
 # %%
 sft_model = load_checkpoint("sft", progress=False)
 temperatures = (0.0, 1.0, 2.0) if grading_mode() else lab11.SWEEP_TEMPERATURES
-sweep = lab11.temperature_sweep(sft_model, temperatures, n_problems=20 if grading_mode() else 200,
-                                n_samples=8, seed=0, sampler=sample_with_temperature)
+SWEEP_ARGS = dict(n_problems=20 if grading_mode() else 200, n_samples=8, seed=0)
+sweep = lab11.temperature_sweep(sft_model, temperatures, sampler=sample_with_temperature, **SWEEP_ARGS)
 for T, acc, d in zip(sweep["temperature"], sweep["accuracy"], sweep["distinct_answers"]):
     print(f"T = {T:4.2f}: accuracy {acc:.3f}, distinct answers among 8: {d:.2f}")
 lab11.plot_temperature_sweep(sweep)
 plt.show()
+
+# %%
+# The same sweep with the course's reference sampler: a correct sampler may draw its tokens in
+# another order, so the accuracies may differ by sampling noise, and by no more.
+_ref = lab11.temperature_sweep(sft_model, temperatures, **SWEEP_ARGS)
+_ok = live_checks.compare_rates("Experiment 1, accuracy at each temperature", sweep["accuracy"], _ref["accuracy"],
+                                n=sweep["n_problems"] * sweep["n_samples"], task="Task 2 (`sample_with_temperature`)")
 
 # %% [markdown]
 # Greedy decoding is the model's single best guess and is right most often. Raising `T` spreads
@@ -581,10 +665,11 @@ plt.show()
 # errors), divided by the truth.
 
 # %%
-kl = lab11.kl_estimates(sft_model, lab11.KL_TEMPERATURES, n_problems=4 if grading_mode() else 16, n_samples=8,
-                        n_batches=2 if grading_mode() else 16, seed=0, sampler=sample_with_temperature,
-                        response_logprobs_fn=response_logprobs, sequence_logprob_fn=sequence_logprob,
-                        kl_estimators_fn=kl_estimators)
+KL_ARGS = dict(n_problems=4 if grading_mode() else 16, n_samples=8, n_batches=2 if grading_mode() else 16, seed=0,
+               sampler=sample_with_temperature)
+YOUR_KL_FUNCTIONS = dict(response_logprobs_fn=response_logprobs, sequence_logprob_fn=sequence_logprob,
+                         kl_estimators_fn=kl_estimators)
+kl = lab11.kl_estimates(sft_model, lab11.KL_TEMPERATURES, **KL_ARGS, **YOUR_KL_FUNCTIONS)
 for T, row in lab11.kl_checks(kl).items():
     print(f"T = {T:4.2f}: exact KL {row['exact']:.3f} nats per response | median batch / exact: "
           f"k1 {row['k1_ratio']:.2f}, k3 {row['k3_ratio']:.2f} | bars covering the truth: "
@@ -592,8 +677,26 @@ for T, row in lab11.kl_checks(kl).items():
 lab11.plot_kl_estimates(kl)
 plt.show()
 
+# %%
+# The same batches (your sampler, same seeds) scored by the reference versions of Tasks 1a, 1b and
+# 3: every number must agree. If not, each of your three functions is tried alone to find the culprits.
+def _kl_numbers(**functions):
+    k = lab11.kl_estimates(sft_model, lab11.KL_TEMPERATURES, **KL_ARGS, **functions)
+    return np.concatenate([k["exact"], k["k1"], k["k2"], k["k3"]])
+
+
+_yours = np.concatenate([kl["exact"], kl["k1"], kl["k2"], kl["k3"]])
+_reference = _kl_numbers()
+if not live_checks.compare_exact("Experiment 2, the exact KL and k1, k2, k3", _yours, _reference,
+                                 task="Tasks 1a, 1b and 3", atol=1e-4):
+    _tasks = {"Task 1a (`response_logprobs`)": "response_logprobs_fn", "Task 1b (`sequence_logprob`)": "sequence_logprob_fn",
+              "Task 3 (`kl_estimators`)": "kl_estimators_fn"}
+    _culprits = live_checks.differing("Experiment 2", {t: {k: YOUR_KL_FUNCTIONS[k]} for t, k in _tasks.items()},
+                                      _kl_numbers, _reference)
+    print("  each of these changes the numbers on its own: " + (", ".join(_culprits) or "none alone (look at them together)"))
+
 # %% [markdown]
-# For `T > 1` both estimators land on the truth. At `T = 0.25` k1 is still fine, but k3 is
+# Above `T = 1`, k1 and k3 both sit on the exact value. At `T = 0.25` k1 is still fine, but k3 is
 # typically about half of the truth and its error bars miss it in half of the batches or more, even
 # though k3 is unbiased. Where does the rest of its mean hide? In rare tokens. When $\pi_T$ is much
 # sharper than $\pi_{\text{ref}}$, a token that $\pi_{\text{ref}}$ finds plausible but $\pi_T$ almost
@@ -608,8 +711,8 @@ plt.show()
 # `tilted_optimum` traces the best reward reachable at each KL from the reference (solid). Changing
 # the temperature is another way to move away from $\pi_{\text{ref}}$ (dotted), and we compare the
 # two. The right panel uses the "hack" scenario: the reward being maximised is a learned proxy that
-# scores one rare response (`bz`) far too highly; the dashed curve is the **true** reward of
-# $\pi^*$.
+# scores one rare response (`bz`) far too highly; dashes mark what $\pi^*$ earns under the
+# **true** reward.
 
 # %%
 frontier = lab11.frontier_data(optimum_fn=tilted_optimum)
@@ -620,6 +723,14 @@ _peak = frontier["hack"]["peak"]
 print(f"hack: the true reward of pi* peaks at KL {_peak['kl_nats']:.2f} nats (beta = {_peak['beta']:.2f})")
 lab11.plot_frontier(frontier)
 plt.show()
+
+# %%
+# The frontier with the reference tilted_optimum: the same betas, so the same curves.
+_ref = lab11.frontier_data()
+_ok = live_checks.compare_exact("Experiment 3, reward and KL of pi* along the frontier",
+                                [frontier[n]["optimum"][k] for n in frontier for k in ("reward", "kl_nats")],
+                                [_ref[n]["optimum"][k] for n in _ref for k in ("reward", "kl_nats")],
+                                task="Task 4 (`tilted_optimum`)", atol=1e-6)
 
 # %% [markdown]
 # Temperature never reaches the frontier, and it cannot: $\pi^*$ maximises reward minus
@@ -632,7 +743,7 @@ plt.show()
 #
 # ## What you should see
 #
-# The handout's numbers next to yours (under autograding the experiments are shrunk, so the
+# The published numbers next to yours (under autograding the experiments are shrunk, so the
 # numbers differ).
 
 # %%
@@ -644,7 +755,7 @@ print(lab11.summary_line(sweep, kl, frontier))
 # ## Two sliders
 #
 # The temperature slider samples the SFT TinyLM at the chosen `T` (with your sampler) and shows the
-# accuracy, the number of distinct answers among 8 samples, and the samples for four problems
+# accuracy, how many different answers 8 samples give, and the samples for four problems
 # (wrong ones in red). The beta slider shows $\pi^*$ of the toy LM (from your `tilted_optimum`)
 # next to $\pi_{\text{ref}}$, and where it sits on the reward-KL frontier.
 
@@ -657,35 +768,94 @@ display(lab11.beta_widget("hack", optimum_fn=tilted_optimum, beta=1.0))
 # %% [markdown]
 # ## Going further (optional, not graded)
 #
-# **k2's bias.** k2 was left out of the plot. The cell below prints its median batch estimate over
-# the truth at each temperature. Where is the bias largest, and why does $\ell^2/2$ undershoot when
-# $\pi_T$ is sharp but overshoot when it is flat? (Hint: expand k3 for small $\ell$.)
+# Three small exercises. Each cell below marks its **TODO**; the check after it tells you whether
+# you got what you should.
+#
+# **k2's bias.** Experiment 2 left k2 out of the plot. **TODO:** before you run the check, write
+# down in `K2_GUESS` whether you expect k2's median batch estimate to come out below or above the
+# exact KL at each temperature, then explain the pattern in a comment: why does $\ell^2/2$ behave
+# differently when $\pi_T$ is sharper than $\pi_{\text{ref}}$ and when it is flatter? (Hint: expand
+# k3 for small $\ell$ and compare term by term.) **What you should find:** k2 misses on both ends of
+# the temperature range, on opposite sides of the truth.
+
+# %%
+K2_GUESS = {0.25: "?", 0.5: "?", 1.5: "?", 2.0: "?"}  # TODO: "below" or "above" the exact KL
+# BEGIN MARK SCHEME
+K2_GUESS = {0.25: "below", 0.5: "below", 1.5: "above", 2.0: "above"}
+# Why: k3 = e^-l - 1 + l = l^2/2 - l^3/6 + ..., and E_pi[k3] is exactly the KL, so E[k2] - KL is
+# about E[l^3] / 6: the sign of the third moment of l decides. A sharp pi_T mostly draws its
+# favourite token (l a little above 0) and now and then one it has squeezed far below pi_ref
+# (l far below 0): a negative tail, E[l^3] < 0, k2 too low. A flat pi_T often draws tokens pi_ref
+# finds very unlikely (l far above 0): a positive tail, E[l^3] > 0, k2 too high.
+# END MARK SCHEME
 
 # %%
 for T, row in lab11.kl_checks(kl).items():
-    print(f"T = {T:4.2f}: k2 / exact = {row['k2_ratio']:.2f}")
+    _side = "below" if row["k2_ratio"] < 1 else "above"
+    print(f"T = {T:4.2f}: k2 / exact = {row['k2_ratio']:.2f} ({_side} the truth; you guessed {K2_GUESS.get(T, '?')})")
 
 # %% [markdown]
-# **Samples from an older policy.** PPO-style training samples from $\pi_{\text{old}}$, not from
-# the $\pi$ being updated. Weighting k3 by $\pi / \pi_{\text{old}}$ restores an unbiased estimate of
-# $\mathrm{KL}(\pi \,\|\, \pi_{\text{ref}})$. Check it exactly on three tokens, then try other
-# distributions.
+# **Samples from an older policy.** PPO-style training draws its tokens from $\pi_{\text{old}}$,
+# not from the $\pi$ it is updating, so plain k3 no longer averages to
+# $\mathrm{KL}(\pi \,\|\, \pi_{\text{ref}})$. **TODO:** write `weighted_k3`, which multiplies
+# each token's k3 by the importance weight $\pi / \pi_{\text{old}}$ (use your `kl_estimators`).
+# **What you should find:** averaged exactly over $y \sim \pi_{\text{old}}$ on the three tokens
+# below, the weighted estimate equals the KL to five decimals and the plain one does not. Then try
+# other distributions.
+
+
+# %%
+def weighted_k3(logp, logp_old, logp_ref):
+    """Per-token k3 of KL(pi || pi_ref) for tokens sampled from pi_old, times pi / pi_old; shapes like logp."""
+    # BEGIN MARK SCHEME
+    return torch.exp(logp - logp_old) * kl_estimators(logp, logp_ref)[2]
+    # END MARK SCHEME
+    raise NotImplementedError("optional: write weighted_k3")
+
 
 # %%
 _pi = torch.tensor([0.7, 0.2, 0.1], dtype=torch.float64)
 _ref = torch.tensor([0.4, 0.4, 0.2], dtype=torch.float64)
 _old = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
-_k3 = kl_estimators(_pi.log(), _ref.log())[2]
-print(f"KL(pi || ref)              = {float((_pi * (_pi / _ref).log()).sum()):.5f}")
-print(f"E_old[k3]          (plain) = {float((_old * _k3).sum()):.5f}")
-print(f"E_old[pi/old * k3] (weighted) = {float((_old * _pi / _old * _k3).sum()):.5f}")
+_kl_exact = float((_pi * (_pi / _ref).log()).sum())
+print(f"KL(pi || ref)                  = {_kl_exact:.5f}")
+print(f"E_old[k3], plain               = {float((_old * kl_estimators(_pi.log(), _ref.log())[2]).sum()):.5f}")
+try:
+    _w = float((_old * weighted_k3(_pi.log(), _old.log(), _ref.log())).sum())
+    print(f"E_old[weighted k3]             = {_w:.5f}  ->", "unbiased, as it should be" if abs(_w - _kl_exact) < 1e-9
+          else "not the KL yet: check the weight (pi / pi_old, not pi_old / pi)")
+except NotImplementedError:
+    print("weighted_k3 is not written yet (optional)")
 
 # %% [markdown]
-# **The best beta for the true reward.** In "hack", which $\beta$ gives the most true reward, and
-# how much proxy reward does $\pi^*$ show there? Compare with the proxy reward at smaller $\beta$:
-# the proxy keeps promising more while delivering less.
+# **The best beta for the true reward.** In "hack", the proxy reward of $\pi^*$ keeps rising as
+# $\beta$ shrinks while the true reward turns down. **TODO:** sweep $\beta$ over a grid with your
+# `tilted_optimum`, find the $\beta$ where $\pi^*$ earns the most *true* reward, and report the
+# proxy reward $\pi^*$ shows there. The scenario's arrays: `ref_probs`, `reward_vector` (the proxy)
+# and `true_rewards` (shape `[A, B]`, flatten it). **What you should find:** the same $\beta$ as the
+# peak printed under Experiment 3 (about 0.6), and a proxy reward there well below what smaller
+# $\beta$ promise.
+
 
 # %%
-_peak = toylm.true_reward_peak(toylm.scenario("hack"), optimum_fn=tilted_optimum)
-print(f"best beta {_peak['beta']:.3f}: KL {_peak['kl_nats']:.3f} nats, true reward {_peak['true_reward']:.3f}, "
-      f"proxy reward {_peak['reward']:.3f}")
+def best_beta_for_true_reward(scenario, betas):
+    """(beta, true reward, proxy reward) of the pi* with the most true reward among `betas`."""
+    # BEGIN MARK SCHEME
+    true = scenario.true_rewards.ravel()
+    best = max(betas, key=lambda b: tilted_optimum(scenario.ref_probs, scenario.reward_vector, b) @ true)
+    star = tilted_optimum(scenario.ref_probs, scenario.reward_vector, best)
+    return float(best), float(star @ true), float(star @ scenario.reward_vector)
+    # END MARK SCHEME
+    raise NotImplementedError("optional: write best_beta_for_true_reward")
+
+
+# %%
+_betas = np.geomspace(0.05, 20, 400)
+try:
+    _b, _true, _proxy = best_beta_for_true_reward(toylm.scenario("hack"), _betas)
+    _small = tilted_optimum(toylm.scenario("hack").ref_probs, toylm.scenario("hack").reward_vector, 0.05)
+    print(f"best beta {_b:.3f}: true reward {_true:.3f}, proxy reward {_proxy:.3f}; "
+          f"at beta = 0.05 the proxy promises {_small @ toylm.scenario('hack').reward_vector:.3f}")
+    print("matches the peak of Experiment 3:", abs(np.log(_b / frontier["hack"]["peak"]["beta"])) < 0.05)
+except NotImplementedError:
+    print("best_beta_for_true_reward is not written yet (optional)")

@@ -13,6 +13,29 @@
 # %% [markdown]
 # # Lab 19: failure modes you can watch happen
 #
+# > **Before you start.** 14 points, all graded automatically. Plan on about 2 hours for the
+# > tasks; the cells that train (your code's live runs) take under a minute on a laptop.
+# >
+# > | task | you write | points | about |
+# > |---|---|---|---|
+# > | 1a | `bon_kl`: the KL of best-of-n | 1 | 10 min |
+# > | 1b | `best_of_n_stats`: best-of-n on a pool, exactly, ties included | 3 | 30 min |
+# > | 1c | `fit_gao_bon`: least squares for Gao et al.'s curve | 2 | 15 min |
+# > | 2 | `kl_penalized_rewards`: a KL penalty folded into the reward | 2 | 15 min |
+# > | 3 | `clipped_pg_loss`: the clipped surrogate with two bounds | 4 | 40 min |
+# > | 4 | `token_entropy`: the policy's mean entropy on the response | 2 | 15 min |
+# >
+# > **Testing one task.** Run the first code cell (the imports) once. Then run the task's cell and
+# > the test cell right below it (Shift+Enter on each); after every change, run both again. The
+# > tasks of one part build on each other only through the experiments, so you may do them in any
+# > order.
+# >
+# > **Done** means: every test cell prints `visible tests for task ... passed`; in parts 2 and 3
+# > your live run (black) lies on the stored reference curve it copies; the printed tables show
+# > your numbers beside the published ones. The grader runs further tests in the same cells (ties,
+# > `-inf` padding, very unlikely tokens, peaked logits), so a visible pass is necessary, not
+# > sufficient.
+#
 # Optimizing a reward is only as good as the reward. In this lab you make three classic failures
 # happen on purpose, small enough to run on a laptop, and measure them:
 #
@@ -20,13 +43,12 @@
 #    score rise, peak and fall as n grows. Everything here is exact arithmetic, no training.
 # 2. **Reward hacking.** Train the tiny addition model (TinyLM) with RL against a reward that has a
 #    loophole, watch it find the loophole, then close it with a KL penalty that you write.
-# 3. **Entropy collapse.** Train with several gradient epochs per batch, watch the policy's entropy
-#    drain away, and find out which tokens PPO's upper clip silences.
+# 3. **Entropy collapse.** Train with several gradient epochs per batch, see the policy's entropy
+#    fall step after step, and find out which tokens PPO's upper clip silences.
 #
-# Fill in every cell that says `raise NotImplementedError()` and run the test cell below it. The
-# visible tests catch most mistakes; the grader runs a few more. The training runs you would need
-# for the full pictures take minutes, so the plots show stored runs of the course's reference code
-# and your own code runs the first stretch of each live, drawn on top as black dots.
+# Fill in every cell that says `raise NotImplementedError()`. The training runs you would need for
+# the full pictures take minutes, so the plots show stored runs of the course's reference code and
+# your own code runs the first stretch of each live, drawn on top in black.
 
 # %%
 import matplotlib.pyplot as plt
@@ -40,7 +62,7 @@ from llmrl.losses import LossBatch
 from llmrl.utils import grading_mode, set_threads
 
 set_threads(1)
-EXPECTED = lab19.EXPECTED  # the handout's "what you should see"
+EXPECTED = lab19.EXPECTED  # the published reference numbers, printed beside yours
 REFERENCE = lab19.load_reference()  # stored full-length runs of parts 2 and 3
 LIVE_STEPS = 3 if grading_mode() else 30  # steps of each live run (the stored runs are longer)
 
@@ -79,18 +101,26 @@ def bon_kl(n):
 assert abs(bon_kl(1)) < 1e-12, "best-of-1 is the base policy: its KL is 0"
 assert abs(bon_kl(2) - (np.log(2) - 0.5)) < 1e-9, f"bon_kl(2) should be log 2 - 1/2, got {bon_kl(2)}"
 assert abs(bon_kl(10) - 1.4026) < 1e-3, f"bon_kl(10) should be about 1.40 nats, got {bon_kl(10)}"
+# An array of n, as the experiment below passes it.
+try:
+    _got = np.asarray(bon_kl(np.array([1, 2, 10])), dtype=float)
+except TypeError as e:
+    raise AssertionError(f"bon_kl(np.array([1, 2, 10])) raised TypeError ({e}): use numpy (np.log, array "
+                         "arithmetic) rather than math.log, so that an array of n works too") from None
+assert _got.shape == (3,), f"an array of 3 values of n must give 3 KLs, got shape {_got.shape}"
 print("visible tests for task 1a passed")
 
 ### BEGIN HIDDEN TESTS
 _ns = np.array([1, 3, 10, 100, 3000])
 _got = np.asarray(bon_kl(_ns), dtype=float)
-assert _got.shape == (5,), f"an array of n gives an array of the same shape, got {_got.shape}"
 assert np.allclose(_got, np.log(_ns) - (_ns - 1) / _ns), "wrong values for an array of n"
 assert np.all(np.diff(_got) > 0), "the KL grows with n"
+assert isinstance(bon_kl(7), float), f"an int n gives a float, got {type(bon_kl(7)).__name__}"
+assert np.asarray(bon_kl(np.array([[1, 2], [3, 4]]))).shape == (2, 2), "the result has the shape of n"
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ### Task 1b: the exact expected score of best-of-n from a pool
+# ### Task 1b: best-of-n on a finite pool, computed exactly
 #
 # Suppose we have a pool of $M$ responses with proxy scores and gold scores. Best-of-n draws n of
 # them uniformly **with replacement** and keeps the one with the highest proxy score. Sort the
@@ -108,7 +138,17 @@ assert np.all(np.diff(_got) > 0), "the KL grows with n"
 # response (proxy 2.0) wins with probability $1 - (2/3)^2 = 5/9$, the middle one with
 # $(2/3)^2 - (1/3)^2 = 3/9$ and the lowest with $1/9$.
 #
-# Write `best_of_n_stats`. Sort with `np.argsort` and use the same order for both scores.
+# **Ties.** A real reward model often gives several responses the same score. Best-of-n cannot
+# tell tied responses apart, so it picks one of them at random: tied responses are equally likely
+# to win. A block of responses that share a proxy score and sit at sorted positions
+# $lo + 1, \dots, hi$ wins with total probability $(hi/M)^n - (lo/M)^n$ (the formula above summed
+# over the block), and each response of the block gets an equal share of it. Example: proxy
+# scores 1, 1, 0 and best-of-2: the two tied responses share $1 - (1/3)^2 = 8/9$, so each wins
+# with probability $4/9$, whichever order a sort leaves them in.
+#
+# Write `best_of_n_stats`. Sort with `np.argsort`, use the same order for both scores, then
+# spread each block of tied proxy scores' weight evenly over the block (`np.unique(...,
+# return_inverse=True)` or `np.searchsorted` on the sorted scores find the blocks).
 
 
 # %% nbgrader={"grade": false, "grade_id": "task1b_best_of_n_stats", "locked": false, "schema_version": 3, "solution": true, "task": false}
@@ -119,33 +159,47 @@ def best_of_n_stats(proxy, gold, n):
     gold:  float array [M], the gold score of the same responses
     n:     int >= 1
     returns: (expected_proxy, expected_gold), two floats
+
+    Ties: responses with equal proxy scores are equally likely to win (each gets the same share of
+    their block's weight), so the result does not depend on the order of the pool.
     """
     ### BEGIN SOLUTION
     proxy = np.asarray(proxy, dtype=float)
     gold = np.asarray(gold, dtype=float)
     M = len(proxy)
-    order = np.argsort(proxy)
-    k = np.arange(1, M + 1)
-    w = (k / M) ** n - ((k - 1) / M) ** n
-    return float(w @ proxy[order]), float(w @ gold[order])
+    ranked = np.sort(proxy)
+    lo = np.searchsorted(ranked, proxy, side="left")   # responses with a strictly lower score
+    hi = np.searchsorted(ranked, proxy, side="right")  # ... with a lower or equal score
+    w = ((hi / M) ** n - (lo / M) ** n) / (hi - lo)    # the block's weight, shared by its hi - lo members
+    return float(w @ proxy), float(w @ gold)
     ### END SOLUTION
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_task1b_best_of_n_stats", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
 _proxy, _gold = np.array([0.5, 2.0, 1.0]), np.array([1.0, -1.0, 3.0])
 _p, _g = best_of_n_stats(_proxy, _gold, 2)
-assert abs(_p - (1 * 0.5 + 3 * 1.0 + 5 * 2.0) / 9) < 1e-9, f"hand example: expected proxy 1.722, got {_p}"
-assert abs(_g - (1 * 1.0 + 3 * 3.0 + 5 * -1.0) / 9) < 1e-9, f"hand example: expected gold 0.556, got {_g}"
+assert abs(_p - (1 * 0.5 + 3 * 1.0 + 5 * 2.0) / 9) < 1e-9, (
+    f"hand example: expected proxy 1.722, got {_p:.3f}: the top response (proxy 2.0) wins with 5/9, "
+    "the lowest with 1/9; sort lowest first")
+assert abs(_g - (1 * 1.0 + 3 * 3.0 + 5 * -1.0) / 9) < 1e-9, (
+    f"hand example: expected gold 0.556, got {_g:.3f}: order the gold scores by the PROXY ranking "
+    "(the same argsort for both)")
 _p, _g = best_of_n_stats(_proxy, _gold, 1)
 assert abs(_p - _proxy.mean()) < 1e-9 and abs(_g - _gold.mean()) < 1e-9, "best-of-1 is a uniform draw: the means"
+# The tie example of the text: the two responses with proxy 1 share 8/9, 4/9 each.
+_g = best_of_n_stats(np.array([1.0, 1.0, 0.0]), np.array([3.0, 0.0, 0.0]), 2)[1]
+assert abs(_g - 4 / 3) < 1e-9, (
+    f"tie example: expected gold 4/9 * 3 = 1.333, got {_g:.3f}: tied proxy scores must share their block's "
+    "weight evenly, whatever order the sort leaves them in")
 print("visible tests for task 1b passed")
 
 ### BEGIN HIDDEN TESTS
-# A constant gold score: the weights must sum to one (off-by-one weights do not).
 _rng = np.random.default_rng(7)
+# A constant gold score: the weights must sum to one (off-by-one weights do not), ties or not.
 _proxy = _rng.standard_normal(40)
 assert abs(best_of_n_stats(_proxy, np.full(40, 2.5), 5)[1] - 2.5) < 1e-9, "the rank weights must sum to 1"
-# Against brute-force simulation of best-of-n with replacement.
+assert abs(best_of_n_stats(np.round(_proxy), np.full(40, 2.5), 5)[1] - 2.5) < 1e-9, "with ties the weights must sum to 1"
+# Against brute-force simulation of best-of-n with replacement (no ties).
 _gold = _rng.standard_normal(40)
 _n = 4
 _idx = _rng.integers(0, 40, size=(200_000, _n))
@@ -153,9 +207,22 @@ _win = _idx[np.arange(len(_idx)), _proxy[_idx].argmax(1)]
 _p, _g = best_of_n_stats(_proxy, _gold, _n)
 assert abs(_p - _proxy[_win].mean()) < 0.01, f"proxy {_p} disagrees with simulation {_proxy[_win].mean()}"
 assert abs(_g - _gold[_win].mean()) < 0.01, f"gold {_g} disagrees with simulation {_gold[_win].mean()}"
-# Large n: the winner is (almost surely) the top response.
+# Many ties (proxy scores 0..4): the simulation breaks them at random; any order of the pool
+# (non-identity permutations) gives the same answer.
+_tied = _rng.integers(0, 5, size=40).astype(float)
+_noise = _rng.uniform(0, 0.5, size=_idx.shape)  # a random tie-break for every draw
+_win = _idx[np.arange(len(_idx)), (_tied[_idx] + _noise).argmax(1)]
+_p, _g = best_of_n_stats(_tied, _gold, _n)
+assert abs(_g - _gold[_win].mean()) < 0.01, f"ties: gold {_g} disagrees with simulation {_gold[_win].mean()}"
+for _ in range(5):
+    _perm = _rng.permutation(40)
+    _pp, _gp = best_of_n_stats(_tied[_perm], _gold[_perm], _n)
+    assert abs(_pp - _p) < 1e-9 and abs(_gp - _g) < 1e-9, "the answer changed when the pool was shuffled: handle ties"
+# Large n: the winner is (almost surely) in the top block: its mean gold when the top score is tied.
 _p, _g = best_of_n_stats(_proxy, _gold, 100_000)
 assert abs(_g - _gold[_proxy.argmax()]) < 1e-6, "for huge n the best-of-n is the pool's top response"
+_g = best_of_n_stats(_tied, _gold, 100_000)[1]
+assert abs(_g - _gold[_tied == _tied.max()].mean()) < 1e-6, "huge n with a tied top score: the mean gold of the tied top"
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -185,7 +252,14 @@ def fit_gao_bon(d, gold_gain):
 # %% nbgrader={"grade": true, "grade_id": "test_task1c_fit_gao_bon", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 _d = np.linspace(0.2, 2.6, 12)
 _a, _b = fit_gao_bon(_d, _d * (1.1 - 0.47 * _d))
-assert abs(_a - 1.1) < 1e-6 and abs(_b - 0.47) < 1e-6, f"exact data d(1.1 - 0.47 d): expected (1.1, 0.47), got ({_a}, {_b})"
+assert abs(_a - 1.1) < 1e-6 and abs(_b - 0.47) < 1e-6, (
+    f"exact data d(1.1 - 0.47 d): expected (1.1, 0.47), got ({_a:.4f}, {_b:.4f})"
+    + (": beta has the wrong sign; the model is alpha d - beta d^2, so the second column is -d^2" if abs(_b + 0.47) < 1e-6 else ""))
+# Data off the curve: the least-squares fit with exactly two columns (d and -d^2) and no intercept.
+_a, _b = fit_gao_bon(np.array([0.5, 1.0, 1.5, 2.0, 2.5]), np.array([0.4, 0.6, 0.65, 0.5, 0.3]))
+assert abs(_a - 0.91192547) < 1e-6 and abs(_b - 0.32049689) < 1e-6, (
+    f"expected (alpha, beta) = (0.91193, 0.32050), got ({_a:.5f}, {_b:.5f}): no intercept column "
+    "(the curve passes through 0 at d = 0), a least-squares fit (np.linalg.lstsq)")
 print("visible tests for task 1c passed")
 
 ### BEGIN HIDDEN TESTS
@@ -255,12 +329,12 @@ print(f"gold gain at best-of-10: {biased['gold_gain'][list(NS).index(10)]:+.3f}"
 # With a noise-only proxy the gold gain never turns down ($\beta \approx 0$): noise wastes
 # samples but does not point the search anywhere harmful.
 #
-# Do not over-read the far right of the pool curves. At $n = 3000$ the winner almost always comes
-# from the top few hundred of the 200,000 pooled responses, so those points are a small sample:
-# here the pool says the gain is negative at best-of-3000 while the exact population value is
-# still slightly positive. (This model's pool is off by about 0.1 there; the handout's model
-# was off by 0.5.) Try another `seed` in `make_pool` and watch the right end move while the
-# left end stays put.
+# Trust the right end of the pool curves less than the left. At $n = 3000$ nearly every winner is
+# one of a few hundred responses at the very top of the 200,000 in the pool, so each of those
+# points rests on a small sample: here the pool puts the gain below zero at best-of-3000 while the
+# exact population value is still slightly above it. (This model's pool misses by about 0.1
+# there; the published model's pool missed by 0.5.) Try another `seed` in `make_pool` and watch
+# the right end move while the left end stays put.
 #
 # The sliders below redraw the exact curves for any $b$ and $\sigma$ (it takes a fraction of a
 # second). Which of the two makes the gold curve turn down, and which only flattens it?
@@ -285,10 +359,9 @@ print(inspect.getsource(proxy_reward))
 print(proxy_reward(["85", "8512", "850", "84"], [85, 85, 85, 85]))
 
 # %% [markdown]
-# **Make a prediction before you scroll.** Full credit when the answer appears *anywhere* in
-# the response, plus 0.1 per character (a response has at most 4 characters). What will RL learn
-# to write? What will happen to exact-match accuracy, to the response length and to the KL from
-# the SFT model?
+# **Predict first, then scroll.** The proxy pays 1 when the right number occurs somewhere in the
+# response and adds 0.1 for each character (4 characters at most). What will RL teach the model to
+# write? Where will exact-match accuracy, the response length and the KL from the SFT model go?
 #
 # ### Task 2: a KL penalty in the reward
 #
@@ -325,18 +398,35 @@ _ref = torch.tensor([[-0.6, -0.2], [-0.5, -0.5]])
 _mask = torch.ones(2, 2, dtype=torch.bool)
 _out = kl_penalized_rewards(_r, _lp, _ref, _mask, 0.1)
 assert _out.shape == (2,), f"one shaped reward per response: expected shape (2,), got {tuple(_out.shape)}"
-assert torch.allclose(_out, torch.tensor([0.95, 0.05])), f"expected [0.95, 0.05], got {_out}"
+assert not torch.allclose(_out, torch.tensor([1.05, -0.05])), (
+    "got [1.05, -0.05]: the log-ratio was ADDED. The penalty is subtracted: r - beta * sum(log pi - log pi_ref)")
+assert torch.allclose(_out, torch.tensor([0.95, 0.05])), (
+    f"expected [0.95, 0.05], got {_out}: subtract beta times the SUM over the response's tokens of "
+    "log pi - log pi_ref (a sum, not a mean)")
 assert torch.allclose(kl_penalized_rewards(_r, _lp, _ref, _mask, 0.0), _r), "beta = 0 leaves the rewards alone"
-print("visible tests for task 2 passed")
-
-### BEGIN HIDDEN TESTS
-# Padding holds garbage (even -inf under the reference): it must not enter the sum.
+# Padding (mask False) holds garbage, even -inf under the reference: it must not enter the sum.
 _lp = torch.tensor([[-0.1, -0.2, -3.0], [-1.0, -0.5, 0.0]])
 _ref = torch.tensor([[-0.6, -0.2, -float("inf")], [-0.5, -0.5, -9.0]])
 _mask = torch.tensor([[True, True, False], [True, True, False]])
 _out = kl_penalized_rewards(_r, _lp, _ref, _mask, 0.1)
-assert torch.isfinite(_out).all(), "masked positions leaked into the sum (got a non-finite reward)"
+assert torch.isfinite(_out).all(), (
+    f"got {_out}: a padding position leaked into the sum (0 * inf is nan). Select the real tokens with "
+    "torch.where(mask, logprobs - ref_logprobs, 0) instead of multiplying by the mask")
 assert torch.allclose(_out, torch.tensor([0.95, 0.05])), f"only real tokens count: expected [0.95, 0.05], got {_out}"
+print("visible tests for task 2 passed")
+
+### BEGIN HIDDEN TESTS
+# Responses of different lengths, against a loop; the inputs are left as they were.
+_g = torch.Generator().manual_seed(2)
+_lp, _ref = -torch.rand(5, 6, generator=_g) * 3, -torch.rand(5, 6, generator=_g) * 3
+_lens = [6, 1, 3, 0, 5]
+_mask = torch.arange(6)[None, :] < torch.tensor(_lens)[:, None]
+_r = torch.rand(5, generator=_g)
+_before = (_lp.clone(), _ref.clone())
+_want = torch.stack([_r[b] - 0.3 * (_lp[b, :_lens[b]] - _ref[b, :_lens[b]]).sum() for b in range(5)])
+_out = kl_penalized_rewards(_r, _lp, _ref, _mask, 0.3)
+assert torch.allclose(_out, _want, atol=1e-5), f"expected {_want}, got {_out} (sum per response over its own real tokens)"
+assert torch.equal(_lp, _before[0]) and torch.equal(_ref, _before[1]), "the inputs must not be modified"
 # Direction: a policy that raised the probability of its tokens is penalised.
 _out = kl_penalized_rewards(torch.zeros(1), torch.tensor([[-0.1]]), torch.tensor([[-2.1]]), torch.ones(1, 1, dtype=torch.bool), 0.5)
 assert torch.allclose(_out, torch.tensor([-1.0])), f"log pi - log pi_ref = +2 with beta 0.5 costs 1.0, got {_out}"
@@ -354,9 +444,9 @@ assert torch.allclose(_out, torch.tensor([-1.0])), f"log pi - log pi_ref = +2 wi
 
 # %% tags=["nbval-ignore-output"]
 live_kl = lab19.hacking_run(0.05, kl_reward_fn=kl_penalized_rewards, steps=LIVE_STEPS)
-_stored = lab19.as_series(REFERENCE["hacking"]["0.05"])["shaped_reward"][:LIVE_STEPS]
+_stored = lab19.as_series(REFERENCE["hacking"]["0.05"])["shaped_reward_mean"][:LIVE_STEPS]
 print("your live run's shaped rewards match the stored run:",
-      bool(np.allclose(live_kl.series("shaped_reward"), _stored, atol=1e-3)))
+      bool(np.allclose(live_kl.series("shaped_reward_mean"), _stored, atol=1e-3)))
 
 # %%
 runs = {"proxy, no KL": REFERENCE["hacking"]["0"], "proxy, beta = 0.05": REFERENCE["hacking"]["0.05"],
@@ -379,8 +469,8 @@ print(lab19.expected_report(part2))
 # 0.1 to 0.2 of length bonus is not worth the several nats it takes to write unusual digits
 # after the answer, so the policy learns addition instead and ends close to the gold-reward run.
 #
-# The slider shows the stored sweep $\beta \in \{0, 0.01, 0.02, 0.05\}$. Where does the leash
-# stop working?
+# The slider shows the stored sweep $\beta \in \{0, 0.01, 0.02, 0.05\}$. Below which $\beta$ is the
+# penalty too weak to hold the policy back?
 
 # %% tags=["nbval-ignore-output"]
 display(lab19.beta_widget(REFERENCE))
@@ -454,6 +544,28 @@ for (_rho, _a), (_loss, _grad) in {(1.5, 1.0): (-1.2, 0.0),       # A > 0, above
     _l, _gr = _case(_rho, _a)
     assert abs(_l - _loss) < 1e-5, f"ratio {_rho}, advantage {_a}: expected loss {_loss}, got {_l}"
     assert abs(_gr - _grad) < 1e-5, f"ratio {_rho}, advantage {_a}: expected gradient {_grad}, got {_gr}"
+
+
+def _batch(logprobs, old_logprobs, mask, advantages, eps_low=0.2, eps_high=0.2):
+    B, R = mask.shape
+    return LossBatch(logprobs=logprobs, logits=torch.zeros(B, R, 3), old_logprobs=old_logprobs, mask=mask,
+                     advantages=advantages, rewards=torch.zeros(B), eps_low=eps_low, eps_high=eps_high)
+
+
+def _loss(batch):
+    out = clipped_pg_loss(batch)
+    return out[0] if isinstance(out, tuple) else out
+
+
+# The token-level mean: response 0 has 1 real token (advantage 4), response 1 has 3 (advantage 1),
+# every ratio is 1, so the loss is -(4 + 1 + 1 + 1) / 4 = -1.75.
+_lp = torch.zeros(2, 3, requires_grad=True)
+_mask = torch.tensor([[True, False, False], [True, True, True]])
+_l = _loss(_batch(_lp, torch.zeros(2, 3), _mask, torch.tensor([4.0, 1.0]))).item()
+assert abs(_l + 2.5) > 1e-4, ("got -2.5, the mean of the two responses' own means: average over the real tokens "
+                              "of the whole batch together (sum over mask, divided by the number of real tokens)")
+assert abs(_l + 7 / 6) > 1e-4, "got -1.167: the padding positions were counted; divide by the number of real tokens"
+assert abs(_l + 1.75) < 1e-5, f"token-level mean: expected -(4 + 1 + 1 + 1) / 4 = -1.75, got {_l}"
 print("visible tests for task 3 passed")
 
 ### BEGIN HIDDEN TESTS
@@ -463,16 +575,25 @@ assert abs(_case(1.35, 1.0, 0.2, 0.28)[0] + 1.28) < 1e-5, "eps_high = 0.28 clips
 assert abs(_case(0.75, -1.0, 0.3, 0.2)[1] - 0.75) < 1e-5, "eps_low = 0.3: a ratio of 0.75 with A < 0 is not clipped"
 assert abs(_case(3.0, 1.0, 0.2, None)[1] + 3.0) < 1e-5, "eps_high=None: no upper bound, the gradient flows"
 assert abs(_case(0.1, -1.0, None, 0.2)[1] - 0.1) < 1e-5, "eps_low=None: no lower bound, the gradient flows"
-# Token-level mean over real tokens of the whole batch (not per response, padding ignored).
+# The gradient of the token-level mean: -A / N for every real token, 0 at padding.
 _lp = torch.zeros(2, 3, requires_grad=True)
-_b = LossBatch(logprobs=_lp, logits=torch.zeros(2, 3, 3), old_logprobs=torch.zeros(2, 3),
-               mask=torch.tensor([[True, False, False], [True, True, True]]), advantages=torch.tensor([4.0, 1.0]),
-               rewards=torch.zeros(2), eps_low=0.2, eps_high=0.2)
-_out = clipped_pg_loss(_b)
-_out = _out[0] if isinstance(_out, tuple) else _out
-assert abs(_out.item() + (4 + 3) / 4) < 1e-5, f"token-level mean: expected -(4 + 1 + 1 + 1) / 4 = -1.75, got {_out.item()}"
-_out.backward()
+_loss(_batch(_lp, torch.zeros(2, 3), _mask, torch.tensor([4.0, 1.0]))).backward()
 assert torch.allclose(_lp.grad, torch.tensor([[-1.0, 0, 0], [-0.25, -0.25, -0.25]])), f"wrong gradient: {_lp.grad}"
+# Mixed signs and ratios in one batch, against the formula token by token.
+_g = torch.Generator().manual_seed(4)
+_old = -torch.rand(3, 4, generator=_g) * 2
+_lp = (_old + 0.6 * torch.randn(3, 4, generator=_g)).requires_grad_(True)
+_mask = torch.tensor([[True, True, True, False], [True, False, False, False], [True, True, True, True]])
+_adv = torch.tensor([1.5, -0.7, -2.0])
+_rho = torch.exp(_lp.detach() - _old)
+_want = -torch.minimum(_rho * _adv[:, None], _rho.clamp(0.8, 1.28) * _adv[:, None])[_mask].mean()
+_l = _loss(_batch(_lp, _old, _mask, _adv, 0.2, 0.28))
+assert abs(_l.item() - _want.item()) < 1e-5, f"a mixed batch: expected {_want.item():.5f}, got {_l.item():.5f}"
+# Unlikely tokens in float32: log-probs near -120 (probabilities below the smallest float32). The
+# ratio is exp(logprobs - old_logprobs); exp(logprobs) / exp(old_logprobs) is 0 / 0.
+_l = _loss(_batch(torch.tensor([[-120.0, -1.0]], requires_grad=True), torch.tensor([[-120.1, -1.0]]),
+                  torch.ones(1, 2, dtype=torch.bool), torch.tensor([1.0])))
+assert abs(_l.item() + (np.exp(0.1) + 1) / 2) < 1e-5, f"unlikely tokens: expected {-(np.exp(0.1) + 1) / 2:.5f}, got {_l.item()}"
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -505,12 +626,28 @@ def token_entropy(logits, mask):
 _logits = torch.zeros(1, 3, 4)  # uniform over 4 tokens: entropy log 4 everywhere
 _out = token_entropy(_logits, torch.tensor([[False, True, True]]))
 assert abs(float(_out) - np.log(4)) < 1e-6, f"uniform over 4 tokens: expected log 4 = 1.386, got {float(_out)}"
-_logits = torch.tensor([[[0.0, 0.0], [50.0, -50.0]]])  # one uniform position, one certain position
-assert abs(float(token_entropy(_logits, torch.tensor([[True, True]]))) - np.log(2) / 2) < 1e-5, "mean of log 2 and 0"
+_logits = torch.tensor([[[0.0, 0.0], [50.0, -50.0]]]) + 3.0  # one uniform position, one certain; logits not normalised
+assert abs(float(token_entropy(_logits, torch.tensor([[True, True]]))) - np.log(2) / 2) < 1e-5, (
+    "expected the mean of log 2 and 0: the logits are not normalised, turn them into log-probs with torch.log_softmax")
+# The prompt positions (mask False) are certain here and must not count.
+_logits = torch.tensor([[[50.0, -50.0], [0.0, 0.0], [0.0, 0.0]]])
+_out = float(token_entropy(_logits, torch.tensor([[False, True, True]])))
+assert abs(_out - np.log(2) * 2 / 3) > 1e-4, (
+    "got the mean over every position: average only where mask is True (the prompt positions are the "
+    "model predicting the user's text, not the policy acting)")
+assert abs(_out - np.log(2)) < 1e-5, f"expected log 2 = 0.693 at the two response positions, got {_out}"
+# One mean over all response positions of the batch: row 0 has 1 response position (entropy 0),
+# row 1 has 3 (entropy log 2 each): (0 + 3 log 2) / 4, not the mean of the rows' means (log 2 / 2).
+_logits = torch.zeros(2, 3, 2)
+_logits[0, 0] = torch.tensor([50.0, -50.0])
+_out = float(token_entropy(_logits, torch.tensor([[True, False, False], [True, True, True]])))
+assert abs(_out - np.log(2) / 2) > 1e-4, ("got the mean of each row's mean: average over all True positions of the "
+                                          "batch together (entropy[mask].mean())")
+assert abs(_out - 3 * np.log(2) / 4) < 1e-5, f"expected (0 + 3 log 2) / 4 = 0.520, got {_out}"
 print("visible tests for task 4 passed")
 
 ### BEGIN HIDDEN TESTS
-# Prompt positions (mask False) are certain here; including them lowers the mean.
+# A random batch against the formula.
 _logits = torch.tensor([[[50.0, -50.0, 0.0], [1.0, 2.0, 3.0], [0.5, 0.5, -1.0]],
                         [[50.0, -50.0, 0.0], [50.0, -50.0, 0.0], [0.0, 0.0, 0.0]]])
 _mask = torch.tensor([[False, True, True], [False, False, True]])
@@ -518,6 +655,10 @@ _p = torch.softmax(_logits, -1)
 _h = -(_p * _p.log()).sum(-1)
 _want = _h[_mask].mean()
 assert abs(float(token_entropy(_logits, _mask)) - float(_want)) < 1e-5, f"expected {float(_want):.4f} (mean over response positions of the whole batch)"
+# float32 and very peaked logits: p = 0 exactly for the losers, and 0 * log 0 must count as 0, not nan.
+_out = token_entropy(torch.tensor([[[200.0, -200.0, 0.0], [0.0, 0.0, 0.0]]]), torch.tensor([[True, True]]))
+assert torch.isfinite(_out) and abs(float(_out) - np.log(3) / 2) < 1e-5, (
+    f"peaked logits gave {float(_out)}: p * log p with p = 0 is nan; use log_softmax and exp of it")
 # The SFT model on its own samples, against the library's measurement.
 from llmrl.checkpoints import load_checkpoint
 _yours, _lib = lab19.policy_entropy(load_checkpoint("sft", progress=False), token_entropy, n_prompts=32)
@@ -561,9 +702,9 @@ part3 = {"entropy_start": _s["entropy_start"], "entropy_end_clipped": 0.5 * (_s[
 print(lab19.expected_report(part3))
 
 # %% [markdown]
-# **What happened.** Entropy drains steadily under both clipped settings, and at this scale the
-# symmetric clip and clip-higher are hard to tell apart (run a few seeds before you believe a
-# gap either way). The diagnostic shows why clip-higher was proposed: the upper clip almost never
+# **What happened.** Entropy drains steadily under both clipped settings, and at this scale you
+# cannot tell the symmetric clip from clip-higher (run a few seeds before you believe a gap
+# either way). The diagnostic shows why clip-higher was proposed: the upper clip almost never
 # touches common tokens, but it silences most of the rare positive-advantage tokens, exactly the
 # exploratory choices whose probability RL would need to raise to keep entropy up. Removing the
 # upper bound entirely keeps entropy higher, but nothing stops a ratio from running away and the
@@ -571,48 +712,97 @@ print(lab19.expected_report(part3))
 #
 # ## Things to try (not graded)
 #
-# Each cell runs one variation of the experiments above when you change `RUN = False` to
-# `RUN = True`. They take about a minute each on a quiet laptop. The same runs are available
-# from a shell, e.g. `python -m llmrl.labs.lab19 hack --beta 0.02` or
-# `python -m llmrl.labs.lab19 entropy --arm clip-higher --epochs 2`.
+# Each item below is a question with a **TODO**: write down your prediction, set `RUN = True` in
+# its cell and run it (about a minute each on a quiet laptop; the same runs work from a shell, e.g.
+# `python -m llmrl.labs.lab19 hack --beta 0.02` or
+# `python -m llmrl.labs.lab19 entropy --arm clip-higher --epochs 2`). **Look at** says which numbers
+# answer the question; part 2's runs end with a one-line verdict.
+#
+# 1. **Which flaw of the proxy can be exploited on its own?** It has two: credit for the answer
+#    anywhere in the response, and the length bonus. TODO: predict, for each flaw alone, whether
+#    the policy still learns to pad its answers. Look at: the final length and accuracy.
+# 2. **A weaker leash.** TODO: predict the final accuracy with $\beta = 0.01$ and $0.02$ before you
+#    run them (the slider above shows the stored runs for comparison). Look at: the final length
+#    and KL.
+# 3. **GRPO's std-normalised advantages.** Dividing by the group's standard deviation makes small
+#    reward differences count as much as large ones. TODO: does the hack come sooner? Think of a
+#    group in which every response is right and exactly one is padded: what advantage does the
+#    padded one get under each normalisation? Look at: the step where accuracy peaks.
+# 4. **Part 3 with other seeds, 2 epochs, or $\epsilon_\text{high} = 0.4$.** TODO: decide, before you
+#    run, how large a gap between the symmetric clip and clip-higher you would need to see before
+#    you believed it. Look at: the final entropy of every seed side by side.
+# 5. **Part 1 with another pool.** TODO: which part of the gold curve moves with the pool's seed
+#    or size? Look at: the gold gain at the smallest and the largest n.
+
 
 # %%
-RUN = False  # part 2 without the length bonus: is "the answer appears anywhere" exploitable alone?
+def hack_verdict(run):
+    """Print a part-2 run's final accuracy, length and KL, and whether it hacked the reward."""
+    s = lab19.hack_summary(run)
+    hacked = s["final_length"] > 3.5 and s["final_accuracy"] < 0.2
+    print(f"final accuracy {s['final_accuracy']:.2f}, length {s['final_length']:.2f} characters, "
+          f"KL {s['final_kl']:.1f} nats, accuracy peaked at step {s['peak_step']}: "
+          + ("the policy padded its answers (hacked)" if hacked else "no hack"))
+    return s
+
+
+# %%
+RUN = False  # 1. each flaw alone: substring credit without the length bonus, then an exact checker with it
 if RUN:
-    run = lab19.hacking_run(0.0, length_bonus=0.0, kl_reward_fn=kl_penalized_rewards)
-    print(lab19.hack_summary(run))
+    from llmrl.rewards import exact_match
+
+    def exact_plus_length(responses, answers):
+        return exact_match(responses, answers) + 0.1 * torch.tensor([float(len(r)) for r in responses])
+
+    print("substring credit, no length bonus:")
+    hack_verdict(lab19.hacking_run(0.0, length_bonus=0.0, kl_reward_fn=kl_penalized_rewards))
+    print("exact match plus the length bonus:")
+    hack_verdict(lab19.hacking_run(0.0, reward=exact_plus_length, kl_reward_fn=kl_penalized_rewards))
+# BEGIN MARK SCHEME
+# What the reference code shows (seed 0, 300 steps): neither flaw is exploited on its own. Substring
+# credit without the bonus: final accuracy 0.75, length 2.6; exact match plus the bonus: accuracy
+# 0.75, length 2.6. Only together do they pay for padding: "85" followed by digits keeps the
+# substring credit AND earns the bonus, while under an exact checker padding loses the 1.0.
+# END MARK SCHEME
 
 # %%
-RUN = False  # part 2 with a weaker leash: beta = 0.01 (then try 0.02)
+RUN = False  # 2. a weaker leash: beta = 0.01, then 0.02
 if RUN:
-    run = lab19.hacking_run(0.01, kl_reward_fn=kl_penalized_rewards)
-    print(lab19.hack_summary(run))
+    for beta in (0.01, 0.02):
+        print(f"beta = {beta}:")
+        hack_verdict(lab19.hacking_run(beta, kl_reward_fn=kl_penalized_rewards))
+# BEGIN MARK SCHEME
+# What the stored runs show: beta = 0.01 is too weak (final accuracy 0.34, length 3.2, KL 6.4 nats:
+# the policy still pads most answers), beta = 0.02 already holds it (accuracy 0.74, length 2.6,
+# KL 0.6). The leash gives way between 0.01 and 0.02.
+# END MARK SCHEME
 
 # %%
-RUN = False  # part 2 with GRPO's std-normalised advantages: does the hack come sooner?
+RUN = False  # 3. std-normalised advantages: compare the step where accuracy peaks with the mean-baseline run
 if RUN:
-    run = lab19.hacking_run(0.0, advantage="std")
-    print(lab19.hack_summary(run))
+    print("mean baseline (the stored run):", lab19.hack_summary(REFERENCE["hacking"]["0"])["peak_step"])
+    hack_verdict(lab19.hacking_run(0.0, advantage="std"))
+# BEGIN MARK SCHEME
+# What the reference code shows: yes, sooner. Accuracy peaks at step 32 instead of 51 and then
+# falls to 0 (length 4.0, KL 16 nats). In a group where all 8 responses are right and one is padded,
+# the padded one's reward is only 0.2 higher; the mean baseline turns that into an advantage of
+# 0.175, but dividing by the group's std (0.066) turns it into +2.6, as large as the advantage of a
+# right answer over a wrong one, so padding is reinforced as strongly as being correct.
+# END MARK SCHEME
 
 # %%
-RUN = False  # part 3 with another seed (try a few before trusting a gap between the clips)
+RUN = False  # 4. part 3: another seed for every arm, then 2 epochs, then eps_high = 0.4
 if RUN:
     for arm in lab19.CLIP_ARMS:
-        print(arm, lab19.entropy_summary(lab19.entropy_run(arm, policy_loss_fn=clipped_pg_loss, seed=1)))
-
-# %%
-RUN = False  # part 3 with 2 epochs per batch: does clip-higher matter more or less?
-if RUN:
+        print(arm, "seed 1:", lab19.entropy_summary(lab19.entropy_run(arm, policy_loss_fn=clipped_pg_loss, seed=1)))
     for arm in ("symmetric", "clip-higher"):
-        print(arm, lab19.entropy_summary(lab19.entropy_run(arm, policy_loss_fn=clipped_pg_loss, epochs=2)))
+        print(arm, "2 epochs:", lab19.entropy_summary(lab19.entropy_run(arm, policy_loss_fn=clipped_pg_loss, epochs=2)))
+    print("eps_high = 0.4:", lab19.entropy_summary(lab19.entropy_run("clip-higher", policy_loss_fn=clipped_pg_loss, eps_high=0.4)))
 
 # %%
-RUN = False  # part 3 with a much looser upper clip, eps_high = 0.4
+RUN = False  # 5. part 1 with another pool seed and a 2,000,000-response pool
 if RUN:
-    print(lab19.entropy_summary(lab19.entropy_run("clip-higher", policy_loss_fn=clipped_pg_loss, eps_high=0.4)))
-
-# %%
-RUN = False  # part 1 with another pool seed or a 2,000,000-response pool: which parts of the curve move?
-if RUN:
-    big = pool_curves_with(overopt.make_pool(2_000_000, b=1.0, sigma=1.0, seed=1))
-    print(np.round(big["gold_gain"], 3))
+    for seed, size in ((1, 200_000), (0, 2_000_000)):
+        curves = pool_curves_with(overopt.make_pool(size, b=1.0, sigma=1.0, seed=seed))
+        print(f"seed {seed}, {size:,} responses: gold gain", np.round(curves["gold_gain"], 3))
+    print("seed 0, 200,000 responses (above):  gold gain", np.round(biased["gold_gain"], 3))

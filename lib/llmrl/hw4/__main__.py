@@ -8,7 +8,8 @@
 ``--impl PATH.ipynb`` runs them on your own functions (default: the course's reference). Rerunning a
 command continues an interrupted run from its last checkpoint; ``--fresh`` starts over.
 ``python -m llmrl.hw4 sweep`` runs the ablation study; ``python -m llmrl.hw4 pretrain`` builds the
-character model's cache.
+character model's cache. ``python -m llmrl.hw4 export-trl --task format_copy --algo grpo`` runs the same
+configuration with TRL's GRPOTrainer (docs/hw4_trl.md; ``--dry-run`` prints the mapped settings only).
 """
 
 from __future__ import annotations
@@ -69,9 +70,30 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--axes", default="ppo_epochs,minibatch,kl_coef,clip_eps")
     s.add_argument("--tolerance", type=float, default=0.15, help="drop in final eval exact match that counts as degraded")
     s.add_argument("--out", default="artifacts/hw4/ablation")
+    s.add_argument("--workers", type=int, default=1, help="parallel processes (the two directions of an axis side by side)")
     s.add_argument("--no-progress", action="store_true")
 
     sub.add_parser("pretrain", help="build (or check) the cached character model")
+
+    e = sub.add_parser("export-trl", help="the same run with TRL's GRPOTrainer (a Hugging Face model; docs/hw4_trl.md)")
+    e.add_argument("--task", required=True, help="format_copy | math_toy | math_hard | a registered task")
+    e.add_argument("--algo", required=True, choices=ALGOS)
+    e.add_argument("--model", help="hub name, local directory, smollm2-135m-instruct (default) or tiny-random")
+    e.add_argument("--steps", type=int, help="number of rollout steps (default: the run's own)")
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--run-dir", help="logs and TRL checkpoints (default artifacts/hw4/trl/TASK-ALGO-seedS)")
+    e.add_argument("--fresh", action="store_true", help="start over instead of resuming a run found in --run-dir")
+    e.add_argument("--backend-arg", action="append", metavar="KEY=VALUE", help="extra HFBackend keyword (repeatable)")
+    e.add_argument("--task-arg", action="append", metavar="KEY=VALUE", help="extra task keyword (repeatable)")
+    e.add_argument("--set", action="append", metavar="FIELD=VALUE", help="override any HW4Config field (repeatable)")
+    e.add_argument("--trl-arg", action="append", metavar="FIELD=VALUE",
+                   help="override any trl.GRPOConfig field after the mapping, e.g. --trl-arg loss_type=dapo (repeatable)")
+    e.add_argument("--trl-temperature", action="store_true",
+                   help="give TRL the sampling temperature (it then scores log-probs at it too; default: score at 1)")
+    e.add_argument("--dry-run", action="store_true", help="print the mapped GRPOConfig and write nothing")
+    e.add_argument("--wandb", action="store_true", help="also log to Weights & Biases (needs wandb installed)")
+    e.add_argument("--wandb-mode", default="offline", choices=("offline", "online", "disabled"))
+    e.add_argument("--progress", action="store_true", help="TRL's progress bar and log lines")
     return p
 
 
@@ -84,7 +106,7 @@ def config_from_args(args) -> HW4Config:
     if args.steps is not None:
         overrides["steps"] = args.steps
     overrides["seed"] = args.seed
-    if args.backend:
+    if getattr(args, "backend", None):
         overrides["backend"] = args.backend
     bkw = _pairs(args.backend_arg, "--backend-arg")
     if args.model:
@@ -110,6 +132,8 @@ def main(argv=None) -> int:
         model = load_base_model(progress=True)
         print(f"character model ready: {model.num_parameters():,} parameters ({time.perf_counter() - t0:.1f} s)")
         return 0
+    if args.command == "export-trl":
+        return export_trl(args)
     from .impl import load_impl
     impl = load_impl(args.impl)
     if args.command == "train":
@@ -125,7 +149,7 @@ def main(argv=None) -> int:
         first = next(r for r in res.records if "eval_exact_match" in r)
         print(f"{cfg.task} {cfg.algo}: {cfg.steps} steps in {time.perf_counter() - t0:.1f} s; eval exact match "
               f"{first['eval_exact_match']:.3f} -> {res.final('eval_exact_match'):.3f}; final rollout reward "
-              f"{res.final('rollout_reward'):.3f}; logs in {run_dir}")
+              f"{res.final('reward_mean'):.3f}; logs in {run_dir}")
         return 0
     if args.command == "sweep":
         from .ablation import AXES, plot_sweep, sweep
@@ -135,6 +159,7 @@ def main(argv=None) -> int:
             raise SystemExit(f"--axes: unknown {bad}; known: {sorted(AXES)}")
         base = default_config("format_copy", "grpo", steps=args.steps)
         rows = sweep(impl, args.out, base, {a: AXES[a] for a in names}, args.tolerance, progress=not args.no_progress,
+                     workers=args.workers,
                      callback=lambda r: print(f"  {r['axis']:>10} = {r['label']:>6}: eval exact match "
                                               f"{r['final_eval_exact_match']:.3f}, reward {r['final_reward']:.3f}",
                                               flush=True))
@@ -144,6 +169,49 @@ def main(argv=None) -> int:
         del fig
         return 0
     return 1
+
+
+def export_trl(args) -> int:
+    """``export-trl``: the run's configuration, mapped onto trl.GRPOConfig and trained by TRL."""
+    from dataclasses import replace
+
+    cfg = config_from_args(args)
+    cfg = replace(cfg, backend="hf")
+    trl_overrides = _pairs(args.trl_arg, "--trl-arg")
+    try:
+        from . import trl_export
+    except ImportError as e:
+        raise SystemExit(f"export-trl needs the trl extra (pip install -e '.[hf,trl]'): {e}") from None
+    run_dir = Path(args.run_dir or f"artifacts/hw4/trl/{cfg.task}-{cfg.algo}-seed{cfg.seed}")
+    try:
+        kwargs = trl_export.grpo_config_kwargs(cfg, run_dir / "trl", trl_temperature=args.trl_temperature,
+                                               **trl_overrides)
+    except ValueError as e:
+        raise SystemExit(f"export-trl: {e}") from None
+    if args.dry_run:
+        print(trl_export.describe_mapping(cfg, kwargs))
+        return 0
+    try:
+        import trl  # noqa: F401
+        from trl import GRPOConfig
+        unknown = sorted(set(trl_overrides) - set(GRPOConfig.__dataclass_fields__))
+    except ImportError as e:
+        raise SystemExit(f"export-trl needs the trl extra (pip install -e '.[hf,trl]'): {e}") from None
+    if unknown:
+        raise SystemExit(f"--trl-arg: unknown trl.GRPOConfig field(s) {unknown}")
+    t0 = time.perf_counter()
+    try:
+        run = trl_export.train_trl(cfg, run_dir=run_dir, resume=not args.fresh, progress=args.progress,
+                                   trl_temperature=args.trl_temperature, trl_overrides=trl_overrides)
+    except ValueError as e:
+        raise SystemExit(f"export-trl: {e}") from None
+    first = next((r for r in run.records if "eval_exact_match" in r), {})
+    print(f"{cfg.task} {cfg.algo} on TRL {trl.__version__}: {cfg.steps} rollout steps "
+          f"({trl_export.optimizer_steps_per_rollout(cfg)} optimizer steps each) in {time.perf_counter() - t0:.1f} s; "
+          f"eval exact match {first.get('eval_exact_match', float('nan')):.3f} -> "
+          f"{run.final('eval_exact_match') or 0.0:.3f}; final rollout reward {run.final('rollout_reward') or 0.0:.3f}; "
+          f"logs in {run_dir}")
+    return 0
 
 
 if __name__ == "__main__":

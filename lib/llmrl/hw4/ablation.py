@@ -3,25 +3,32 @@
 Four axes, each an ordered list of values around the default run (``AXES``): ``ppo_epochs``; the
 minibatch layout ``(minibatch_size, grad_accum_steps)``, i.e. how many optimizer steps each epoch
 takes; ``kl_coef``; ``clip_eps``. From the default value the sweep walks outwards in both
-directions, one run per value, and stops walking a direction at the first run that degrades:
-its final eval exact match falls more than ``tolerance`` below the default run's, or its
-final rollout reward (mean of the last 5 steps) more than ``1.3 * tolerance`` below. Runs already in
-the results file are not rerun, so an interrupted sweep continues where it stopped.
+directions, one run per value (the two directions' next runs side by side with ``workers=2``),
+and stops walking a direction at the first run that degrades: its final eval exact match falls
+more than ``tolerance`` below the default run's, or its final rollout reward (mean of the last 5
+steps) more than ``1.3 * tolerance`` below.
 
-``sweep(...)`` returns and writes one summary line per run; ``plot_sweep(rows)`` draws one panel
-per axis with the degraded runs marked.
+Each run is one job of the library's runner (:func:`llmrl.runner.run_arms`, arm ``"<axis>=<value>"``)
+and its result, in the runner's schema, is written to ``out_dir/hw4-ablation/<arm>_seed<k>.json``
+with the summary of the run in ``extra``; runs already there with the same configuration are not
+rerun, so an interrupted sweep continues where it stopped.
+
+``sweep(...)`` returns one summary per run; ``plot_sweep(rows)`` draws one panel per axis with the
+degraded runs marked.
 """
 
 from __future__ import annotations
 
-import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
 from ..plotting import save
+from ..runner import result_from_history, run_arms
 from .impl import Impl
-from .trainer import HW4Config, default_config, read_jsonl, train
+from .trainer import HW4Config, default_config, train
 
+EXPERIMENT = "hw4-ablation"
 # Values per axis, in order; the default run's value is the one in DEFAULT_VALUES.
 AXES: dict[str, list] = {
     "ppo_epochs": [1, 2, 4, 8, 16, 32],
@@ -42,26 +49,27 @@ def _label(axis, value) -> str:
     return f"{value[0]}x{value[1]}" if axis == "minibatch" else f"{value:g}"
 
 
-def _summary(result, axis, value) -> dict:
-    recs = result.records
-    rewards = [r["rollout_reward"] for r in recs if "rollout_reward" in r]
+def summary(history, axis, value) -> dict:
+    """One run's row: final eval exact match and reward, the largest KL, the mean clip fraction."""
+    recs = [r for r in history if r["step"] >= 1]
+    rewards = [r["reward_mean"] for r in recs]
     tail = rewards[-5:]
-    jump = next((r["step"] for r in recs if r.get("rollout_reward", 0) >= 1.0), None)
+    jump = next((r["step"] for r in recs if r["reward_mean"] >= 1.0), None)
     return {"axis": axis, "value": list(value) if isinstance(value, tuple) else value, "label": _label(axis, value),
-            "final_eval_exact_match": result.final("eval_exact_match"),
+            "final_eval_exact_match": history.final("eval_exact_match"),
             "final_reward": sum(tail) / len(tail) if tail else None,
-            "max_kl": max((r.get("kl_to_reference_nats", 0) for r in recs), default=0.0),
-            "mean_clip_fraction": sum(r.get("clip_fraction", 0) for r in recs[1:]) / max(1, len(recs) - 1),
-            "first_step_reward_ge_1": jump, "key": result.config.key()}
+            "max_kl": max((r.get("kl_to_reference_k3_token_mean_nats", 0) for r in recs), default=0.0),
+            "mean_clip_fraction": sum(r.get("clip_fraction", 0) for r in recs) / max(1, len(recs)),
+            "first_step_reward_ge_1": jump, "key": history.config.key()}
 
 
 def sweep(impl: Impl, out_dir="artifacts/hw4/ablation", base: HW4Config | None = None,
           axes: dict[str, list] | None = None, tolerance: float = 0.15, progress: bool = True,
-          callback=None, fresh: bool = False, backend_factory=None) -> list[dict]:
-    """Run the study; returns the summaries (also appended to ``out_dir/results.jsonl``).
+          callback=None, fresh: bool = False, backend_factory=None, workers: int = 1) -> list[dict]:
+    """Run the study; returns the summaries (each also in its run's result under ``out_dir``).
 
     ``fresh``: forget earlier results in ``out_dir`` and rerun everything. ``backend_factory()``:
-    a fresh policy for each run (default: built from the config)."""
+    a fresh policy for each run (default: built from the config). ``workers``: processes."""
     base = base or default_config("format_copy", "grpo")
     axes = AXES if axes is None else axes
     for axis in axes:
@@ -70,48 +78,50 @@ def sweep(impl: Impl, out_dir="artifacts/hw4/ablation", base: HW4Config | None =
     for k, v in DEFAULT_VALUES.items():  # the reference point is the default of every axis at once
         base = _apply(base, k, v)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    results_path = out / "results.jsonl"
-    if fresh and results_path.exists():
-        results_path.unlink()
-    done = {r["key"]: r for r in read_jsonl(results_path)}
+    if fresh and (out / EXPERIMENT).is_dir():
+        shutil.rmtree(out / EXPERIMENT)
+    values_of = {f"{axis}={_label(axis, v)}": (axis, v) for axis, vs in axes.items() for v in vs}
+
+    def config_of(arm, seed):
+        axis, value = values_of[arm]
+        return replace(_apply(base, axis, value), seed=seed)
+
+    def arm_fn(arm, seed, progress=False):
+        cfg = config_of(arm, seed)
+        history = train(cfg, impl, run_dir=out / f"{arm.replace('=', '-')}", resume=not fresh, progress=progress,
+                        backend=backend_factory() if backend_factory else None)
+        return result_from_history(history, cfg.to_dict(), extra=summary(history, *values_of[arm]))
+
+    def run(arms) -> list[dict]:
+        res = run_arms(EXPERIMENT, arm_fn, arms, [base.seed], workers=workers, out_dir=out, progress=progress,
+                       resume_key=lambda a, s: config_of(a, s).key())
+        rows = [dict(res[a][0]["extra"]) for a in arms]
+        for row in rows:
+            if callback is not None:
+                callback(row)
+        return rows
+
     rows: list[dict] = []
-
-    def run(axis, value):
-        cfg = _apply(base, axis, value)
-        if cfg.key() in done:
-            row = dict(done[cfg.key()], axis=axis, value=list(value) if isinstance(value, tuple) else value,
-                       label=_label(axis, value))
-        else:
-            res = train(cfg, impl, run_dir=out / f"{axis}-{_label(axis, value)}", resume=not fresh,
-                        progress=progress, backend=backend_factory() if backend_factory else None)
-            row = _summary(res, axis, value)
-            done[cfg.key()] = row
-            with open(results_path, "a") as f:
-                f.write(json.dumps(row) + "\n")
-        if callback is not None:
-            callback(row)
-        return row
-
     for axis, values in axes.items():
         if DEFAULT_VALUES[axis] not in values:
             raise ValueError(f"axes[{axis!r}] must contain the default value {DEFAULT_VALUES[axis]!r}")
         centre = values.index(DEFAULT_VALUES[axis])
-        ref = run(axis, values[centre])
+        ref = run([f"{axis}={_label(axis, values[centre])}"])[0]
         ref["is_default"] = True
-        rows.append(ref)
         floor_em = (ref["final_eval_exact_match"] or 0.0) - tolerance
         floor_reward = (ref["final_reward"] or 0.0) - 1.3 * tolerance
-        for direction in (1, -1):
-            i = centre + direction
-            while 0 <= i < len(values):
-                row = run(axis, values[i])
+        walked = {1: [], -1: []}
+        at = {d: centre + d for d in (1, -1) if 0 <= centre + d < len(values)}
+        while at:
+            order = sorted(at, reverse=True)
+            for d, row in zip(order, run([f"{axis}={_label(axis, values[at[d]])}" for d in order])):
                 row["degraded"] = ((row["final_eval_exact_match"] or 0.0) < floor_em
                                    or (row["final_reward"] or 0.0) < floor_reward)
-                rows.append(row)
-                if row["degraded"]:
-                    break
-                i += direction
+                walked[d].append(row)
+                at[d] += d
+                if row["degraded"] or not 0 <= at[d] < len(values):
+                    del at[d]
+        rows += [ref] + walked[1] + walked[-1]
     for r in rows:
         r.setdefault("degraded", False)
         r.setdefault("is_default", False)

@@ -29,15 +29,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import asdict, dataclass, field
 
 import torch
 import torch.nn.functional as F
 
-from ..checkpoints import FORMAT_VERSION, cache_dir, load_state, save_state
+from ..checkpoints import FORMAT_VERSION, ScheduleConfig, cache_dir, load_state, save_state, supervised_train
 from ..tinylm import TinyLM, TinyLMConfig
-from ..utils import check_float, check_int, set_threads
+
 from .tasks import MATH_FAMILIES, FormatCopyTask, MathToyTask
 
 # ----------------------------------------------------------------------------- tokenizer
@@ -142,25 +141,19 @@ def math_completion(meta: dict, answer: str, g: torch.Generator, hard_correct: f
 
 
 @dataclass(frozen=True)
-class PretrainConfig:
+class PretrainConfig(ScheduleConfig):
+    """The character model's pretraining: SFT's schedule and loop on this module's corpus."""
+
     steps: int = 1500
     batch_size: int = 32
-    lr: float = 3e-3
-    warmup: int = 50
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.01
     copy_fraction: float = 0.35
-    seed: int = 0
     hard_correct: float = HARD_CORRECT
     drill_fraction: float = 0.3      # math rows that are bare facts ("Compute 7*8" -> "7*8=56")
     model: TinyLMConfig = field(default_factory=lambda: TinyLMConfig(
         vocab_size=VOCAB_SIZE, d=64, n_layers=2, n_heads=4, max_len=MAX_LEN))
 
     def __post_init__(self):
-        check_int("steps", self.steps, minimum=1)
-        check_int("batch_size", self.batch_size, minimum=1)
-        check_int("seed", self.seed, minimum=0)
-        check_float("lr", self.lr, minimum=0.0)
+        super().__post_init__()
         if not 0 <= self.copy_fraction <= 1:
             raise ValueError(f"copy_fraction must be in [0, 1], got {self.copy_fraction}")
         if self.model.vocab_size != VOCAB_SIZE or self.model.max_len < MAX_LEN:
@@ -197,43 +190,18 @@ def pretrain_batch(cfg: PretrainConfig, g: torch.Generator, copy_task=None, math
     return tokens, mask
 
 
-def _lr(step, cfg):
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    t = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
-    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+def _completion_loss(model, tokens, mask):
+    """Mean cross-entropy over the completion tokens (``mask`` [N, T-1]: column t+1 is a target)."""
+    logits = model(tokens)[:, :-1]
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1), reduction="none")
+    return (ce * mask.reshape(-1)).sum() / mask.sum()
 
 
 def pretrain(cfg: PretrainConfig = PretrainConfig(), progress: bool = False) -> tuple[TinyLM, list[float]]:
     """Train the character model on the corpus from scratch; (model in eval mode, losses)."""
-    set_threads(1)
-    torch.manual_seed(cfg.seed)
-    g = torch.Generator().manual_seed(cfg.seed)
-    model = TinyLM(cfg.model)
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    rest = [p for p in model.parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": rest, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.98))
     copy_task, math_task = FormatCopyTask(), MathToyTask(families=MATH_FAMILIES)
-    steps = range(cfg.steps)
-    if progress:
-        from tqdm.auto import tqdm
-        steps = tqdm(steps, desc="pretraining the character model", leave=False)
-    losses = []
-    model.train()
-    for step in steps:
-        for grp in opt.param_groups:
-            grp["lr"] = _lr(step, cfg)
-        tokens, mask = pretrain_batch(cfg, g, copy_task, math_task)
-        logits = model(tokens)[:, :-1]
-        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1), reduction="none")
-        loss = (ce * mask.reshape(-1)).sum() / mask.sum()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    model.eval()
-    return model, losses
+    return supervised_train(cfg, lambda g: pretrain_batch(cfg, g, copy_task, math_task), _completion_loss,
+                            fused=None, progress=progress, desc="pretraining the character model")
 
 
 DEFAULT_PRETRAIN = PretrainConfig()

@@ -185,7 +185,7 @@ def run(size: str = "1.5b", device: str | None = None, n_prompts: int = 8, group
         "rollout_tokens_per_second": round(timed.gen_tokens / max(timed.gen_seconds, 1e-9), 1),
         "update_tokens_per_second": round(scored_tokens / update_s, 1),
         "peak_memory_gib": round(peak, 2), "peak_memory_kind": "cuda max allocated" if is_cuda else "cpu max rss",
-        "final_loss": steps_rec[-1]["loss"] if steps_rec else None,
+        "final_loss": steps_rec[-1]["loss_mean"] if steps_rec else None,
         "total_seconds": round(time.perf_counter() - t0, 2),
     }
     if out:

@@ -35,7 +35,7 @@ from typing import Sequence
 import torch
 
 from ..utils import check_float, check_int
-from .backend import RolloutBatch
+from ..sampling import Rollout
 
 try:  # the hf extra; a clear ImportError names it when it is missing
     import transformers
@@ -309,7 +309,7 @@ class HFBackend:
     # -- sampling ----------------------------------------------------------------------------------
     @torch.no_grad()
     def generate(self, prompts: Sequence[str], group_size: int, max_new_tokens: int,
-                 temperature: float, top_p: float = 1.0, generator: torch.Generator | None = None) -> RolloutBatch:
+                 temperature: float, top_p: float = 1.0, generator: torch.Generator | None = None) -> Rollout:
         """``group_size`` completions per prompt, rows grouped by prompt; temperature 0 is greedy.
 
         The random stream is seeded from ``generator`` (HF's ``generate`` draws from the global RNG,
@@ -388,7 +388,7 @@ class HFBackend:
     def mark_updated(self) -> None:
         self._loads += 1
 
-    def _assemble(self, prompts, prompt_ids, prompt_mask, completion_ids, group_size) -> RolloutBatch:
+    def _assemble(self, prompts, prompt_ids, prompt_mask, completion_ids, group_size) -> Rollout:
         """Cut each completion after its first stop token (kept, as a real token) and right-pad."""
         stops = set(self.stop_token_ids)
         cut = []
@@ -413,7 +413,7 @@ class HFBackend:
         input_ids = torch.cat([prompt_ids.repeat_interleave(group_size, 0).cpu(), comp], 1).to(self.device)
         attention_mask = torch.cat([prompt_mask.repeat_interleave(group_size, 0).cpu(), cmask], 1).to(self.device)
         completions = [self.tokenizer.decode([t for t in r if t not in stops], skip_special_tokens=True) for r in cut]
-        return RolloutBatch(input_ids=input_ids, attention_mask=attention_mask, prompt_len=P,
+        return Rollout(input_ids=input_ids, attention_mask=attention_mask, prompt_len=P,
                             prompts=[p for p in prompts for _ in range(group_size)],
                             completions=completions, group_size=group_size)
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable
 
+from ..utils import repo_root as utils_repo_root
+
 REQUIRED = (
     "compute_per_token_logprobs",
     "build_completion_mask",
@@ -59,7 +61,7 @@ class Impl:
 
 
 def repo_root() -> Path:
-    return Path(__file__).resolve().parents[3]
+    return utils_repo_root() or Path(__file__).resolve().parents[3]
 
 
 def _code_cells(path: Path) -> list[str]:

@@ -8,11 +8,11 @@ from ..plotting import save
 
 PANELS = (
     ("eval_exact_match", "eval exact match (greedy, held out)"),
-    ("rollout_reward", "rollout reward (thin: raw, thick: 5-step mean)"),
-    ("kl_to_reference_nats", "KL to reference (k3, nats/token)"),
-    ("clip_fraction", "clip fraction"),
-    ("grad_norm", "gradient norm (before clipping)"),
-    ("entropy_nats", "entropy (nats/token)"),
+    ("reward_mean", "rollout reward (thin: raw, thick: 5-step mean)"),
+    ("kl_to_reference_k3_token_mean_nats", "KL to reference (k3, nats/token)"),
+    ("clip_fraction", "clip fraction (tokens whose gradient the clip stops)"),
+    ("grad_norm_mean", "gradient norm (before clipping)"),
+    ("entropy_token_mean_nats", "entropy (nats/token)"),
 )
 
 
@@ -44,7 +44,7 @@ def plot_runs(runs: dict[str, list[dict]], path=None, panels=PANELS):
             if not len(x):
                 continue
             color = f"C{i}"
-            if name == "rollout_reward":
+            if name == "reward_mean":
                 ax.plot(x, y, color=color, alpha=0.25, lw=0.8)
                 ax.plot(x, smooth(y), color=color, lw=2, label=label)
             else:

@@ -1,7 +1,8 @@
 """The tasks of hw4: prompts, a fixed evaluation set and a verifiable reward, by name.
 
-A task is anything with the members of :class:`Task`. The trainer only calls those, so a task
-written elsewhere plugs in with :func:`register_task` (``math_hard`` does this lazily: its module,
+A task is anything with the members of :class:`Task` (the per-completion form of the library's
+task protocol, :mod:`llmrl.tasks`). The trainer only calls those, so a task written elsewhere plugs
+in with :func:`register_task` (``math_hard`` does this lazily: its module,
 ``llmrl.hw4.math_data``, is imported the first time someone asks for it).
 
 Rewards come as a dict of named components (logged separately) whose sum is the reward the
@@ -24,22 +25,13 @@ from __future__ import annotations
 
 import importlib
 import re
-from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable, Protocol, Sequence, runtime_checkable
 
 import torch
 
+from ..tasks import Example, score  # noqa: F401  (the one task protocol; score() batches per-completion rewards)
 from ..utils import check_int, make_generator
-
-
-@dataclass(frozen=True)
-class Example:
-    """One problem: the prompt text and its reference answer (as text, parsed by the task)."""
-
-    prompt: str
-    answer: str
-    meta: dict = field(default_factory=dict, compare=False)
 
 
 @runtime_checkable
@@ -60,17 +52,6 @@ class Task(Protocol):
 
     def exact_match(self, completion: str, answer: str) -> bool:
         """Whether the completion's final answer is the reference answer."""
-
-
-def score(task: Task, completions: Sequence[str], answers: Sequence[str]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Rewards [B] and each component [B] for a batch of completions, in float64 (so that a group
-    of equal rewards has a standard deviation of exactly 0 up to 1e-16, not float32's 1e-8)."""
-    if len(completions) != len(answers):
-        raise ValueError(f"completions ({len(completions)}) and answers ({len(answers)}) differ in length")
-    parts = [task.reward(c, a) for c, a in zip(completions, answers)]
-    comps = {k: torch.tensor([p.get(k, 0.0) for p in parts], dtype=torch.float64) for k in task.reward_components}
-    total = torch.tensor([sum(p.values()) for p in parts], dtype=torch.float64)
-    return total, comps
 
 
 # ----------------------------------------------------------------------------- number parsing

@@ -1,26 +1,26 @@
-"""GR-REINFORCE and GRPO for hw4, in one file, over any PolicyBackend and any Task.
+"""hw4's trainer: GR-REINFORCE and GRPO on any PolicyBackend and any Task, as a run manager around
+the library's one RL step (:func:`llmrl.trainer.rl_step`).
 
-One training step (the spine of the course, with the student's functions in ``impl``):
+The step is the labs' step; hw4 plugs the student's functions (``impl``) into its pieces:
 
-1. draw ``n_prompts`` problems from the task and sample ``group_size`` completions for each
-   (temperature 0.8, top-p 0.95): B = n_prompts * group_size rows, grouped by prompt;
-2. reward each completion (the task's components are logged separately);
-3. advantages: ``impl.compute_group_advantages`` (per group, (r - mean) / (std + 1e-6)), then
-   ``impl.maybe_normalize_advantages`` (optional batch normalisation, clip to +-adv_clip);
-4. with no gradient: log-probs of the sampled tokens under the policy that sampled them ("old")
-   and under the frozen reference (``impl.compute_per_token_logprobs``), and the completion mask
-   (``impl.build_completion_mask``);
-5. update. GR-REINFORCE, one pass:  loss = -mean_i A_i * (1/|y_i|) sum_t log pi(y_it)  + beta KL.
-   GRPO, ``ppo_epochs`` passes over the same rollouts, per-token ratio rho = pi / pi_old:
-   loss = -mean_i (1/|y_i|) sum_t min(rho_it A_i, clip(rho_it, 1-eps, 1+eps) A_i)  + beta KL,
-   KL = masked mean of k3 = e^d - d - 1, d = log pi_ref - log pi (``impl.approx_kl_from_logprobs``).
-   Each pass walks minibatches of ``minibatch_size`` rows (``impl.iter_minibatches``) and steps the
-   optimizer every ``grad_accum_steps`` minibatches (gradient clipped to ``max_grad_norm``);
-6. metrics, one JSON line per step in ``run_dir/metrics.jsonl``; a group of sampled generations
-   with rewards and advantages in ``run_dir/generations.jsonl``; greedy eval on the task's fixed
-   eval set at step 0 and every ``eval_every`` steps; a checkpoint every ``ckpt_every`` steps, from
-   which a rerun of the same command resumes (the log is cut back to the checkpoint, so no step
-   appears twice and none is lost); WandB (offline by default) when ``wandb=True``.
+* score: per-token log-probs of the sampled tokens under the policy that sampled them ("old") and
+  under the frozen reference (``impl.compute_per_token_logprobs``, [B, T-1], ``minibatch_size``
+  rows at a time) and the completion mask (``impl.build_completion_mask``);
+* advantages: ``impl.compute_group_advantages`` (per group, (r - mean) / (std + 1e-6)), then
+  ``impl.maybe_normalize_advantages`` (optional batch normalisation, clip to +-adv_clip);
+* update, minibatches from ``impl.iter_minibatches``, loss from the student:
+  GR-REINFORCE, one pass:  loss = -mean_i A_i * (1/|y_i|) sum_t log pi(y_it)  + beta KL.
+  GRPO, ``ppo_epochs`` passes over the same rollouts, per-token ratio rho = pi / pi_old:
+  loss = -mean_i (1/|y_i|) sum_t min(rho_it A_i, clip(rho_it, 1-eps, 1+eps) A_i)  + beta KL,
+  KL = masked mean of k3 = e^d - d - 1, d = log pi_ref - log pi (``impl.approx_kl_from_logprobs``).
+  The optimizer steps every ``grad_accum_steps`` minibatches (gradient clipped to ``max_grad_norm``).
+
+Around the step, this module manages the run: one JSON line of metrics per step in
+``run_dir/metrics.jsonl`` (names: :data:`llmrl.metrics.METRICS`); a group of sampled generations
+with rewards and advantages in ``run_dir/generations.jsonl``; greedy eval on the task's fixed eval
+set at step 0 and every ``eval_every`` steps; a checkpoint every ``ckpt_every`` steps, from which
+a rerun of the same command resumes (the log is cut back to the checkpoint, so no step appears
+twice and none is lost); WandB (offline by default) when ``wandb=True``.
 """
 
 from __future__ import annotations
@@ -28,14 +28,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
-from dataclasses import asdict, dataclass, field, replace
+import shutil
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
-from ..utils import check_float, check_int, set_threads
-from .backend import PolicyBackend
+from ..backend import PolicyBackend, make_backend
+from ..trainer import History, PolicyOptimizer, RLConfig, RLRun, train_loop
+from ..utils import check_fields, set_threads
 from .impl import Impl
 from .tasks import Task, make_task, score
 
@@ -78,18 +79,13 @@ class HW4Config:
     def __post_init__(self):
         if self.algo not in ALGOS:
             raise ValueError(f"algo must be one of {ALGOS}, got {self.algo!r}")
-        for name in ("steps", "n_prompts", "group_size", "ppo_epochs", "minibatch_size", "grad_accum_steps",
-                     "eval_every", "gen_every", "ckpt_every"):
-            check_int(name, getattr(self, name), minimum=1)
-        check_int("seed", self.seed, minimum=0)
-        for name in ("lr", "temperature", "clip_eps", "kl_coef", "max_grad_norm", "adv_clip", "weight_decay"):
-            check_float(name, getattr(self, name), minimum=0.0)
+        check_fields(self, ints={"steps": 1, "n_prompts": 1, "group_size": 1, "ppo_epochs": 1, "minibatch_size": 1,
+                                 "grad_accum_steps": 1, "eval_every": 1, "gen_every": 1, "ckpt_every": 1, "seed": 0,
+                                 "max_new_tokens": 1, "eval_limit": 1},
+                     floats={"lr": 0.0, "temperature": 0.0, "clip_eps": 0.0, "kl_coef": 0.0, "max_grad_norm": 0.0,
+                             "adv_clip": 0.0, "weight_decay": 0.0})
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.max_new_tokens is not None:
-            check_int("max_new_tokens", self.max_new_tokens, minimum=1)
-        if self.eval_limit is not None:
-            check_int("eval_limit", self.eval_limit, minimum=1)
         if self.wandb_mode not in ("offline", "online", "disabled"):
             raise ValueError(f"wandb_mode must be 'offline', 'online' or 'disabled', got {self.wandb_mode!r}")
 
@@ -219,32 +215,87 @@ def evaluate(backend: PolicyBackend, task: Task, limit: int | None = None, batch
             "eval_completions": completions}
 
 
-# ----------------------------------------------------------------------------- the trainer
+# ----------------------------------------------------------------------------- the student's pieces
 
-@dataclass
-class RunResult:
-    config: HW4Config
-    records: list[dict]
-    backend: PolicyBackend
-    run_dir: Path | None
+class StudentScorer:
+    """The step's scorer on the student's functions: per-token log-probs ``compute_per_token_logprobs``
+    and the mask ``build_completion_mask``, both [B, T-1] (column t scores token t + 1)."""
 
-    def series(self, name: str):
-        import numpy as np
-        pts = [(r["step"], r[name]) for r in self.records if name in r]
-        return np.array([p[0] for p in pts]), np.array([p[1] for p in pts], dtype=float)
+    def __init__(self, backend: PolicyBackend, impl: Impl, chunk: int):
+        self.backend, self.impl, self.chunk = backend, impl, chunk
 
-    def final(self, name: str):
-        pts = [r[name] for r in self.records if name in r]
-        return pts[-1] if pts else None
+    def mask(self, rollout):
+        return self.impl.build_completion_mask(rollout.attention_mask, rollout.prompt_len)
 
+    def old_logprobs(self, rollout, sampled_here: bool):
+        return _scored(self.backend, self.impl, rollout.input_ids, rollout.attention_mask, self.chunk, reference=False)
+
+    def ref_logprobs(self, rollout):
+        return _scored(self.backend, self.impl, rollout.input_ids, rollout.attention_mask, self.chunk, reference=True)
+
+    def forward(self, minibatch: dict, rollout):
+        logits = self.backend.logits(minibatch["input_ids"], minibatch["attention_mask"])
+        return self.impl.compute_per_token_logprobs(logits, minibatch["input_ids"]), logits[:, :-1]
+
+
+def student_advantages(impl: Impl, cfg: HW4Config):
+    """advantage_fn(rewards [B], G) -> [B] float32: the student's group advantages, then their
+    optional normalisation and clip."""
+    B = cfg.n_prompts * cfg.group_size
+
+    def advantages(rewards, group_size):
+        adv = impl.compute_group_advantages(rewards, group_size)
+        adv = impl.maybe_normalize_advantages(adv, cfg.normalize_advantages, cfg.adv_clip)
+        if adv.shape != (B,):
+            raise ValueError(f"advantages must have shape ({B},), got {tuple(adv.shape)}")
+        return adv.float()
+    return advantages
+
+
+def student_loss(impl: Impl, cfg: HW4Config):
+    """policy_loss_fn(LossBatch) -> (loss, stats): the student's GRPO or GR-REINFORCE loss, and the
+    student's k3 estimate of the KL to the reference under the policy being updated."""
+
+    def loss(b):
+        if cfg.algo == "grpo":
+            value = impl.grpo_loss(b.logprobs, b.old_logprobs, b.ref_logprobs, b.mask, b.advantages,
+                                   cfg.clip_eps, cfg.kl_coef)
+        else:
+            value = impl.reinforce_loss(b.logprobs, b.ref_logprobs, b.mask, b.advantages, cfg.kl_coef)
+        with torch.no_grad():
+            kl = float(impl.approx_kl_from_logprobs(b.logprobs.detach(), b.ref_logprobs, b.mask))
+        return value, {"kl_to_reference_k3_token_mean_nats": kl}
+    return loss
+
+
+def spine_config(cfg: HW4Config) -> RLConfig:
+    """The RL step's settings of an hw4 run. The KL penalty lives in the student's loss, so the
+    step adds none; the clip bounds only feed its clip statistics (a bound of 1 or more cannot
+    bind from below: the ratio is positive)."""
+    return RLConfig(steps=cfg.steps, n_prompts=cfg.n_prompts, group_size=cfg.group_size, lr=cfg.lr,
+                    epochs=cfg.epochs, eps_low=cfg.clip_eps if cfg.clip_eps < 1 else None, eps_high=cfg.clip_eps,
+                    kl_coef=0.0, temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
+                    max_grad_norm=cfg.max_grad_norm, weight_decay=cfg.weight_decay, seed=cfg.seed,
+                    minibatch_size=cfg.minibatch_size, grad_accum_steps=cfg.grad_accum_steps, betas=tuple(cfg.betas),
+                    track_reference_kl=True, loss="pg")
+
+
+# ----------------------------------------------------------------------------- the run manager
 
 def _policy_path(run_dir: Path, step: int) -> Path:
     return run_dir / f"policy-step{step:05d}.pt"
 
 
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+
+
 def train(config: HW4Config, impl: Impl, *, run_dir=None, backend: PolicyBackend | None = None,
-          task: Task | None = None, resume: bool = True, progress: bool = True, callback=None) -> RunResult:
-    """Run GR-REINFORCE or GRPO; returns every step's record (also in ``run_dir/metrics.jsonl``).
+          task: Task | None = None, resume: bool = True, progress: bool = True, callback=None) -> History:
+    """Run GR-REINFORCE or GRPO; returns a History of every step's record (also in ``run_dir/metrics.jsonl``).
 
     ``impl``: the student's functions (:class:`llmrl.hw4.impl.Impl`). ``backend``/``task``: built
     from the config when None. ``run_dir``: where logs and checkpoints go (None: memory only).
@@ -259,20 +310,18 @@ def train(config: HW4Config, impl: Impl, *, run_dir=None, backend: PolicyBackend
     set_threads(1)
     task = task if task is not None else make_task(cfg.task, **cfg.task_kwargs)
     if backend is None:
-        from .char_backend import make_backend
         backend = make_backend(cfg.backend, **cfg.backend_kwargs)
-    max_new = cfg.max_new_tokens or task.max_new_tokens
-    B = cfg.n_prompts * cfg.group_size
-
-    params = backend.trainable_parameters()
-    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
-    g = torch.Generator().manual_seed(cfg.seed)
+    run = RLRun(policy=backend, task=task, config=spine_config(cfg),
+                optimizer=PolicyOptimizer(backend.trainable_parameters(), cfg.lr, cfg.betas, cfg.weight_decay),
+                generator=torch.Generator().manual_seed(cfg.seed),
+                scorer=StudentScorer(backend, impl, cfg.minibatch_size), loss_fn=student_loss(impl, cfg),
+                advantage_fn=student_advantages(impl, cfg),
+                minibatches=lambda fields, g: impl.iter_minibatches(fields, cfg.minibatch_size, g))
     torch.manual_seed(cfg.seed)
 
     # -- files, resume ---------------------------------------------------------------------------
     metrics_path = gens_path = None
-    start = 0
-    records: list[dict] = []
+    history = History()
     if run_dir is not None:
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -284,17 +333,17 @@ def train(config: HW4Config, impl: Impl, *, run_dir=None, backend: PolicyBackend
                 raise ValueError(f"run_dir {str(run_dir)!r} holds a run with a different configuration; "
                                  f"use another run_dir or resume=False (--fresh) to overwrite it")
             backend.load(state["policy"])
-            opt.load_state_dict(state["optimizer"])
-            g.set_state(state["generator"])
-            start = state["step"]
+            run.optimizer.load_state_dict(state["optimizer"])
+            run.generator.set_state(state["generator"])
+            run.step = state["step"]
             for p in (metrics_path, gens_path):
-                _truncate_jsonl(p, start)
-            records = read_jsonl(metrics_path)
+                _truncate_jsonl(p, run.step)
+            history.extend(read_jsonl(metrics_path))
         else:
             for p in list(run_dir.glob("policy-step*")) + [state_path, metrics_path, gens_path]:
-                if p.exists():
-                    p.unlink() if p.is_file() else __import__("shutil").rmtree(p)
+                _remove(p)
         (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=str))
+    history.config, history.backend, history.run_dir = cfg, backend, run_dir
     wb = _WandB(cfg, run_dir) if cfg.wandb else None
 
     def save_checkpoint(step):
@@ -303,130 +352,38 @@ def train(config: HW4Config, impl: Impl, *, run_dir=None, backend: PolicyBackend
         pol = _policy_path(run_dir, step)
         backend.save(pol)
         tmp = run_dir / "trainer_state.tmp"
-        torch.save({"key": cfg.key(), "step": step, "policy": str(pol), "optimizer": opt.state_dict(),
-                    "generator": g.get_state()}, tmp)
+        torch.save({"key": cfg.key(), "step": step, "policy": str(pol), "optimizer": run.optimizer.state_dict(),
+                    "generator": run.generator.get_state()}, tmp)
         os.replace(tmp, run_dir / "trainer_state.pt")
         for old in run_dir.glob("policy-step*"):
             if old != pol:
-                old.unlink() if old.is_file() else __import__("shutil").rmtree(old)
+                _remove(old)
 
-    def log(record, generations=None):
-        records.append(record)
+    def on_step(record, batch):
+        step, G = record["step"], cfg.group_size
+        gens = None
+        if batch is not None and (step % cfg.gen_every == 0 or step == 1):
+            r, adv = batch.rollout, batch.advantages
+            gens = [{"step": step, "prompt": r.prompts[j], "completion": r.completions[j], "answer": r.answers[j],
+                     "reward": batch.rewards[j].item(), "advantage": adv[j].item(),
+                     **{k: v[j].item() for k, v in batch.components.items()}} for j in range(G)]
         _append(metrics_path, record)
-        for gen in generations or []:
+        for gen in gens or []:
             _append(gens_path, gen)
         if wb is not None:
-            wb.log(record, generations)
+            wb.log(record, gens)
         if callback is not None:
             callback(record)
-
-    if start == 0:
-        ev = evaluate(backend, task, cfg.eval_limit)
-        ev.pop("eval_completions")
-        log({"step": 0, **ev})
-        save_checkpoint(0)
-
-    steps = range(start + 1, cfg.steps + 1)
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-        bar = tqdm(steps, desc=f"{cfg.task} {cfg.algo}", leave=False)
-        steps = bar
-    for step in steps:
-        t0 = time.perf_counter()
-        # 1-2. rollouts and rewards
-        examples = task.sample(cfg.n_prompts, g)
-        rb = backend.generate([e.prompt for e in examples], cfg.group_size, max_new, cfg.temperature, cfg.top_p, g)
-        answers = [e.answer for e in examples for _ in range(cfg.group_size)]
-        rewards, comps = score(task, rb.completions, answers)
-        # 3. advantages
-        adv = impl.compute_group_advantages(rewards, cfg.group_size)
-        adv = impl.maybe_normalize_advantages(adv, cfg.normalize_advantages, cfg.adv_clip)
-        if adv.shape != (B,):
-            raise ValueError(f"advantages must have shape ({B},), got {tuple(adv.shape)}")
-        adv = adv.float()
-        # 4. old and reference log-probs, completion mask
-        ids, am = rb.input_ids, rb.attention_mask
-        old_lp = _scored(backend, impl, ids, am, cfg.minibatch_size, reference=False)
-        ref_lp = _scored(backend, impl, ids, am, cfg.minibatch_size, reference=True)
-        mask = impl.build_completion_mask(am, rb.prompt_len)
-        if mask.shape != old_lp.shape:
-            raise ValueError(f"build_completion_mask gave {tuple(mask.shape)}, compute_per_token_logprobs "
-                             f"{tuple(old_lp.shape)}: they must match")
-        fields = {"input_ids": ids, "attention_mask": am, "mask": mask, "old_logprobs": old_lp,
-                  "ref_logprobs": ref_lp, "advantages": adv.detach()}
-        # 5. update
-        stats = {"loss": [], "kl": [], "clip": [], "grad_norm": [], "entropy": []}
-        backend_train = getattr(backend, "train", None)
-        if callable(backend_train):
-            backend_train(True)
-        for epoch in range(cfg.epochs):
-            opt.zero_grad(set_to_none=True)
-            mbs = list(impl.iter_minibatches(fields, cfg.minibatch_size, g))
-            for i, mb in enumerate(mbs):
-                logits = backend.logits(mb["input_ids"], mb["attention_mask"])
-                lp = impl.compute_per_token_logprobs(logits, mb["input_ids"])
-                if cfg.algo == "grpo":
-                    loss = impl.grpo_loss(lp, mb["old_logprobs"], mb["ref_logprobs"], mb["mask"], mb["advantages"],
-                                          cfg.clip_eps, cfg.kl_coef)
-                else:
-                    loss = impl.reinforce_loss(lp, mb["ref_logprobs"], mb["mask"], mb["advantages"], cfg.kl_coef)
-                if not torch.isfinite(loss):
-                    raise FloatingPointError(f"step {step}: the loss is {loss.item()} (check masks and log-probs)")
-                (loss / cfg.grad_accum_steps).backward()
-                with torch.no_grad():
-                    m = mb["mask"]
-                    stats["loss"].append(loss.item())
-                    stats["kl"].append(float(impl.approx_kl_from_logprobs(lp.detach(), mb["ref_logprobs"], m)))
-                    ratio = (lp.detach() - mb["old_logprobs"]).exp()
-                    stats["clip"].append(((ratio - 1).abs() > cfg.clip_eps)[m].float().mean().item() if m.any() else 0.0)
-                    if epoch == 0:
-                        lg = logits.detach()[:, :-1].float().log_softmax(-1)
-                        ent = -(lg.exp() * lg).sum(-1)
-                        stats["entropy"].append(ent[m].mean().item() if m.any() else 0.0)
-                if (i + 1) % cfg.grad_accum_steps == 0 or i == len(mbs) - 1:
-                    gn = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-                    stats["grad_norm"].append(gn.item())
-                    opt.step()
-                    opt.zero_grad(set_to_none=True)
-        if callable(backend_train):
-            backend_train(False)
-        # 6. metrics
-        G = cfg.group_size
-        mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
-        em = [task.exact_match(c, a) for c, a in zip(rb.completions, answers)]
-        record = {
-            "step": step,
-            "rollout_reward": rewards.mean().item(),
-            "rollout_reward_std": rewards.std(unbiased=False).item(),
-            **{f"rollout_reward_{k}": v.mean().item() for k, v in comps.items()},
-            "rollout_exact_match": mean(em),
-            "kl_to_reference_nats": mean(stats["kl"]),
-            "clip_fraction": mean(stats["clip"]),
-            "grad_norm": mean(stats["grad_norm"]),
-            "entropy_nats": mean(stats["entropy"]),
-            "completion_tokens": mask.sum(1).float().mean().item(),
-            "loss": mean(stats["loss"]),
-            "advantage_abs_mean": adv.abs().mean().item(),
-            "frac_zero_std_groups": (rewards.view(-1, G).std(1, unbiased=False) == 0).float().mean().item(),
-        }
-        if step % cfg.eval_every == 0 or step == cfg.steps:
-            ev = evaluate(backend, task, cfg.eval_limit)
-            ev.pop("eval_completions")
-            record.update(ev)
-        record["step_seconds"] = time.perf_counter() - t0
-        gens = None
-        if step % cfg.gen_every == 0 or step == 1:
-            gens = [{"step": step, "prompt": rb.prompts[j], "completion": rb.completions[j], "answer": answers[j],
-                     "reward": rewards[j].item(), "advantage": adv[j].item(),
-                     **{k: v[j].item() for k, v in comps.items()}} for j in range(G)]
-        log(record, gens)
-        if bar is not None:
-            bar.set_postfix(reward=f"{record['rollout_reward']:.2f}", kl=f"{record['kl_to_reference_nats']:.3f}")
-        if step % cfg.ckpt_every == 0 or step == cfg.steps:
+        if step == 0 or step % cfg.ckpt_every == 0 or step == cfg.steps:
             save_checkpoint(step)
-    if bar is not None:
-        bar.close()
+
+    def eval_fn(b):
+        ev = evaluate(b, task, cfg.eval_limit)
+        ev.pop("eval_completions")
+        return ev
+
+    train_loop(run, cfg.steps, eval_fn=eval_fn, eval_every=cfg.eval_every, evaluate_model=backend, on_step=on_step,
+               progress=progress, desc=f"{cfg.task} {cfg.algo}", history=history)
     if wb is not None:
         wb.finish()
-    return RunResult(cfg, records, backend, run_dir)
+    return history

@@ -306,7 +306,7 @@ def measured(sweep: dict | None = None, kl: dict | None = None, front: dict | No
 
 
 def expected_report(sweep: dict | None = None, kl: dict | None = None, front: dict | None = None) -> str:
-    """A small table: what the handout says next to what was measured."""
+    """A small table: the published result next to what was measured."""
     want = {
         "greedy_accuracy": "about 0.80", "accuracy_T1": "about 0.55", "accuracy_T2_below": "below 0.30",
         "distinct_greedy": "1", "distinct_T2": "about 5",
@@ -316,7 +316,7 @@ def expected_report(sweep: dict | None = None, kl: dict | None = None, front: di
     for T in EXPECTED["kl_agree_temperatures"]:
         want[f"k1, k3 / exact at T={T:g} (median)"] = "both about 1"
         want[f"k1, k3 bars cover truth at T={T:g}"] = "agree"
-    lines = [f"{'quantity':40s} {'handout':>12s}   measured"]
+    lines = [f"{'quantity':40s} {'published':>12s}   measured"]
     for key, value in measured(sweep, kl, front).items():
         if isinstance(value, tuple):
             shown = ", ".join(f"{v:.2f}" for v in value)

@@ -26,10 +26,10 @@ from typing import Callable
 import numpy as np
 
 from .. import overopt
-from ..losses import LossBatch, clip_stats, clipped_pg_loss
+from ..losses import clipped_pg_loss
 from ..plotting import figure_png, save
 from ..rewards import exact_match, make_proxy_reward
-from ..utils import check_float, check_int
+from ..utils import check_float
 
 ARTIFACTS = Path("artifacts") / "lab19"
 REFERENCE_PATH = Path(__file__).with_name("lab19_reference.json")
@@ -57,16 +57,20 @@ SWEEP_BETAS = (0.0, 0.01, 0.02, 0.05)
 ENTROPY_SETTINGS = dict(steps=120, lr=5e-4, epochs=4, seed=0)
 #: (eps_low, eps_high) of the three clip settings; None removes that bound.
 CLIP_ARMS = {"symmetric": (0.2, 0.2), "clip-higher": (0.2, 0.28), "no upper clip": (0.2, None)}
-SERIES = ("sampled_accuracy", "reward", "shaped_reward", "response_length", "kl_to_reference_nats",
-          "entropy_nats", "clip_high_of_positive_rare", "clip_high_of_positive_common",
-          "late_clip_high_of_positive_rare", "late_clip_high_of_positive_common")
+#: The per-step metrics the stored runs keep (names: :data:`llmrl.metrics.METRICS`).
+SERIES = ("sampled_accuracy", "reward_mean", "shaped_reward_mean", "completion_chars_mean",
+          "kl_to_reference_k1_sum_nats", "entropy_token_mean_nats", "clip_high_of_positive_rare",
+          "clip_high_of_positive_common", "late_clip_high_of_positive_rare", "late_clip_high_of_positive_common")
 
 
 # ----------------------------------------------------------------------------------- part 2
 
-def hacking_run(beta: float = 0.0, *, reward: str = "proxy", length_bonus: float = 0.1,
+def hacking_run(beta: float = 0.0, *, reward: str | Callable = "proxy", length_bonus: float = 0.1,
                 kl_reward_fn: Callable | None = None, progress: bool = True, **overrides):
     """RL from the SFT checkpoint against the proxy (or "gold") reward with KL coefficient ``beta``.
+
+    ``reward`` may also be a function (responses [N] str, answers [N] int) -> float tensor [N]
+    (the notebook's "things to try" pass their own variants of the proxy).
 
     ``kl_reward_fn`` (rewards [B], logprobs [B, R], ref_logprobs [B, R], mask [B, R], beta) -> [B]
     is the student's ``kl_penalized_rewards``; None uses the trainer's own (k1 summed over real
@@ -76,9 +80,12 @@ def hacking_run(beta: float = 0.0, *, reward: str = "proxy", length_bonus: float
     from ..trainer import RLConfig, rl_train
 
     beta = check_float("beta", beta, minimum=0.0)
-    if reward not in ("proxy", "gold"):
-        raise ValueError(f"reward must be 'proxy' or 'gold', got {reward!r}")
-    reward_fn = make_proxy_reward(length_bonus) if reward == "proxy" else exact_match
+    if callable(reward):
+        reward_fn = reward
+    elif reward not in ("proxy", "gold"):
+        raise ValueError(f"reward must be 'proxy', 'gold' or a reward function, got {reward!r}")
+    else:
+        reward_fn = make_proxy_reward(length_bonus) if reward == "proxy" else exact_match
     settings = {**HACK_SETTINGS, **overrides}
     policy = load_checkpoint("sft", progress=False)
     return rl_train(policy, RLConfig(kl_coef=beta, **settings), reward_fn=reward_fn,
@@ -128,42 +135,24 @@ def hack_summary(run, window: int = 10) -> dict[str, float]:
         "accuracy_peak": float(roll[i]),
         "peak_step": i + window,  # last step of the best window
         "final_accuracy": float(np.mean(acc[-2 * window:])),
-        "final_length": float(np.mean(_arr(s, "response_length")[-2 * window:])),
-        "final_kl": float(np.mean(_arr(s, "kl_to_reference_nats")[-2 * window:])),
-        "final_proxy": float(np.mean(_arr(s, "reward")[-2 * window:])),
+        "final_length": float(np.mean(_arr(s, "completion_chars_mean")[-2 * window:])),
+        "final_kl": float(np.mean(_arr(s, "kl_to_reference_k1_sum_nats")[-2 * window:])),
+        "final_proxy": float(np.mean(_arr(s, "reward_mean")[-2 * window:])),
     }
 
 
 # ----------------------------------------------------------------------------------- part 3
 
-class LateClipStats:
-    """Wrap a policy loss so that every call also reports the clip diagnostics.
+def late_clip_stats(epoch: int, stats: dict) -> dict:
+    """The step's ``after_minibatch`` hook: the upper clip's shares of rare and common tokens,
+    counted only from the second epoch on (``late_`` keys).
 
-    The trainer averages a loss's stats over the epochs of a step. In the first epoch the policy
-    still equals the sampling policy (ratio = 1), so nothing can be clipped; the ``late_`` keys
-    are NaN there (the trainer skips NaN), so they average over epochs 2..E only. The plain keys
-    come from :func:`llmrl.losses.clip_stats` on the student's batch, whatever the loss returns.
-    """
-
-    def __init__(self, loss_fn: Callable, epochs: int):
-        self.loss_fn = loss_fn
-        self.epochs = check_int("epochs", epochs, minimum=1)
-        self.calls = 0
-
-    def __call__(self, batch: LossBatch):
-        out = self.loss_fn(batch)
-        loss, _ = out if isinstance(out, tuple) else (out, {})
-        epoch = self.calls % self.epochs
-        self.calls += 1
-        ratio = (batch.logprobs.detach() - batch.old_logprobs).exp()
-        adv_tok = batch.advantages[:, None].expand_as(batch.logprobs)
-        st = clip_stats(ratio, adv_tok, batch.mask, batch.old_logprobs, batch.eps_low, batch.eps_high,
-                        batch.rare_prob)
-        stats = {k: st[k] for k in ("clip_fraction", "clip_high_of_positive", "clip_high_of_positive_rare",
-                                    "clip_high_of_positive_common")}
-        for k in ("clip_high_of_positive_rare", "clip_high_of_positive_common"):
-            stats["late_" + k] = st[k] if epoch > 0 else float("nan")
-        return loss, stats
+    In the first epoch the policy still equals the sampling policy (ratio = 1), so nothing can be
+    clipped; the ``late_`` keys are NaN there (the step's mean skips NaN), so they average over
+    epochs 2..E. The plain keys are the step's clip statistics (the library's, whatever the loss
+    returns)."""
+    return {"late_" + k: stats.get(k, float("nan")) if epoch > 0 else float("nan")
+            for k in ("clip_high_of_positive_rare", "clip_high_of_positive_common")}
 
 
 def entropy_run(arm: str = "symmetric", *, policy_loss_fn: Callable | None = None, policy=None,
@@ -176,15 +165,15 @@ def entropy_run(arm: str = "symmetric", *, policy_loss_fn: Callable | None = Non
     is trained in place. Returns a History.
     """
     from ..checkpoints import load_checkpoint
-    from ..trainer import RLConfig, rl_train
+    from ..trainer import Hooks, RLConfig, rl_train
 
     if arm not in CLIP_ARMS:
         raise ValueError(f"arm must be one of {list(CLIP_ARMS)}, got {arm!r}")
     eps_low, eps_high = CLIP_ARMS[arm]
     settings = {**ENTROPY_SETTINGS, "eps_low": eps_low, "eps_high": eps_high, **overrides}
-    loss = LateClipStats(policy_loss_fn or clipped_pg_loss, settings["epochs"])
     policy = load_checkpoint("sft", progress=False) if policy is None else policy
-    return rl_train(policy, RLConfig(**settings), policy_loss_fn=loss, progress=progress)
+    return rl_train(policy, RLConfig(**settings), policy_loss_fn=policy_loss_fn or clipped_pg_loss,
+                    hooks=Hooks(after_minibatch=late_clip_stats), progress=progress)
 
 
 def entropy_inputs(model, n_prompts: int = 64, seed: int = 0):
@@ -216,7 +205,7 @@ def policy_entropy(model, entropy_fn: Callable, n_prompts: int = 64, seed: int =
 def entropy_summary(run, window: int = 10) -> dict[str, float]:
     """Entropy at the start and end, final accuracy and the upper clip's share of rare/common tokens."""
     s = as_series(run)
-    ent = _arr(s, "entropy_nats")
+    ent = _arr(s, "entropy_token_mean_nats")
     out = {"entropy_start": float(np.mean(ent[:window])), "entropy_end": float(np.mean(ent[-window:])),
            "accuracy_start": float(np.mean(_arr(s, "sampled_accuracy")[:window])),
            "final_accuracy": float(np.mean(_arr(s, "sampled_accuracy")[-2 * window:]))}
@@ -230,26 +219,72 @@ def entropy_summary(run, window: int = 10) -> dict[str, float]:
 
 # ------------------------------------------------------------------------------- reference
 
-def compute_reference(path: Path | str | None = REFERENCE_PATH, progress: bool = True) -> dict:
-    """Run every full-length run of parts 2 and 3 (minutes) and store their series as JSON."""
-    ref = {"hack_settings": HACK_SETTINGS, "entropy_settings": ENTROPY_SETTINGS,
-           "hacking": {}, "entropy": {}}
-    for beta in SWEEP_BETAS:
-        ref["hacking"][f"{beta:g}"] = as_series(hacking_run(beta, progress=progress))
-    ref["hacking"]["gold"] = as_series(hacking_run(0.0, reward="gold", progress=progress))
-    for arm in CLIP_ARMS:
-        ref["entropy"][arm] = as_series(entropy_run(arm, progress=progress))
+REFERENCE_ARMS = tuple(f"hacking/{b:g}" for b in SWEEP_BETAS) + ("hacking/gold",) + tuple(f"entropy/{a}" for a in CLIP_ARMS)
+
+
+def reference_arm(arm: str, seed: int = 0, progress: bool = False) -> dict:
+    """One stored run as a result of the runner's schema: ``hacking/<beta>``, ``hacking/gold`` or
+    ``entropy/<clip arm>``, at the full length of :data:`HACK_SETTINGS` / :data:`ENTROPY_SETTINGS`."""
+    from ..runner import result_from_history
+
+    kind, _, name = arm.partition("/")
+    if kind == "hacking":
+        gold = name == "gold"
+        history = hacking_run(0.0 if gold else float(name), reward="gold" if gold else "proxy", seed=seed,
+                              progress=progress)
+        config = {**HACK_SETTINGS, "seed": seed, "beta": 0.0 if gold else float(name),
+                  "reward": "gold" if gold else "proxy"}
+    elif kind == "entropy" and name in CLIP_ARMS:
+        history = entropy_run(name, seed=seed, progress=progress)
+        config = {**ENTROPY_SETTINGS, "seed": seed, "arm": name}
+    else:
+        raise ValueError(f"arm must be one of {REFERENCE_ARMS}, got {arm!r}")
+    res = result_from_history(history, config, SERIES)
+    res["curve"] = {k: v if k == "step" else [None if x is None else round(x, 5) for x in v]
+                    for k, v in res["curve"].items()}  # five decimals keep the stored file small
+    return res
+
+
+def compute_reference(path: Path | str | None = REFERENCE_PATH, progress: bool = True, workers: int = 2,
+                      seeds=(0,)) -> dict:
+    """Run every full-length run of parts 2 and 3 (minutes; ``workers`` processes) and store them
+    in the runner's result schema; returns :func:`load_reference`'s view of them."""
+    from ..runner import run_arms
+
+    results = run_arms("lab19", reference_arm, REFERENCE_ARMS, seeds, workers=workers, progress=progress)
+    blob = {"experiment": "lab19", "settings": {"hacking": HACK_SETTINGS, "entropy": ENTROPY_SETTINGS},
+            "checkpoint": start_checkpoint(), "runs": [r for arm in REFERENCE_ARMS for r in results[arm]]}
     if path is not None:
-        Path(path).write_text(json.dumps(ref, separators=(",", ":")))
-    return ref
+        Path(path).write_text(json.dumps(blob, separators=(",", ":")))
+    return _reference_view(blob)
+
+
+def start_checkpoint() -> dict:
+    """Which SFT checkpoint the runs start from: its SFT step and checksum. The checkpoint is built
+    on each machine; another CPU's arithmetic can take it at another step, and then the same code
+    and seeds give other runs (rebuild the stored ones there)."""
+    from ..checkpoints import load_checkpoint
+
+    _, meta = load_checkpoint("sft", progress=False, with_meta=True)
+    return {"name": "sft", "step": meta.get("step"), "sha256": meta.get("sha256")}
+
+
+def _reference_view(blob: dict) -> dict:
+    runs = [r for r in blob["runs"] if r["seed"] == 0]
+    return {"hack_settings": blob["settings"]["hacking"], "entropy_settings": blob["settings"]["entropy"],
+            "checkpoint": blob.get("checkpoint"),
+            "hacking": {r["arm"].split("/", 1)[1]: r["curve"] for r in runs if r["arm"].startswith("hacking/")},
+            "entropy": {r["arm"].split("/", 1)[1]: r["curve"] for r in runs if r["arm"].startswith("entropy/")},
+            "runs": blob["runs"]}
 
 
 def load_reference(path: Path | str = REFERENCE_PATH) -> dict:
-    """The stored reference runs: {"hacking": {"0", "0.01", "0.02", "0.05", "gold"}, "entropy": {arm}}."""
+    """The stored reference runs (seed 0) by part: {"hacking": {"0", "0.01", "0.02", "0.05", "gold"},
+    "entropy": {arm}}, each a dict of per-step series; ``"runs"`` holds the runner's results."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run `python -m llmrl.labs.lab19 reference` to make it")
-    return json.loads(path.read_text())
+    return _reference_view(json.loads(path.read_text()))
 
 
 def sweep_run(reference: dict, beta: float) -> dict:
@@ -292,14 +327,14 @@ def measured(reference: dict | None = None) -> dict:
 
 
 def expected_report(values: dict, keys=None) -> str:
-    """Lines "key: ours vs handout" for the keys of :data:`EXPECTED` present in ``values``."""
+    """Lines "key: ours vs published" for the keys of :data:`EXPECTED` present in ``values``."""
     lines = []
     for k in (keys or EXPECTED):
         if k not in values:
             continue
         ours, theirs = values[k], EXPECTED[k]
         fmt = (lambda v: f"{v:8.3f}") if isinstance(ours, float) else (lambda v: f"{v!s:>8}")
-        lines.append(f"{k:32s} ours {fmt(ours)}   handout {theirs!s:>8}")
+        lines.append(f"{k:32s} ours {fmt(ours)}   published {theirs!s:>8}")
     return "\n".join(lines)
 
 
@@ -392,8 +427,9 @@ def plot_hacking(runs: dict, path=None, live: dict | None = None, title: str = "
 
     colors = colors or {}
     fig, axes = plt.subplots(1, 4, figsize=(15, 3.4))
-    panels = [("sampled_accuracy", "exact-match accuracy"), ("reward", "training reward"),
-              ("response_length", "response length (chars)"), ("kl_to_reference_nats", "KL to SFT (nats)")]
+    panels = [("sampled_accuracy", "exact-match accuracy"), ("reward_mean", "training reward"),
+              ("completion_chars_mean", "response length (chars)"),
+              ("kl_to_reference_k1_sum_nats", "KL to SFT (nats, k1 summed per response)")]
     for i, (label, run) in enumerate(runs.items()):
         s = as_series(run)
         for ax, (k, name) in zip(axes, panels):
@@ -460,7 +496,7 @@ def plot_entropy(runs: dict, path=None, live: dict | None = None, window: int = 
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))
     for i, (label, run) in enumerate(runs.items()):
         s = as_series(run)
-        ent, acc = _arr(s, "entropy_nats"), _arr(s, "sampled_accuracy")
+        ent, acc = _arr(s, "entropy_token_mean_nats"), _arr(s, "sampled_accuracy")
         x = np.arange(1, len(ent) + 1)
         axes[0].plot(x, smooth(ent, window), color=f"C{i}", label=label)
         axes[1].plot(x, smooth(acc, window), color=f"C{i}", label=label)
@@ -470,7 +506,7 @@ def plot_entropy(runs: dict, path=None, live: dict | None = None, window: int = 
             axes[2].plot(x, smooth(common, window), "--", color=f"C{i}", label=f"{label}: common tokens")
     for label, run in (live or {}).items():
         s = as_series(run)
-        y = _arr(s, "entropy_nats")
+        y = _arr(s, "entropy_token_mean_nats")
         axes[0].plot(np.arange(1, len(y) + 1), smooth(y, window), "k--", lw=1.2, label=label)
     axes[0].set_title(f"entropy (nats per token), {window}-step mean", fontsize=10)
     axes[1].set_title(f"exact-match accuracy, {window}-step mean", fontsize=10)
@@ -488,7 +524,8 @@ def plot_entropy(runs: dict, path=None, live: dict | None = None, window: int = 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m llmrl.labs.lab19", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("reference", help="rerun every full-length run and rewrite lab19_reference.json")
+    r = sub.add_parser("reference", help="rerun every full-length run and rewrite lab19_reference.json")
+    r.add_argument("--workers", type=int, default=2, help="parallel processes (one thread each)")
     h = sub.add_parser("hack", help="one reward-hacking run")
     h.add_argument("--beta", type=float, default=0.0)
     h.add_argument("--reward", choices=("proxy", "gold"), default="proxy")
@@ -503,7 +540,7 @@ def main(argv=None):
     e.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     if a.cmd == "reference":
-        ref = compute_reference()
+        ref = compute_reference(workers=a.workers)
         print(expected_report(measured(ref)))
     elif a.cmd == "hack":
         run = hacking_run(a.beta, reward=a.reward, length_bonus=a.length_bonus, steps=a.steps,

@@ -1,23 +1,535 @@
-"""Lab 21 (the frontier): widgets behind the projects notebook.
+"""Lab 21 (the frontier): Project 0 (on-policy distillation) and Projects 1-5, their widgets and a CLI.
 
-:func:`rubric_weight_widget` is Project 2's slider. For a rubric weight ``w`` and the student's
-current accuracy it shows the expected reward per answer of "pad every answer to 3+ digits" against
-"answer honestly" (:func:`llmrl.experiments.honest_vs_pad`), and next to it the trained runs
-(gold accuracy and the share of padded small sums) for the stylish weight closest to ``w``.
-:func:`rubric_weight_figure` draws the same picture without a browser (the tests call it).
+Every project is a set of *arms* (the things compared) run for one or more *seeds*. One job is
+(project, arm, seed): it starts from a fresh checkpoint, trains with :func:`llmrl.trainer.rl_train`
+and returns one result of the runner's schema (:mod:`llmrl.runner`): ``config``, ``curve`` (every
+training step), ``evals`` (step 0, every ``eval_every`` steps, the last step) and ``extra``
+(project-specific: pass@k curves, usage). What a project looks at during training reaches it
+through the step's hooks (:class:`llmrl.trainer.Hooks`): Project 2's share of padded answers and
+Project 3's bandit, which learns from each step's successes.
+
+:func:`run` runs a project's jobs (in parallel processes when ``workers > 1``), writes each job to
+``<out_dir>/lab21/<project>/<arm>_seed<k>.json`` when ``out_dir`` is given, and returns
+``{arm: [result per seed]}``; :func:`load_results` reads such a folder back (by default
+:func:`llmrl.runner.results_dir`, the same folder from any working directory). The same runs from
+the command line, for long sweeps a notebook cell then loads and plots::
+
+    python -m llmrl.labs.lab21 project5 --steps 1000 --seeds 0 1 2 --workers 3
+    python -m llmrl.labs.lab21 project2 --arms stylish_w1 stylish_w1.25 stylish_w1.5 stylish_w2
+
+(``python -m llmrl.experiments`` is the same command under its former name.) Callables (the
+student's loss, advantage or reward functions) can be passed to every project; with
+``workers > 1`` the jobs run in forked processes, so even a lambda defined in a notebook works.
+``EXPECTED`` holds the handout's numbers (seed 0, full budgets) for printing beside measured ones.
+
+Project 2's slider: :func:`rubric_weight_widget` shows, for a rubric weight ``w`` and the student's
+current accuracy, the expected reward per answer of "pad every answer to 3+ digits" against "answer
+honestly" (:func:`honest_vs_pad`), and next to it the trained runs (gold accuracy and the share of
+padded small sums) for the stylish weight closest to ``w``. :func:`rubric_weight_figure` draws the
+same picture without a browser.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+import argparse
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
+import torch
 
-from .. import experiments, plotting
+from .. import plotting
+from ..addition import BUCKETS, TWO_DIGIT, Problems, eval_problems, is_correct, sample_problems
+from ..checkpoints import COURSE_SFT, SFTConfig, Snapshot, load_checkpoint
+from ..evaluation import evaluate, pass_at_k
 from ..plotting import figure_png
-from ..utils import check_float
+from ..rewards import Rubric, RubricItem, binary_rubric, looks_thorough, partial_credit_rubric, stylish_rubric
+from ..runner import final, load_results as _load_results, result_from_history, results_dir, run_arms, \
+    start_value, summary_table
+from ..sampling import generate
+from ..tinylm import TinyLMConfig
+from ..trainer import Hooks, RLConfig, config_dict, rl_train
+from ..utils import check_float, check_int
 
+__all__ = ["EXPECTED", "PROJECTS", "PROJECT0_ARMS", "PROJECT1_ARMS", "PROJECT2_ARMS", "PROJECT3_ARMS",
+           "PROJECT4_ARMS", "PROJECT5_ARMS", "CLIP_BOUNDS", "TRAINED_WEIGHTS", "BucketSampler", "Project",
+           "crossing_k", "final", "honest_vs_pad", "load_results", "load_student", "load_teacher", "main",
+           "pad_share_small_sums", "pass_curves", "project0", "project1", "project2", "project3", "project4",
+           "project5", "rubric_for", "rubric_weight_figure", "rubric_weight_widget", "run", "start_value",
+           "stylish_runs", "summary_table"]
+
+# The handout's observations (seed 0, the budgets the handout used). Keys name arms and metrics.
+EXPECTED = {
+    "project0": {  # 200 steps of 64 sequences, AdamW 3e-4
+        "start": {"pass@1": 0.31, "kl_to_teacher_exact_token_mean_nats": 1.98},
+        "opd-full": {"pass@1": 0.67, "kl_to_teacher_exact_token_mean_nats": 0.70},
+        "sft-teacher": {"pass@1": 0.64, "kl_to_teacher_exact_token_mean_nats": 0.75},
+        "opd-sampled": {"pass@1": 0.54, "kl_to_teacher_exact_token_mean_nats": 1.01},
+        "rl": {"pass@1": 0.54, "kl_to_teacher_exact_token_mean_nats": 1.07},
+    },
+    "project1": {  # 150 steps, 4 epochs; entropy in nats per token, start 0.54
+        "start": {"entropy_token_mean_nats": 0.54},
+        "symmetric": {"entropy_token_mean_nats": 0.222, "pass@1": 0.57},
+        "clip-higher": {"entropy_token_mean_nats": 0.235, "pass@1": 0.57},
+        "no-clip": {"entropy_token_mean_nats": 0.26, "pass@1": 0.50},
+    },
+    "project2": {  # 200 steps; gold pass@1 start 0.29
+        "start": {"gold_pass@1": 0.29},
+        "binary": {"gold_pass@1": 0.55, "proxy_reward_mean": 0.56, "pad_share_small_sums": 0.02},
+        "partial": {"gold_pass@1": 0.54, "proxy_reward_mean": 0.74, "pad_share_small_sums": 0.01},
+        "stylish_w2": {"gold_pass@1": 0.29, "proxy_reward_mean": 0.61, "pad_share_small_sums": 0.98},
+        "stylish_w1": {"gold_pass@1": 0.50, "pad_share_small_sums": 0.08},
+    },
+    "project3": {  # 200 steps; usage = share of samples spent on the unsolvable 3d+1d bucket
+        "target-only": {"sampled_accuracy_3d+1d": 0.00},
+        "uniform": {"sampled_accuracy_2d+2d_ge100": 0.50, "usage_3d+1d": 0.22},
+        "learnability": {"sampled_accuracy_2d+2d_ge100": 0.62, "usage_3d+1d": 0.03},
+    },
+    "project4": {  # 200 steps; 100 prompts x 16 samples
+        "mean": {"pass@1": 0.55, "pass@16": 0.89},
+        "std": {"pass@1": 0.51, "pass@16": 0.88},
+        "maxrl": {"pass@1": 0.51, "pass@16": 0.91},
+    },
+    "project5": {  # 300 steps; in-distribution pass@k
+        "start": {"pass@1": 0.31, "pass@64": 0.97},
+        "rl": {"pass@1": 0.67, "pass@64": 0.92, "crossing_k": (16, 32)},
+    },
+}
+
+
+# ----------------------------------------------------------------------------------------- models
+def load_student(d: int = 64, greedy_at_least: float = 0.55) -> torch.nn.Module:
+    """A fresh student: the course's checkpoint (d = 64, greedy >= 0.55), or one from its own SFT run.
+
+    ``d`` != 64 trains a student of that width with the course's SFT recipe (cached after the first
+    call, about 25 s); ``greedy_at_least`` < 0.55 takes an earlier, weaker snapshot (Project 4).
+    """
+    check_int("d", d, minimum=8)
+    check_float("greedy_at_least", greedy_at_least, minimum=0.0)
+    if d == 64 and greedy_at_least == 0.55:
+        return load_checkpoint("student", progress=False)
+    cfg = SFTConfig(model=TinyLMConfig(d=d)) if d != 64 else COURSE_SFT
+    return load_checkpoint("student", cfg=cfg, snapshots={"student": Snapshot(100, greedy_at_least, every=5)},
+                           progress=False)
+
+
+def load_teacher() -> torch.nn.Module:
+    return load_checkpoint("teacher", progress=False)
+
+
+def _student(student) -> torch.nn.Module:
+    if student is None:
+        return load_student()
+    if callable(student) and not isinstance(student, torch.nn.Module):
+        return student()
+    if isinstance(student, dict):
+        return load_student(**student)
+    raise TypeError(f"student must be None, a dict of load_student arguments or a callable, got {type(student).__name__}")
+
+
+def _eval_every(steps: int, eval_every: int | None, n_evals: int = 4) -> int:
+    return max(1, steps // n_evals) if eval_every is None else check_int("eval_every", eval_every, minimum=1)
+
+
+def _result(history, cfg: RLConfig, curve: Sequence[str], extra: dict | None = None, **config) -> dict:
+    return result_from_history(history, {**config_dict(cfg), **config}, curve, extra)
+
+
+# ------------------------------------------------------------------------------ Project 0: OPD
+PROJECT0_ARMS = ("opd-full", "sft-teacher", "opd-sampled", "rl")
+
+
+def _arm0(arm, seed, steps=200, n_prompts=8, group_size=8, lr=3e-4, loss_fns=None, student=None,
+          eval_prompts=100, eval_samples=8, eval_every=None, max_grad_norm=None, progress=False):
+    loss_fns = dict(loss_fns or {})
+    settings = {"opd-full": dict(loss="opd-full"), "opd-sampled": dict(loss="opd-sampled"),
+                "sft-teacher": dict(loss="sft", rollout_from="teacher"), "rl": dict(loss="pg")}
+    if arm not in settings:
+        raise ValueError(f"arm must be one of {PROJECT0_ARMS}, got {arm!r}")
+    # No gradient clipping by default (the handout's setup names none). The trainer's default, 1.0,
+    # throttles the distillation arms: their gradient norms are 15-20, and with it opd-full ended at
+    # pass@1 0.46 / KL 1.04 on seed 0 instead of 0.52 / 0.84.
+    cfg = RLConfig(steps=steps, n_prompts=n_prompts, group_size=group_size, lr=lr, seed=seed,
+                   track_reference_kl=False, max_grad_norm=max_grad_norm, **settings[arm])
+    teacher = load_teacher()
+    probs = eval_problems(eval_prompts, TWO_DIGIT)
+
+    def eval_fn(m):
+        e = evaluate(m, probs, n_samples=eval_samples, ks=(1, eval_samples), seed=seed, teacher=teacher)
+        return {k: e[k] for k in ("pass@1", f"pass@{eval_samples}", "kl_to_teacher_exact_token_mean_nats",
+                                  "greedy_accuracy")}
+
+    hist = rl_train(_student(student), cfg, teacher=teacher, policy_loss_fn=loss_fns.get(arm), eval_fn=eval_fn,
+                    eval_every=_eval_every(steps, eval_every), progress=progress)
+    return _result(hist, cfg, ["sampled_accuracy", "loss_mean", "teacher_logprob_token_mean", "entropy_token_mean_nats"])
+
+
+# ------------------------------------------------------------------------ Project 1: clip-higher
+PROJECT1_ARMS = ("symmetric", "clip-higher", "no-clip")
+CLIP_BOUNDS = {"symmetric": (0.2, 0.2), "clip-higher": (0.2, 0.28), "no-clip": (None, None)}
+
+
+def _arm1(arm, seed, steps=150, epochs=4, eps_high=0.28, n_prompts=16, group_size=8, lr=3e-4,
+          eval_prompts=100, eval_samples=16, eval_every=None, student=None, progress=False):
+    if arm not in CLIP_BOUNDS:
+        raise ValueError(f"arm must be one of {PROJECT1_ARMS}, got {arm!r}")
+    lo, hi = CLIP_BOUNDS[arm]
+    if arm == "clip-higher":
+        hi = check_float("eps_high", eps_high, minimum=0.0)
+    cfg = RLConfig(steps=steps, n_prompts=n_prompts, group_size=group_size, lr=lr, epochs=epochs,
+                   eps_low=lo, eps_high=hi, seed=seed, track_reference_kl=False)
+    probs = eval_problems(eval_prompts, TWO_DIGIT)
+
+    def eval_fn(m):
+        e = evaluate(m, probs, n_samples=eval_samples, ks=(1, eval_samples), seed=seed)
+        return {k: e[k] for k in ("pass@1", f"pass@{eval_samples}", "entropy_token_mean_nats")}
+
+    hist = rl_train(_student(student), cfg, eval_fn=eval_fn, eval_every=_eval_every(steps, eval_every, 6),
+                    progress=progress)
+    return _result(hist, cfg, ["entropy_token_mean_nats", "sampled_accuracy", "clip_fraction", "clip_fraction_high",
+                               "clip_fraction_low", "clip_high_of_positive", "clip_low_of_negative"])
+
+
+# ------------------------------------------------------------------------- Project 2: rubrics
+PROJECT2_ARMS = ("binary", "partial", "stylish_w2")
+
+
+def rubric_for(arm: str, pitfall: RubricItem | None = None) -> Rubric:
+    """'binary', 'partial', 'stylish_w<w>' (e.g. stylish_w1.25); a '+pitfall' suffix adds ``pitfall``."""
+    base, plus = (arm[:-len("+pitfall")], True) if arm.endswith("+pitfall") else (arm, False)
+    if base == "binary":
+        r = binary_rubric()
+    elif base == "partial":
+        r = partial_credit_rubric()
+    elif base.startswith("stylish_w"):
+        try:
+            w = float(base[len("stylish_w"):])
+        except ValueError:
+            raise ValueError(f"arm {arm!r}: expected stylish_w<number>, e.g. stylish_w1.5") from None
+        r = stylish_rubric(w)
+    else:
+        raise ValueError(f"arm must be binary, partial or stylish_w<w> (optionally +pitfall), got {arm!r}")
+    if plus:
+        if pitfall is None:
+            raise ValueError(f"arm {arm!r} needs a pitfall RubricItem (pitfall=...)")
+        r = r.with_item(pitfall)
+    return r
+
+
+def pad_share_small_sums(responses: Sequence[str], answers: Sequence[int]) -> float:
+    """Share of responses with 3+ digits among problems whose sum is below 100 (nan if none)."""
+    small = [looks_thorough(r, a) for r, a in zip(responses, answers) if a < 100]
+    return float(np.mean(small)) if small else float("nan")
+
+
+def _arm2(arm, seed, steps=200, n_prompts=16, group_size=8, lr=3e-4, reward_fns=None, pitfall=None,
+          eval_prompts=100, eval_samples=8, eval_every=None, student=None, progress=False):
+    reward_fns = dict(reward_fns or {})
+    reward = reward_fns[arm] if arm in reward_fns else rubric_for(arm, pitfall)
+    cfg = RLConfig(steps=steps, n_prompts=n_prompts, group_size=group_size, lr=lr, seed=seed,
+                   track_reference_kl=False)
+    probs = eval_problems(eval_prompts, TWO_DIGIT)
+
+    def padding(batch):  # the training batch's share of padded answers to small sums, every step
+        return {"pad_share_small_sums": pad_share_small_sums(batch.rollout.completions, batch.rollout.answers)}
+
+    def eval_fn(m):
+        r = generate(m, probs, eval_samples, 1.0, seed)
+        return {"gold_pass@1": float(is_correct(r.responses, r.answers).float().mean()),
+                "proxy_reward_mean": float(torch.as_tensor(reward(r.responses, r.answers)).float().mean()),
+                "pad_share_small_sums": pad_share_small_sums(r.responses, r.answers)}
+
+    hist = rl_train(_student(student), cfg, reward_fn=reward, hooks=Hooks(after_score=padding), eval_fn=eval_fn,
+                    eval_every=_eval_every(steps, eval_every), progress=progress)
+    return _result(hist, cfg, ["reward_mean", "sampled_accuracy", "entropy_token_mean_nats", "pad_share_small_sums"],
+                   reward=getattr(reward, "__name__", repr(reward)))
+
+
+def honest_vs_pad(w: float, accuracy_small: float, accuracy_large: float | None = None,
+                  share_large: float | None = None) -> dict[str, float]:
+    """Expected stylish-rubric reward per answer of two policies on the 2-digit training prompts.
+
+    "honest" answers as now: exact with probability ``accuracy_small`` on sums < 100 and
+    ``accuracy_large`` on sums >= 100 (whose honest answers have 3 digits anyway). "pad" writes
+    3+ digits everywhere: it keeps the large-sum reward and trades the small-sum exact credit for
+    ``w``. So padding pays exactly when w > accuracy_small.
+    """
+    w = check_float("w", w, minimum=0.0)
+    p_s = check_float("accuracy_small", accuracy_small, minimum=0.0)
+    p_l = p_s if accuracy_large is None else check_float("accuracy_large", accuracy_large, minimum=0.0)
+    if share_large is None:
+        share_large = float(np.mean([a >= 100 for a in sample_problems(20000, TWO_DIGIT, 0).answers]))
+    q = check_float("share_large", share_large, minimum=0.0)
+    large = p_l * 1.0 + w  # 3-digit answers earn the style credit whether right or not
+    honest = (1 - q) * p_s + q * large
+    pad = (1 - q) * w + q * large
+    return {"honest": honest, "pad": pad, "threshold_w": p_s, "share_large": q}
+
+
+PROJECT3_ARMS = ("target-only", "uniform", "learnability")
+
+
+class BucketSampler:
+    """``prompt_sampler(n, generator) -> Problems`` over BUCKETS that records what it served.
+
+    mode "target" (only ``target``), "uniform" or "learnability": a softmax bandit over each bucket's
+    running learnability reward L_b (EMA with rate ``ema``, start ``init``), where one group's reward
+    is 0 when none or all of its samples succeed, else 1 - p_hat (Absolute Zero). ``rare_group`` = m
+    serves a ``rare`` prompt as m adjacent copies whose samples form one group of m * G
+    (see :meth:`advantages`). :meth:`observe` takes the step's per-sample correctness.
+    """
+
+    def __init__(self, mode: str = "learnability", buckets: Sequence[str] = BUCKETS, target: str = "3d+1d",
+                 temperature: float = 0.1, ema: float = 0.1, init: float = 0.5, rare: str = "1d+1d",
+                 rare_group: int = 1, group_size: int = 8):
+        if mode not in ("target", "uniform", "learnability"):
+            raise ValueError(f"mode must be 'target', 'uniform' or 'learnability', got {mode!r}")
+        for b in list(buckets) + [target, rare]:
+            if b not in BUCKETS:
+                raise ValueError(f"unknown bucket {b!r}; known: {BUCKETS}")
+        self.mode, self.buckets, self.target, self.rare = mode, tuple(buckets), target, rare
+        self.temperature = check_float("temperature", temperature, minimum=1e-6)
+        self.ema = check_float("ema", ema, minimum=0.0)
+        self.rare_group = check_int("rare_group", rare_group, minimum=1)
+        self.group_size = check_int("group_size", group_size, minimum=1)
+        self.learnability = {b: float(init) for b in self.buckets}
+        self.usage: list[dict[str, float]] = []      # share of samples per bucket, one dict per step
+        self.weights: list[dict[str, float]] = []    # the bandit's probabilities, one dict per step
+        self.last: Problems | None = None
+        self.last_groups: torch.Tensor | None = None  # [n] group id of each prompt slot
+
+    def probabilities(self) -> dict[str, float]:
+        if self.mode == "target":
+            return {b: float(b == self.target) for b in self.buckets}
+        if self.mode == "uniform":
+            return {b: 1.0 / len(self.buckets) for b in self.buckets}
+        z = torch.tensor([self.learnability[b] for b in self.buckets]) / self.temperature
+        return dict(zip(self.buckets, torch.softmax(z, 0).tolist()))
+
+    def __call__(self, n: int, generator: torch.Generator | None = None) -> Problems:
+        probs = self.probabilities()
+        w = torch.tensor([probs[b] for b in self.buckets])
+        slots, units = 0, []
+        while slots < n:
+            b = self.buckets[int(torch.multinomial(w, 1, generator=generator))]
+            m = self.rare_group if b == self.rare else 1
+            if slots + m > n:  # a super-group that does not fit: fill with ordinary buckets
+                if all(x == self.rare for x in self.buckets):
+                    m = n - slots
+                else:
+                    continue
+            units.append((b, m))
+            slots += m
+        parts, groups = [], []
+        for gid, (b, m) in enumerate(units):
+            parts.append(sample_problems(1, [b], generator).repeat(m))
+            groups += [gid] * m
+        self.last = Problems(torch.cat([p.a for p in parts]), torch.cat([p.b for p in parts]),
+                             torch.cat([p.bucket for p in parts]))
+        self.last_groups = torch.tensor(groups)
+        counts = torch.bincount(self.last.bucket, minlength=len(BUCKETS)).float() / n
+        self.usage.append({b: float(counts[BUCKETS.index(b)]) for b in self.buckets})
+        self.weights.append(probs)
+        return self.last
+
+    def observe(self, correct: torch.Tensor) -> None:
+        """Update the running learnability from ``correct`` [n * G] of the last served prompts."""
+        if self.last is None:
+            return
+        G = self.group_size
+        c = correct.float().view(len(self.last), G)
+        for gid in self.last_groups.unique().tolist():
+            rows = (self.last_groups == gid).nonzero().flatten()
+            p = float(c[rows].mean())
+            reward = 0.0 if p in (0.0, 1.0) else 1.0 - p
+            b = BUCKETS[int(self.last.bucket[rows[0]])]
+            self.learnability[b] = (1 - self.ema) * self.learnability[b] + self.ema * reward
+
+    def advantages(self, rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+        """[B] mean-baseline advantages over each served group (m * G samples for a super-group)."""
+        r = rewards.float().view(-1, group_size)
+        ids = self.last_groups
+        out = torch.empty_like(r)
+        for gid in ids.unique().tolist():
+            rows = (ids == gid).nonzero().flatten()
+            out[rows] = r[rows] - r[rows].mean()
+        return out.reshape(-1)
+
+
+
+def _arm3(arm, seed, steps=200, n_prompts=16, group_size=8, lr=3e-4, rare_group=1, temperature=0.1,
+          eval_per_bucket=100, eval_every=None, student=None, progress=False):
+    modes = {"target-only": "target", "uniform": "uniform", "learnability": "learnability"}
+    if arm not in modes:
+        raise ValueError(f"arm must be one of {PROJECT3_ARMS}, got {arm!r}")
+    sampler = BucketSampler(modes[arm], rare_group=rare_group, group_size=group_size, temperature=temperature)
+    cfg = RLConfig(steps=steps, n_prompts=n_prompts, group_size=group_size, lr=lr, seed=seed,
+                   track_reference_kl=False)
+    eval_sets = {b: eval_problems(eval_per_bucket, [b]) for b in BUCKETS}
+
+    def bandit(batch):
+        """What this step served (shares of samples per bucket) and the probabilities it was drawn
+        with; then the bandit learns from the step's successes."""
+        probs = sampler.probabilities()
+        counts = torch.bincount(batch.rollout.problems.bucket, minlength=len(BUCKETS)).float()
+        counts = counts / counts.sum()
+        sampler.observe(batch.correct)
+        return {**{f"usage_{b}": float(counts[BUCKETS.index(b)]) for b in sampler.buckets},
+                **{f"sampling_probability_{b}": probs[b] for b in sampler.buckets}}
+
+    def eval_fn(m):
+        out = {}
+        for b, p in eval_sets.items():
+            r = generate(m, p, 1, 1.0, seed)
+            out[f"sampled_accuracy_{b}"] = float(is_correct(r.responses, r.answers).float().mean())
+        return out
+
+    hist = rl_train(_student(student), cfg, prompt_sampler=sampler, advantage_fn=sampler.advantages,
+                    hooks=Hooks(after_score=bandit), eval_fn=eval_fn, eval_every=_eval_every(steps, eval_every),
+                    progress=progress)
+    curve = ["sampled_accuracy", "frac_zero_advantage_groups"] + [f"{k}_{b}" for k in ("usage", "sampling_probability")
+                                                                  for b in BUCKETS]
+    res = _result(hist, cfg, curve, rare_group=rare_group, bandit_temperature=temperature)
+    res["extra"]["total_usage"] = {f"usage_{b}": float(np.mean(res["curve"][f"usage_{b}"])) for b in BUCKETS}
+    return res
+
+
+# ------------------------------------------------------------------------- Project 4: MaxRL
+PROJECT4_ARMS = ("mean", "std", "maxrl")
+
+
+def _arm4(arm, seed, steps=200, n_prompts=16, group_size=8, lr=3e-4, advantage_fns=None, eval_prompts=100,
+          eval_samples=16, eval_every=None, student=None, progress=False):
+    advantage_fns = dict(advantage_fns or {})
+    if arm not in advantage_fns and arm not in PROJECT4_ARMS:
+        raise ValueError(f"arm must be one of {PROJECT4_ARMS} or a key of advantage_fns, got {arm!r}")
+    cfg = RLConfig(steps=steps, n_prompts=n_prompts, group_size=group_size, lr=lr, seed=seed,
+                   advantage=arm if arm in PROJECT4_ARMS else "mean", track_reference_kl=False)
+    probs = eval_problems(eval_prompts, TWO_DIGIT)
+
+    def eval_fn(m):
+        r = generate(m, probs, eval_samples, 1.0, seed)
+        c = is_correct(r.responses, r.answers).view(len(probs), eval_samples).sum(1).numpy()
+        out = {}
+        for k in (1, eval_samples):
+            per = np.asarray(pass_at_k(eval_samples, c, k), dtype=float)
+            out[f"pass@{k}"] = float(per.mean())
+            out[f"pass@{k}_se"] = float(per.std(ddof=1) / math.sqrt(len(per)))  # noise of the eval set
+        return out
+
+    hist = rl_train(_student(student), cfg, advantage_fn=advantage_fns.get(arm), eval_fn=eval_fn,
+                    eval_every=_eval_every(steps, eval_every), progress=progress)
+    return _result(hist, cfg, ["sampled_accuracy", "frac_zero_advantage_groups", "entropy_token_mean_nats"])
+
+
+# ------------------------------------------------------------ Project 5: sharpen or expand
+PROJECT5_ARMS = ("rl",)
+
+
+def pass_curves(model, problems: Problems, n_samples: int, seed: int) -> list[float]:
+    r = generate(model, problems, n_samples, 1.0, seed)
+    c = is_correct(r.responses, r.answers).view(len(problems), n_samples).sum(1).numpy()
+    return [float(np.mean(pass_at_k(n_samples, c, k))) for k in range(1, n_samples + 1)]
+
+
+def _arm5(arm, seed, steps=300, n_prompts=16, group_size=8, lr=3e-4, kl_coef=0.05, eval_prompts=100,
+          eval_samples=64, eval_every=None, student=None, progress=False):
+    if arm not in ("rl", "rl+kl"):
+        raise ValueError(f"arm must be 'rl' or 'rl+kl', got {arm!r}")
+    cfg = RLConfig(steps=steps, n_prompts=n_prompts, group_size=group_size, lr=lr, seed=seed,
+                   kl_coef=kl_coef if arm == "rl+kl" else 0.0, kl_mode="loss", kl_estimator="k3")
+    policy = _student(student)
+    sets = {"in_dist": eval_problems(eval_prompts, TWO_DIGIT), "3d+1d": eval_problems(eval_prompts, ["3d+1d"])}
+    before = {name: pass_curves(policy, p, eval_samples, seed) for name, p in sets.items()}
+
+    def eval_fn(m):
+        r = generate(m, sets["in_dist"], 16, 1.0, seed)
+        return {"pass@1": float(is_correct(r.responses, r.answers).float().mean())}
+
+    hist = rl_train(policy, cfg, eval_fn=eval_fn, eval_every=_eval_every(steps, eval_every), progress=progress)
+    after = {name: pass_curves(policy, p, eval_samples, seed) for name, p in sets.items()}
+    return _result(hist, cfg, ["sampled_accuracy", "entropy_token_mean_nats", "kl_to_reference_k1_sum_nats"],
+                   extra={"ks": list(range(1, eval_samples + 1)), "before": before, "after": after,
+                          "crossing_k": crossing_k(before["in_dist"], after["in_dist"])})
+
+
+def crossing_k(before: Sequence[float], after: Sequence[float]) -> int | None:
+    """The smallest k at which the base model's pass@k is at least the trained model's (None: never)."""
+    for k, (b, a) in enumerate(zip(before, after), start=1):
+        if b >= a:
+            return k
+    return None
+
+
+# ------------------------------------------------------------------------------ the projects
+@dataclass(frozen=True)
+class Project:
+    arms: tuple[str, ...]
+    arm_fn: Callable
+    steps: int
+    doc: str
+    metrics: tuple[str, ...]  # what the command line's summary table shows
+
+
+PROJECTS = {
+    "project0": Project(PROJECT0_ARMS, _arm0, 200, "On-policy distillation vs off-policy distillation vs RL "
+                        "(see ``_arm0`` for the arguments).", ("pass@1", "kl_to_teacher_exact_token_mean_nats")),
+    "project1": Project(PROJECT1_ARMS, _arm1, 150, "Symmetric clip vs clip-higher vs no clip, ``epochs`` = 4 "
+                        "(``eps_high`` sets clip-higher's bound).", ("entropy_token_mean_nats", "pass@1", "pass@16")),
+    "project2": Project(PROJECT2_ARMS, _arm2, 200, "Binary vs partial-credit vs stylish rubric (arms "
+                        "'stylish_w<w>', '+pitfall', or ``reward_fns`` keys).",
+                        ("gold_pass@1", "proxy_reward_mean", "pad_share_small_sums")),
+    "project3": Project(PROJECT3_ARMS, _arm3, 200, "Target-only vs uniform vs learnability-bandit prompt choice "
+                        "(``rare_group`` = 4 gives 1d+1d G = 32).",
+                        tuple(f"sampled_accuracy_{b}" for b in ("1d+1d", "2d+2d_ge100", "3d+1d"))),
+    "project4": Project(PROJECT4_ARMS, _arm4, 200, "Mean vs std vs MaxRL advantages (``advantage_fns`` plugs in "
+                        "your own; ``student={'greedy_at_least': .4}``).", ("pass@1", "pass@16")),
+    "project5": Project(PROJECT5_ARMS, _arm5, 300, "RL then pass@k for k = 1..64 before and after, in distribution "
+                        "and on 3d+1d (arm 'rl+kl' adds a KL).", ("pass@1",)),
+}
+
+
+def run(project: str, arms: Sequence[str] | None = None, seeds: Sequence[int] = (0,), steps: int | None = None,
+        workers: int = 1, out_dir=None, progress: bool = True, **kwargs) -> dict[str, list[dict]]:
+    """Run ``project``'s ``arms`` x ``seeds``; return {arm: [result for each seed]} (see module docs).
+
+    ``steps`` defaults to the handout's budget; ``kwargs`` go to the arm function (e.g. ``loss_fns``,
+    ``eval_prompts``, ``student={"d": 48}``). ``workers > 1`` forks that many processes (one thread
+    each). ``out_dir`` writes one JSON per job under ``out_dir/lab21/project/``.
+    """
+    if project not in PROJECTS:
+        raise ValueError(f"project must be one of {sorted(PROJECTS)}, got {project!r}")
+    spec = PROJECTS[project]
+    steps = spec.steps if steps is None else check_int("steps", steps, minimum=1)
+    return run_arms(f"lab21/{project}", spec.arm_fn, spec.arms if arms is None else arms, seeds, workers=workers,
+                    out_dir=out_dir, progress=progress, steps=steps, **kwargs)
+
+
+def load_results(project: str, out_dir=None) -> dict[str, list[dict]]:
+    """Read ``out_dir/lab21/project/*.json`` back into {arm: [results sorted by seed]} ({} if none);
+    ``out_dir`` defaults to :func:`llmrl.runner.results_dir` (the same folder from anywhere)."""
+    return _load_results(f"lab21/{project}", out_dir)
+
+
+def _project_fn(name: str):
+    spec = PROJECTS[name]
+
+    def fn(steps: int = spec.steps, seeds: Sequence[int] = (0,), arms: Sequence[str] = spec.arms, **kw):
+        return run(name, arms, seeds, steps, **kw)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = spec.doc
+    return fn
+
+
+project0, project1, project2, project3, project4, project5 = (_project_fn(f"project{i}") for i in range(6))
+
+
+# ----------------------------------------------------------------------- Project 2's widget
 TRAINED_WEIGHTS = (1.0, 1.25, 1.5, 2.0)
 
 
@@ -44,10 +556,10 @@ def rubric_weight_figure(w: float, accuracy_small: float, results: dict | None =
     fig, axes = plt.subplots(1, 2 if runs else 1, figsize=(11 if runs else 5.5, 3.8), squeeze=False)
     ax = axes[0, 0]
     ws = np.linspace(0, w_max, 61)
-    ev = [experiments.honest_vs_pad(x, accuracy_small, share_large=share_large) for x in ws]
+    ev = [honest_vs_pad(x, accuracy_small, share_large=share_large) for x in ws]
     ax.plot(ws, [e["honest"] for e in ev], label="answer honestly")
     ax.plot(ws, [e["pad"] for e in ev], label="pad everything to 3+ digits")
-    now = experiments.honest_vs_pad(w, accuracy_small, share_large=share_large)
+    now = honest_vs_pad(w, accuracy_small, share_large=share_large)
     ax.axvline(w, color="k", lw=1)
     ax.axvline(now["threshold_w"], color="gray", ls=":", lw=1, label=f"break-even w = {now['threshold_w']:.2f}")
     ax.scatter([w, w], [now["honest"], now["pad"]], color=["C0", "C1"], zorder=3)
@@ -91,3 +603,41 @@ def rubric_weight_widget(results: dict | None = None, accuracy_small: float = 0.
     acc_slider.observe(redraw, names="value")
     redraw()
     return W.VBox([W.HBox([w_slider, acc_slider]), note, image])
+
+
+# ------------------------------------------------------------------------------------- CLI
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m llmrl.labs.lab21", description=__doc__.split("\n")[0])
+    p.add_argument("project", choices=sorted(PROJECTS))
+    p.add_argument("--steps", type=int, default=None, help="training steps (default: the handout's)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--arms", nargs="+", default=None)
+    p.add_argument("--workers", type=int, default=1, help="parallel processes (one thread each)")
+    p.add_argument("--out", default=None, help=f"results folder (default {results_dir()})")
+    p.add_argument("--eval-prompts", type=int, default=None)
+    p.add_argument("--epochs", type=int, default=None, help="project1")
+    p.add_argument("--eps-high", type=float, default=None, help="project1: clip-higher's upper bound")
+    p.add_argument("--rare-group", type=int, default=None, help="project3: 4 gives the 1d+1d bucket G = 32")
+    p.add_argument("--weak-student", type=float, default=None,
+                   help="project4: start from the first SFT snapshot with greedy accuracy >= this")
+    p.add_argument("--student-d", type=int, default=None, help="project0: a student of this width")
+    p.add_argument("--kl-coef", type=float, default=None, help="project5: KL coefficient of the rl+kl arm")
+    p.add_argument("--quiet", action="store_true")
+    a = p.parse_args(argv)
+    kw = {}
+    if a.eval_prompts is not None:
+        kw["eval_prompts"] = a.eval_prompts
+    for name in ("epochs", "eps_high", "rare_group", "kl_coef"):
+        if getattr(a, name) is not None:
+            kw[name] = getattr(a, name)
+    if a.weak_student is not None or a.student_d is not None:
+        kw["student"] = {"d": a.student_d or 64, "greedy_at_least": a.weak_student or 0.55}
+    out = Path(a.out) if a.out else results_dir()
+    res = run(a.project, a.arms, a.seeds, a.steps, workers=a.workers, out_dir=out, progress=not a.quiet, **kw)
+    print(summary_table(res, PROJECTS[a.project].metrics, EXPECTED.get(a.project)))
+    print(f"results written under {out / 'lab21' / a.project}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

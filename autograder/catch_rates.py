@@ -1,0 +1,312 @@
+"""How many of the corpus's wrong answers the visible tests catch, and how many all tests catch.
+
+    python autograder/catch_rates.py [ASSIGNMENT ...] [--messages]      (make catch-rates)
+
+A *wrong answer* is one edit of a corpus entry named `wrong-*` (autograder/corpus/<assignment>.py):
+one task's solution replaced by a realistic mistake. Each is applied ALONE to the reference
+notebook (the release with the source's solutions filled in), and the notebook is evaluated twice
+per test cell: with the release's test cell (the visible tests a student sees) and with the
+source's (visible and hidden tests, what the grader runs). A wrong answer is *caught* by a test
+cell when that cell raises.
+
+Entries named `rewritten` or `right-*` are alternative correct answers: every test cell must pass
+with all of their edits applied. The reference itself must pass every test cell, which also checks
+that no test depends on a cell this evaluator skips.
+
+No nbgrader and no Jupyter kernel: one Python process per notebook executes the set-up cell (the
+first code cell: imports), then forks once per variant; the child executes the solution cells and
+the test cells in notebook order (experiment cells are skipped) and reports which test cells
+raised, with the exception's first line. A whole assignment takes seconds to a minute. This is a
+measuring instrument for the tests' strength, not a grader: it trusts the corpus's code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+import corpus  # noqa: E402
+
+ROOT = corpus.ROOT
+VARIANT_TIMEOUT_S = 120  # one variant (all test cells of one notebook); a hung answer counts as caught
+
+
+def _src(cell) -> str:
+    s = cell["source"]
+    return "".join(s) if isinstance(s, list) else s
+
+
+def _meta(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {}) or {}
+
+
+@dataclass
+class Variant:
+    """One notebook to evaluate: the reference with some solution cells replaced."""
+
+    assignment: str
+    notebook: str
+    kind: str                     # "reference", "wrong" or "right"
+    entry: str                    # corpus entry name
+    task: str | None              # the solution cell a wrong answer replaces
+    what: str                     # one line: what the entry says
+    solutions: dict               # grade_id -> code of every solution cell
+    result: dict = field(default_factory=dict)  # test gid -> {"visible": msg|None, "full": msg|None}
+
+    @property
+    def own_test(self) -> str | None:
+        return f"test_{self.task}" if self.task else None
+
+    @property
+    def label(self) -> str:
+        return f"{self.notebook}:{self.entry}" + (f"/{self.task}" if self.task else "")
+
+
+@dataclass
+class Plan:
+    assignment: str
+    notebook: str
+    setup: str                    # the first code cell
+    order: list                   # [("solution", gid) | ("test", gid)] in notebook order
+    visible: dict                 # test gid -> release test source
+    full: dict                    # test gid -> source test source
+    points: dict                  # test gid -> points
+    variants: list
+
+
+def _solutions_of(nb) -> dict:
+    return {_meta(c)["grade_id"]: _src(c) for c in nb["cells"]
+            if c["cell_type"] == "code" and _meta(c).get("solution")}
+
+
+def plan(assignment: str, root: Path = ROOT) -> list[Plan]:
+    """The variants of every notebook of one assignment, built from its corpus spec."""
+    spec = corpus.load_spec(assignment)
+    plans = {}
+    for nbname in sorted({e.notebook for e in spec.ENTRIES}):
+        source = json.loads((root / "source" / assignment / f"{nbname}.ipynb").read_text())
+        release = json.loads((root / "release" / assignment / f"{nbname}.ipynb").read_text())
+        rel_tests = {_meta(c)["grade_id"]: _src(c) for c in release["cells"]
+                     if c["cell_type"] == "code" and _meta(c).get("grade") and not _meta(c).get("solution")}
+        order, full, points = [], {}, {}
+        setup = None
+        for c in source["cells"]:
+            if c["cell_type"] != "code":
+                continue
+            m = _meta(c)
+            if setup is None and not m:
+                setup = _src(c)
+            elif m.get("solution"):
+                order.append(("solution", m["grade_id"]))
+            elif m.get("grade"):
+                order.append(("test", m["grade_id"]))
+                full[m["grade_id"]] = _src(c)
+                points[m["grade_id"]] = float(m.get("points", 0))
+        if not order:  # a notebook of written answers only (lab21 projects): nothing to measure
+            continue
+        reference = corpus.build_entry(assignment, corpus.standard_entries(nbname)[0], root)
+        ref_solutions = _solutions_of(json.loads(reference.files[f"{nbname}.ipynb"]))
+        plans[nbname] = Plan(assignment, nbname, setup or "", order, rel_tests, full, points,
+                             [Variant(assignment, nbname, "reference", "reference", None,
+                                      "the source's own solutions", ref_solutions)])
+    for e in spec.ENTRIES:
+        if e.notebook not in plans:
+            continue
+        p = plans[e.notebook]
+        ref = p.variants[0].solutions
+        if e.name.startswith("wrong-"):
+            for i, edit in enumerate(e.edits):
+                one = corpus.copy_entry(e, name=f"{e.name}-{i}", edits=[edit], lose=())
+                sols = _solutions_of(json.loads(corpus.build_entry(assignment, one, root).files[f"{e.notebook}.ipynb"]))
+                changed = [g for g in ref if sols.get(g) != ref[g]]
+                if len(changed) != 1:
+                    raise corpus.SpecError(f"corpus {assignment}:{e.name}: edit {i + 1} changes {changed or 'nothing'}; "
+                                           "a wrong answer replaces exactly one solution cell")
+                p.variants.append(Variant(assignment, e.notebook, "wrong", e.name, changed[0], e.what, sols))
+        elif e.name == "rewritten" or e.name.startswith("right-"):
+            sols = _solutions_of(json.loads(corpus.build_entry(assignment, e, root).files[f"{e.notebook}.ipynb"]))
+            p.variants.append(Variant(assignment, e.notebook, "right", e.name, None, e.what, sols))
+    return list(plans.values())
+
+
+# ----------------------------------------------------------------------------- the worker process
+
+_WORKER = r'''
+import json, os, signal, sys, traceback
+job = json.load(sys.stdin)
+ns = {"__name__": "__main__"}
+exec(compile(job["setup"], "<set-up cell>", "exec"), ns)
+
+def first_line(e):
+    msg = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {msg[0][:300]}" if msg else type(e).__name__
+
+def run(variant):
+    g = dict(ns)
+    out = {}
+    for kind, gid in job["order"]:
+        if kind == "solution":
+            try:
+                exec(compile(variant["solutions"][gid], f"<{gid}>", "exec"), g)
+            except BaseException as e:
+                out["_solution_" + gid] = first_line(e)
+            continue
+        res = {}
+        for which in ("visible", "full"):
+            try:
+                exec(compile(job[which][gid], f"<{gid} {which}>", "exec"), g)
+                res[which] = None
+            except BaseException as e:
+                res[which] = first_line(e)
+        out[gid] = res
+    return out
+
+results = []
+for variant in job["variants"]:
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            data = json.dumps(run(variant)).encode()
+        except BaseException as e:
+            data = json.dumps({"_crash": first_line(e)}).encode()
+        with os.fdopen(w, "wb") as f:
+            f.write(data)
+        os._exit(0)
+    os.close(w)
+    def _timeout(*_):
+        os.kill(pid, signal.SIGKILL)
+    signal.signal(signal.SIGALRM, _timeout)
+    signal.alarm(job["timeout"])
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    signal.alarm(0)
+    results.append(json.loads(data) if data else {"_crash": "timeout or killed"})
+with open(job["out"], "w") as f:
+    json.dump(results, f)
+'''
+
+
+def evaluate(p: Plan, python: str = sys.executable, timeout: int = VARIANT_TIMEOUT_S) -> Plan:
+    """Run every variant of one notebook; fills each variant's `result`."""
+    import tempfile
+
+    job = {"setup": p.setup, "order": p.order, "visible": p.visible, "full": p.full, "timeout": timeout,
+           "variants": [{"solutions": v.solutions} for v in p.variants]}
+    env = dict(os.environ, LLMRL_FAST="1", MPLBACKEND="Agg", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.pop("NBGRADER_EXECUTION", None)
+    with tempfile.TemporaryDirectory(prefix="llmrl-catch-") as tmp:
+        job["out"] = str(Path(tmp) / "results.json")
+        proc = subprocess.run([python, "-c", _WORKER], input=json.dumps(job), capture_output=True, text=True,
+                              cwd=tmp, env=env, timeout=timeout * (len(p.variants) + 2))
+        if proc.returncode != 0 or not Path(job["out"]).exists():
+            raise RuntimeError(f"{p.assignment}/{p.notebook}: the evaluator failed:\n{proc.stderr[-3000:]}")
+        results = json.loads(Path(job["out"]).read_text())
+    for v, r in zip(p.variants, results):
+        v.result = r
+    return p
+
+
+def failed(v: Variant, test: str, which: str) -> str | None:
+    """The failure message of one test cell for one variant (None: it passed)."""
+    if "_crash" in v.result:
+        return v.result["_crash"]
+    return (v.result.get(test) or {}).get(which)
+
+
+# ----------------------------------------------------------------------------- summaries
+
+def rates(plans: list[Plan]) -> dict:
+    """{"visible": (caught, n), "full": (caught, n)} over the wrong answers, by their own task's test."""
+    wrong = [v for p in plans for v in p.variants if v.kind == "wrong"]
+    vis = sum(failed(v, v.own_test, "visible") is not None for v in wrong)
+    full = sum(failed(v, v.own_test, "full") is not None for v in wrong)
+    return {"visible": (vis, len(wrong)), "full": (full, len(wrong))}
+
+
+def problems(plans: list[Plan]) -> dict[str, list[str]]:
+    """What breaks the contract, by kind: "broken" (a variant crashed or names no test cell),
+    "correct_fails" (the reference or an alternative correct answer fails a test cell),
+    "uncaught" (a wrong answer passes its own task's tests, hidden ones included)."""
+    out = {"broken": [], "correct_fails": [], "uncaught": []}
+    for p in plans:
+        for v in p.variants:
+            if "_crash" in v.result:
+                out["broken"].append(f"{v.label}: {v.result['_crash']}")
+            elif v.kind in ("reference", "right"):
+                for t in p.full:
+                    for which in ("visible", "full"):
+                        if failed(v, t, which):
+                            out["correct_fails"].append(f"{v.label} fails {t} ({which}): {failed(v, t, which)}")
+            elif v.own_test not in p.full:
+                out["broken"].append(f"{v.label}: no test cell {v.own_test} for the task it replaces")
+            elif failed(v, v.own_test, "full") is None:
+                out["uncaught"].append(f"{v.label} ({v.what}): passes {v.own_test}, hidden tests included")
+    return out
+
+
+def table(plans: list[Plan], messages: bool = False) -> str:
+    lines = []
+    for p in plans:
+        wrong = [v for v in p.variants if v.kind == "wrong"]
+        r = rates([p])
+        lines.append(f"{p.assignment}/{p.notebook}: visible tests catch {r['visible'][0]}/{r['visible'][1]}, "
+                     f"visible + hidden {r['full'][0]}/{r['full'][1]}")
+        for v in wrong:
+            vis, full = failed(v, v.own_test, "visible"), failed(v, v.own_test, "full")
+            mark = "visible" if vis else "hidden " if full else "MISSED "
+            lines.append(f"  {mark}  {v.entry}/{v.task}")
+            if messages and (vis or full):
+                lines.append("           " + textwrap.shorten(vis or full, 150))
+        bad = [v for v in p.variants if v.kind != "wrong" and any(failed(v, t, "full") for t in p.full)]
+        for v in bad:
+            lines.append(f"  WRONG  correct answer {v.label} fails a test")
+    return "\n".join(lines)
+
+
+def measure(assignments: list[str] | None = None, root: Path = ROOT, python: str = sys.executable) -> list[Plan]:
+    names = assignments or corpus.available(root)
+    return [evaluate(p, python) for a in names for p in plan(a, root)]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("assignments", nargs="*")
+    ap.add_argument("--messages", action="store_true", help="print each caught answer's failure message")
+    ap.add_argument("--json", type=Path, help="also write the per-answer results here")
+    args = ap.parse_args(argv)
+    plans = measure(args.assignments)
+    print(table(plans, args.messages))
+    by = {}
+    for p in plans:
+        by.setdefault(p.assignment, []).append(p)
+    print()
+    for a, ps in by.items():
+        r = rates(ps)
+        print(f"{a:6s} visible {r['visible'][0]:2d}/{r['visible'][1]:<2d}  visible + hidden {r['full'][0]:2d}/{r['full'][1]}")
+    r = rates(plans)
+    print(f"{'all':6s} visible {r['visible'][0]:2d}/{r['visible'][1]:<2d}  visible + hidden {r['full'][0]:2d}/{r['full'][1]}")
+    if args.json:
+        args.json.write_text(json.dumps([{"assignment": v.assignment, "notebook": v.notebook, "kind": v.kind,
+                                          "entry": v.entry, "task": v.task, "result": v.result}
+                                         for p in plans for v in p.variants], indent=1))
+    bad = [f"{kind}: {b}" for kind, items in problems(plans).items() for b in items]
+    for b in bad:
+        print("PROBLEM", b)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

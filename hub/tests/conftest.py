@@ -1,0 +1,96 @@
+"""The hub tests start a real JupyterHub with real OS accounts: they run only when asked for
+(`make test-hub` sets LLMRL_HUB_TESTS=1) and only as root (useradd, servers started as the users).
+
+One hub serves the whole session (the course cycle and the browser test): the fixture `course_hub`
+creates the accounts, the course folder and the exchange, starts the hub, and at the end stops it,
+ends every process of its accounts, deletes the accounts and folders and checks that nothing is left.
+A run that was killed leaves its accounts behind; the next run removes them first (they are listed
+in the test hub's manifest).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import secrets
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(HERE))
+
+ENABLED = os.environ.get("LLMRL_HUB_TESTS", "") not in ("", "0")
+collect_ignore_glob = [] if ENABLED else ["test_*.py"]
+
+from common import ARTIFACTS, ASSIGNMENTS, INSTRUCTOR, PORT, SESSION_LIMIT_S, STUDENTS, TEST_DIR  # noqa: E402
+
+
+@dataclass
+class CourseHub:
+    cfg: object
+    hub: object
+    passwords: dict
+    driver_token: str
+    timings: dict = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return self.cfg.url
+
+    def api(self):
+        from hubclient import HubAPI
+        return HubAPI(self.url, self.driver_token)
+
+
+def _loadavg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+@pytest.fixture(scope="session")
+def course_hub():
+    if os.geteuid() != 0:
+        pytest.fail("the hub tests need root: they create OS accounts (useradd) and start servers as them")
+    from hub import deploy
+
+    faulthandler.dump_traceback_later(SESSION_LIMIT_S, exit=True)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    timings = {"load_average_start": _loadavg()}
+    t0 = time.monotonic()
+    deploy.remove(TEST_DIR, log=lambda m: print(f"left over from an earlier run: {m}"))  # only what it made
+    cfg = deploy.HubConfig(dir=TEST_DIR, instructor=INSTRUCTOR, students=STUDENTS, port=PORT,
+                           user_ports=(PORT + 10, PORT + 49), assignments=ASSIGNMENTS)
+    passwords = {n: secrets.token_urlsafe(12) for n in [INSTRUCTOR, *STUDENTS]}
+    modes_before = {n: (REPO / n).stat().st_mode for n in deploy.INSTRUCTOR_ONLY if (REPO / n).exists()}
+    hub = None
+    try:
+        deploy.setup(cfg, passwords=passwords, log=lambda m: print(f"setup: {m}"))
+        timings["setup_s"] = round(time.monotonic() - t0, 1)
+        t1 = time.monotonic()
+        token = secrets.token_hex(32)
+        hub = deploy.start(cfg, driver_token=token, die_with_parent=True)
+        timings["hub_start_s"] = round(time.monotonic() - t1, 1)
+        yield CourseHub(cfg, hub, passwords, token, timings)
+    finally:
+        t2 = time.monotonic()
+        if hub is not None:
+            shutil.copyfile(hub.log_path, ARTIFACTS / "jupyterhub.log")
+            timings["pids_left_after_hub_stop"] = len(hub.stop())
+        removed = deploy.remove(TEST_DIR, log=lambda m: print(f"teardown: {m}"))
+        timings["teardown_s"] = round(time.monotonic() - t2, 1)
+        timings["load_average_end"] = _loadavg()
+        faulthandler.cancel_dump_traceback_later()
+        left = [n for n in [INSTRUCTOR, *STUDENTS] if deploy.user_exists(n)]
+        (ARTIFACTS / "session-timings.json").write_text(json.dumps(timings, indent=1))
+        assert not left, f"accounts left behind: {left}"
+        assert set(removed) == {INSTRUCTOR, *STUDENTS}, f"removed {removed}"
+        assert not TEST_DIR.exists(), f"{TEST_DIR} left behind"
+        modes_after = {n: (REPO / n).stat().st_mode for n in modes_before}
+        assert modes_after == modes_before, "the repository's folders did not get their modes back"

@@ -1,0 +1,197 @@
+"""The course on the hub in a real browser (Debian's chromium through Playwright), clicked as people would.
+
+The instructor logs in, opens the formgrader from the hub's home page (a new tab: the hub forbids
+framing it) and releases lab11; a student logs in with the OS password, lands in JupyterLab,
+fetches lab11 from nbgrader's assignment list, opens the notebook, runs its first code cell (the
+course library imports in the student's own kernel) and saves, then submits from the assignment
+list; the instructor collects in the formgrader and finds the submission on the assignment's
+submissions page. Screenshots: artifacts/hub/browser/.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from common import ARTIFACTS, INSTRUCTOR, REPO
+
+from hub import deploy
+
+sys.path.insert(0, str(REPO / "autograder" / "tests" / "browser"))
+import jlab  # noqa: E402  (chromium's flags for this machine)
+
+STUDENT = "llmrl-t-s4"
+A, NB = "lab11", "llm_as_policy"
+SHOTS = ARTIFACTS / "browser"
+LONG_MS = 180_000  # a server start or a kernel's first cell on a loaded 2-core machine
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    if SHOTS.exists():
+        for p in SHOTS.glob("*.png"):
+            p.unlink()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        b = jlab.launch_browser(p)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def expect(locator):
+    from playwright.sync_api import expect as _expect
+    return _expect(locator)
+
+
+def shot(page, name: str) -> None:
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(SHOTS / name))
+
+
+def log_in(browser, hub, user: str, next_path: str = ""):
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = ctx.new_page()
+    page.set_default_timeout(60_000)
+    page.goto(f"{hub.url}/hub/login" + (f"?next={next_path}" if next_path else ""))
+    page.fill("#username_input", user)
+    page.fill("#password_input", hub.passwords[user])
+    page.click("#login_submit")
+    return ctx, page
+
+
+def formgrader_modal(page, what: str) -> str:
+    """Wait for the formgrader's result dialog and check that it reports success; its text."""
+    page.wait_for_selector("#success-modal, #error-modal", state="visible", timeout=LONG_MS)
+    error = page.locator("#error-modal")
+    assert error.count() == 0, f"{what}: the formgrader reports an error:\n{error.inner_text()[:2000]}"
+    return page.locator("#success-modal").inner_text()
+
+
+def close_modal(page) -> None:
+    page.locator("#success-modal").get_by_role("button", name="OK").click()
+    page.wait_for_selector("#success-modal", state="hidden", timeout=30_000)
+
+
+@pytest.fixture
+def pages():
+    """Pages to photograph if the test fails (what the person would have seen)."""
+    open_pages: dict = {}
+    yield open_pages
+    for name, page in open_pages.items():
+        try:
+            if not page.is_closed():
+                page.screenshot(path=str(SHOTS / f"last-{name}.png"))
+        except Exception:
+            pass
+
+
+def test_a_student_fetches_runs_and_submits_and_the_instructor_sees_it(course_hub, browser, pages):
+    hub, cfg = course_hub, course_hub.cfg
+
+    # The instructor: hub home page (not a server of their own), the formgrader in a new tab.
+    ictx, ip = log_in(browser, hub, INSTRUCTOR)
+    pages["instructor-home"] = ip
+    ip.wait_for_url("**/hub/home", timeout=LONG_MS)
+    link = ip.locator(f"#formgrader-{deploy.COURSE_ID}")
+    assert link.get_attribute("target") == "_blank"
+    shot(ip, "01-instructor-home.png")
+    with ictx.expect_page() as opened:
+        link.click()
+    fg = opened.value
+    pages["formgrader"] = fg
+    fg.set_default_timeout(60_000)
+    row = fg.locator(f"table tr:has(td.name a:text-is('{A}'))")
+    row.wait_for(timeout=LONG_MS)
+    assert re.search(rf"/services/{deploy.COURSE_ID}/formgrader", fg.url), fg.url
+    assert row.locator("td.status").inner_text().strip() == "draft"
+    row.locator("td.release a").click()
+    formgrader_modal(fg, "release")
+    shot(fg, "02-formgrader-released.png")
+    close_modal(fg)
+    assert row.locator("td.status").inner_text().strip() == "released"
+
+    # The student: OS password, straight into their own JupyterLab (a server running as them).
+    sctx, sp = log_in(browser, hub, STUDENT)
+    pages["student"] = sp
+    sp.wait_for_url(f"**/user/{STUDENT}/lab**", timeout=LONG_MS)
+    sp.wait_for_selector(".jp-LabShell", timeout=LONG_MS)
+    pid = hub.api().user(STUDENT)["servers"][""]["state"]["pid"]
+    assert Path(f"/proc/{pid}").stat().st_uid == deploy.uid_of(STUDENT)
+    news = sp.get_by_role("button", name="No", exact=True)
+    try:
+        news.click(timeout=10_000)  # JupyterLab's "Jupyter news?" prompt on a first start
+    except Exception:
+        pass
+    sp.get_by_role("menuitem", name="Nbgrader", exact=True).click()
+    items = [t.strip() for t in sp.locator(".lm-Menu-content .lm-Menu-item:not(.lm-mod-hidden) .lm-Menu-itemLabel")
+             .all_inner_texts() if t.strip()]
+    assert items == ["Assignment List"], f"a student's Nbgrader menu shows {items}"
+    sp.get_by_role("menuitem", name="Assignment List").click()
+    released = sp.locator(f"#released_assignments_list .list_item:has-text('{A}')")
+    released.wait_for(timeout=LONG_MS)
+    shot(sp, "03-student-assignment-list.png")
+    released.get_by_role("button", name="Fetch").click()
+    fetched = sp.locator(f"#fetched_assignments_list .list_item:has(a.assignment-notebooks-link:has-text('{A}'))")
+    fetched.wait_for(timeout=LONG_MS)
+    shot(sp, "04-student-fetched.png")
+
+    # Open the notebook from the list and run its first code cell (the course library's imports).
+    fetched.locator("a.assignment-notebooks-link").click()
+    sp.locator(f"#nbgrader-{deploy.COURSE_ID}-{A} a:text-is('{NB}')").click()
+    nb_panel = sp.locator(".jp-NotebookPanel:visible")
+    nb_panel.wait_for(timeout=LONG_MS)
+    first_code = nb_panel.locator(".jp-CodeCell").first
+    first_code.wait_for(timeout=LONG_MS)
+    # A cell run before the kernel is connected is dropped: wait for JupyterLab's "Idle".
+    expect(sp.locator("#jp-main-statusbar")).to_contain_text("| Idle", timeout=LONG_MS)
+    first_code.locator(".jp-InputArea-editor").click()
+    t0 = time.monotonic()
+    sp.keyboard.press("Shift+Enter")
+    expect(first_code.locator(".jp-InputArea-prompt")).to_have_text(re.compile(r"\[\d+\]"), timeout=LONG_MS)
+    ran_s = time.monotonic() - t0
+    errors = first_code.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'], "
+                                ".jp-RenderedText[data-mime-type='application/vnd.jupyter.error']")
+    assert errors.count() == 0, f"the first cell failed in the student's kernel: {errors.first.inner_text()[:1000]}"
+    sp.keyboard.press("Control+s")
+    sp.wait_for_function("() => !document.querySelector('.jp-mod-current.jp-mod-dirty')", timeout=60_000)
+    first_code.scroll_into_view_if_needed()
+    shot(sp, "05-student-ran-first-cell.png")
+    saved = json.loads((deploy.home_of(STUDENT) / A / f"{NB}.ipynb").read_text())
+    first_saved = next(c for c in saved["cells"] if c["cell_type"] == "code")
+    assert first_saved.get("execution_count") == 1, "the run cell was not saved"
+
+    # Back in the assignment list: submit.
+    sp.locator(".lm-TabBar-tab:has-text('Assignments')").first.click()
+    fetched.get_by_role("button", name="Submit").click()
+    submitted = sp.locator(f"#submitted_assignments_list .list_item:has-text('{A}')")
+    submitted.wait_for(timeout=LONG_MS)
+    shot(sp, "06-student-submitted.png")
+    stamp = re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", submitted.inner_text())
+    assert stamp, f"no submission time shown: {submitted.inner_text()!r}"
+
+    # The instructor collects and sees the submission.
+    fg.reload()
+    row.wait_for(timeout=LONG_MS)
+    row.locator("td.collect a").click()
+    formgrader_modal(fg, "collect")
+    close_modal(fg)
+    expect(row.locator("td.num-submissions")).to_have_text("1", timeout=60_000)
+    shot(fg, "07-formgrader-collected.png")
+    count = row.locator("td.num-submissions a")
+    if count.count():
+        count.click()
+    else:  # the count is plain text in this nbgrader: the submissions page is one more click away in the menu
+        fg.goto(f"{hub.url}/services/{deploy.COURSE_ID}/formgrader/manage_submissions/{A}")
+    fg.wait_for_selector(f"table tr:has-text('{STUDENT}')", timeout=LONG_MS)
+    shot(fg, "08-formgrader-submission-listed.png")
+    collected = cfg.course_dir / "submitted" / STUDENT / A / f"{NB}.ipynb"
+    assert json.loads(collected.read_text())["cells"] == saved["cells"], "the collected notebook is not the saved one"
+    (SHOTS / "summary.json").write_text(json.dumps({"first_cell_s": round(ran_s, 1), "submitted_at": stamp.group(0)}))
