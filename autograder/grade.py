@@ -20,7 +20,9 @@ Output: {"assignment", "notebooks": [{"notebook", "file", "cells": [{"grade_id",
 "needs_manual_review", "sandbox", "seconds"}. A cell's "error" is the message of its failure (null
 when it passed). "status" is "graded" or "missing" (no usable file: 0 points, with "reason").
 "review_reasons" (the notebook then scores 0 until a person looks) are answers of the student's
-kernel outside the grader's format; "review_notes" list code and metadata a reviewer should see
+kernel outside the grader's format and the answer-key check's notes (autograder/answer_key.py: a
+graded function that leans on the course library's own version of its task); "review_notes" list
+code and metadata a reviewer should see
 (nbgrader metadata the grader restored, suspicious calls) without changing the score. "events"
 says what happened in the two runs (notebook_timeout, kernel_died, cells_skipped,
 student_kernel, calls, restarts, kernel_cpu_s). Exit status 0 when grading ran, 1 with one
@@ -310,15 +312,46 @@ def _autograde(cfg, assignment: str, student: str) -> None:
     return api
 
 
-async def _run_all(staged: dict, sources: dict, settings) -> dict:
+async def _run_all(staged: dict, sources: dict, settings: dict) -> dict:
     import nbformat
     import tworun
 
     async def one(name):
         src = nbformat.read(sources[name], as_version=4)
-        return name, await tworun.run_notebook(staged[name], src, settings)
+        return name, await tworun.run_notebook(staged[name], src, settings[name])
 
     return dict(await asyncio.gather(*(one(n) for n in staged)))
+
+
+def _answer_key_static(assignment: str, nb, name: str) -> tuple[list[str], list[str]]:
+    """(reasons for review, notes): the answer-key check of autograder/answer_key.py on the notebook."""
+    try:
+        import answer_key
+
+        return answer_key.review_notes(assignment, nb, name), []
+    except Exception as e:  # the check is a reviewer's aid: it never stops grading
+        return [], [f"the answer-key check could not read this notebook ({type(e).__name__}: {str(e)[:200]})"]
+
+
+def _answer_key_probe(assignment: str, name: str):
+    try:
+        import answer_key
+
+        return answer_key.runtime_probe(assignment, name) if answer_key.tasks_for(assignment, name) else None
+    except Exception:
+        return None
+
+
+def _answer_key_runtime(assignment: str, name: str, answer) -> list[str]:
+    if answer is None:
+        return []
+    try:
+        import answer_key
+
+        return answer_key.runtime_notes(assignment, name, answer)
+    except Exception as e:
+        return [f"{name}: the answer-key runtime check could not be read ({type(e).__name__}): review the graded "
+                f"functions"]
 
 
 def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Path | None = None,
@@ -358,9 +391,12 @@ def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Pa
             make_template(assignment, root, scratch / "course")
         course_dir = scratch / "course"
         notes: dict[str, list[str]] = {}
+        leans: dict[str, list[str]] = {}
         for name, path in chosen.items():
             nb = _read_notebook(str(path))
             notes[name] = repair_metadata(nb, nbformat.read(sources[name], as_version=4)) + safety.scan_notebook(nb)
+            leans[name], extra = _answer_key_static(assignment, nb, name)
+            notes[name] += extra
             target = course_dir / "submitted" / student / assignment / f"{name}.ipynb"
             target.parent.mkdir(parents=True, exist_ok=True)
             nbformat.write(nb, target)
@@ -370,10 +406,12 @@ def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Pa
             tworun.STAGED.clear()
             _autograde(_scratch_config(course_dir, [tworun.StageNotebooks]), assignment, student)
             stage("nbgrader_restore")
-            settings = tworun.settings_from_env(course_roots=[ROOT, root], scratch=scratch, feedback=not self_check,
-                                                student_kernel="fresh" if self_check else None)
-            if settings.student_kernel is None:
-                settings.student_kernel = os.environ.get("LLMRL_GRADE_STUDENT_KERNEL", "reuse")
+            settings = {}
+            for name in tworun.STAGED:
+                settings[name] = tworun.settings_from_env(
+                    course_roots=[ROOT, root], scratch=scratch, feedback=not self_check,
+                    student_kernel="fresh" if self_check else os.environ.get("LLMRL_GRADE_STUDENT_KERNEL", "reuse"),
+                    probe=None if self_check else _answer_key_probe(assignment, name))
             try:
                 results = asyncio.run(_run_all(dict(tworun.STAGED), {n: sources[n] for n in tworun.STAGED}, settings))
             except (tworun.GradingError, kernels.KernelStartError, OSError, RuntimeError) as e:
@@ -381,6 +419,9 @@ def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Pa
                     raise
                 raise PipelineError(f"the grader could not run the notebooks: {type(e).__name__}: "
                                     f"{str(e).strip().splitlines()[0] if str(e).strip() else 'no detail'}") from None
+            for name, result in results.items():
+                leans[name] += [n for n in _answer_key_runtime(assignment, name, result.probe_answer)
+                                if n not in leans[name]]
             stage("kernels")
             tworun.RESULTS.clear()
             tworun.RESULTS.update(results)
@@ -393,7 +434,7 @@ def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Pa
         with Gradebook(f"sqlite:///{course_dir / 'gradebook.db'}") as gb:
             for name, src in sources.items():
                 entry = _notebook_entry(gb, course_dir, assignment, student, name, src, chosen, problems or {},
-                                        results.get(name), notes.get(name, []))
+                                        results.get(name), notes.get(name, []), leans.get(name, []))
                 report["notebooks"].append(entry)
         for entry in report["notebooks"]:
             report["points"] += entry["points"]
@@ -423,7 +464,8 @@ def _sandbox_line() -> str:
     return f"{where}; limits: {lim['mem_mb']} MB memory, {lim['cpu_s']} s CPU, {lim['fsize_mb']} MB per file"
 
 
-def _notebook_entry(gb, course_dir, assignment, student, name, src, chosen, problems, result, notes) -> dict:
+def _notebook_entry(gb, course_dir, assignment, student, name, src, chosen, problems, result, notes,
+                    leans=()) -> dict:
     import nbformat
 
     if name not in chosen:
@@ -450,7 +492,10 @@ def _notebook_entry(gb, course_dir, assignment, student, name, src, chosen, prob
              for g in sorted(sub.grades, key=lambda g: order.get(g.name, 1 << 30))]
     events = result.events if result is not None else {"missing": "no grading result"}
     review = list(result.review) if result is not None else ["the grader's result for this notebook is missing"]
-    if review:  # policy: a notebook whose kernel broke the grader's protocol scores 0 until a person looks
+    # A graded function that leans on the course library's own version of its task (answer_key.py):
+    # held for review like a broken protocol, with the notes as reasons.
+    review += [f"answer key: {n}" for n in leans]
+    if review:  # policy: such a notebook scores 0 until a person looks
         for c in cells:
             c["points"] = 0.0
     return {"notebook": name, "file": str(chosen[name]), "status": "graded", "reason": None, "cells": cells,

@@ -208,6 +208,7 @@ class Settings:
     cell_cap: int = 500_000
     notebook_cap: int = 5_000_000
     student_kernel: str = "reuse"          # or "fresh": never grade in the feedback run's kernel
+    probe: tuple | None = None             # the answer-key probe (code, expression) to run in the student's kernel
     feedback: bool = True                  # False: grading run only (the batch's self-check)
     use_sandbox: bool = True
     course_roots: list = field(default_factory=list)
@@ -222,6 +223,7 @@ class NotebookResult:
     events: dict
     review: list                           # reasons to flag the notebook for review
     cell_sources: list                     # the cells' sources (to check the notebook is the same one)
+    probe_answer: str | None = None        # what the answer-key probe said in the student's kernel
 
 
 def _first_line(text: str) -> str:
@@ -371,11 +373,29 @@ async def _run_cells(kernel: kernels.Kernel, cells: list[str], s: Settings, dead
             return
 
 
+def exec_expression(code: str, label: str) -> str:
+    """An expression that runs `code` in the kernel's main namespace. Sent as a user_expression, it
+    skips IPython's input and AST transformers (a student's may rewrite any cell)."""
+    return (f"exec(compile({code!r}, {'<' + label + '>'!r}, 'exec'), vars(__import__('__main__'))) "
+            f"or 'ok'")
+
+
 async def _inject(kernel: kernels.Kernel, extra: str = "") -> bool:
     code = (kernels.inject_module("_llmrl_wire", (HERE / "wire.py").read_text()) +
             kernels.inject_module("_llmrl_remote", (HERE / "remote.py").read_text()) + extra)
-    r = await kernel.execute(code, timeout=120, silent=True)
-    return r.ok
+    status, text = await kernel.expression(exec_expression(code, "llmrl grader"), timeout=120)
+    return status == "ok" and text == "'ok'"
+
+
+async def _answer_key(kernel: kernels.Kernel, probe: tuple[str, str] | None) -> str | None:
+    """Run the answer-key probe (autograder/answer_key.py) in the student's kernel; its answer, as text."""
+    if probe is None or kernel is None or kernel.dead:
+        return None
+    code, expression = probe
+    expr = (f"[exec(compile({code!r}, '<answer-key probe>', 'exec'), vars(__import__('__main__'))), "
+            f"eval({expression!r}, vars(__import__('__main__')))][1]")
+    status, text = await kernel.expression(expr, timeout=60)
+    return (text or "")[:1_000_000] if status == "ok" else f"(the probe failed: {text})"
 
 
 async def fresh_student(submission, source_nb, s: Settings, label: str, deadline: float) -> kernels.Kernel:
@@ -519,6 +539,7 @@ async def run_notebook(nb, source_nb, s: Settings) -> NotebookResult:
             student = fb
         events["feedback_s"] = round(time.monotonic() - started, 1)
         verdicts: dict = {}
+        probe_answer = None
         if tests:
             grading_deadline = loop.time() + s.notebook_timeout
             broker.grading_deadline = grading_deadline
@@ -545,6 +566,7 @@ async def run_notebook(nb, source_nb, s: Settings) -> NotebookResult:
                     await student.shutdown()
                 broker.student = await start_fresh("fresh")
                 events["student_kernel"] = f"a fresh kernel ({why_fresh})"
+            probe_answer = await _answer_key(broker.student, s.probe)
             broker.ready.set()
             tk = await tests_kernel_task
             kernels_used.append(tk)
@@ -576,7 +598,8 @@ async def run_notebook(nb, source_nb, s: Settings) -> NotebookResult:
                 cpu += await k.cpu_seconds() or 0.0
         events["kernel_cpu_s"] = round(min(cpu, 1e6), 2)
         events["seconds"] = round(time.monotonic() - started, 1)
-        return NotebookResult(outputs, counts, verdicts, events, review, [c.get("source") for c in nb.cells])
+        return NotebookResult(outputs, counts, verdicts, events, review, [c.get("source") for c in nb.cells],
+                              probe_answer if tests else None)
     finally:
         if broker is not None:
             await broker.close()
