@@ -1032,8 +1032,9 @@ def _cells(notebook) -> list[tuple[str, dict, str]]:
         out = []
         for c in notebook["cells"]:
             src = c.get("source", "")
-            out.append((c.get("cell_type", "code"), (c.get("metadata") or {}).get("nbgrader") or {},
-                        "".join(src) if isinstance(src, list) else str(src)))
+            meta = (c.get("metadata") or {}).get("nbgrader") or {}
+            out.append((c.get("cell_type", "code"), meta if isinstance(meta, dict) else {},  # (a hostile
+                        "".join(src) if isinstance(src, list) else str(src)))                 # one may be a str)
         return out
     if isinstance(notebook, dict):  # {grade_id: source} of solution cells
         return [("code", {"grade_id": gid, "solution": True}, src) for gid, src in notebook.items()]

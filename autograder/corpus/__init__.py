@@ -263,9 +263,6 @@ def build_all(assignments: list[str] | None = None, root: Path = ROOT) -> list[B
     for a in assignments if assignments is not None else available(root):
         spec = load_spec(a)
         extra = [e for shared in sorted(SHARED_SPECS) for e in load_spec(shared).entries(a, root)]
-        # submissions leaning on the course library (autograder/corpus/_leans.py): graded since the
-        # grader runs the answer-key check (autograder/grade.py), each must be flagged for review
-        extra += importlib.import_module("corpus._leans").LEANS.get(a, [])
         names = [(e.notebook, e.name) for e in spec.ENTRIES + extra]
         dupes = {n for n in names if names.count(n) > 1}
         if dupes:

@@ -464,3 +464,21 @@ def test_grade_refuses_a_notebook_that_is_a_symbolic_link(tmp_path):
     proc = subprocess.run([str(ROOT / "autograder" / "grade"), "lab11", str(link)], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 1 and "symbolic link" in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow
+def test_a_submission_leaning_on_the_library_is_held_for_review_with_the_answer_keys_notes(tmp_path):
+    """The grader runs the answer-key check (autograder/answer_key.py), static and at run time."""
+    from corpus._leans import LEANS
+
+    entry = LEANS["lab11"][0]
+    built = corpus.build_entry("lab11", entry)
+    path = tmp_path / f"{entry.notebook}.ipynb"
+    path.write_text(next(iter(built.files.values())))
+    proc = subprocess.run([str(ROOT / "autograder" / "grade"), "lab11", str(path)], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    nb = json.loads(proc.stdout)["notebooks"][0]
+    reasons = [r for r in nb["review_reasons"] if r.startswith("answer key: ")]
+    assert nb["needs_manual_review"] and nb["points"] == 0
+    assert any("(seen at run time)" in r for r in reasons) and any("delegates to" in r for r in reasons), reasons
