@@ -1033,8 +1033,10 @@ def _cells(notebook) -> list[tuple[str, dict, str]]:
         for c in notebook["cells"]:
             src = c.get("source", "")
             meta = (c.get("metadata") or {}).get("nbgrader") or {}
-            out.append((c.get("cell_type", "code"), meta if isinstance(meta, dict) else {},  # (a hostile
-                        "".join(src) if isinstance(src, list) else str(src)))                 # one may be a str)
+            meta = meta if isinstance(meta, dict) else {}  # a hostile submission's may be a str, its
+            if not isinstance(meta.get("grade_id"), str):  # grade_id a list
+                meta = {k: v for k, v in meta.items() if k != "grade_id"}
+            out.append((c.get("cell_type", "code"), meta, "".join(src) if isinstance(src, list) else str(src)))
         return out
     if isinstance(notebook, dict):  # {grade_id: source} of solution cells
         return [("code", {"grade_id": gid, "solution": True}, src) for gid, src in notebook.items()]
