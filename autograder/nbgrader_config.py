@@ -44,23 +44,23 @@ c.ClearMarkScheme.enforce_metadata = False
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 
 # ----------------------------------------------------------------------------- grading safety
-# Owned by the grading-safety work (autograder/safety.py, sandbox.py, README "Grading safety").
-# Every kernel runs sandboxed (bubblewrap when it works, resource limits always; sandbox.py), with a
-# per-cell and a per-notebook time limit, capped output and a tamper guard around the test cells.
-# The limits can be changed per run with environment variables (seconds / megabytes).
+# Owned by the grading-safety work (autograder/tworun.py, kernels.py, sandbox.py, README "Grading
+# safety"). nbgrader's Execute is replaced by TwoRunExecute: a sandboxed feedback run of the notebook
+# without its hidden tests, and a grading run whose tests execute in a kernel of their own that never
+# runs student code; a test cell's points depend only on whether it raised there. The limits can be
+# changed per run with environment variables (seconds).
 import sys  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
 from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, IgnorePattern,  # noqa: E402
                                     LimitOutput, SaveAutoGrades)
-from safety import SafeExecute  # noqa: E402
+from tworun import TwoRunExecute  # noqa: E402
 
-c.Autograde.autograde_preprocessors = [SafeExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
+c.Autograde.autograde_preprocessors = [TwoRunExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
                                        SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
-c.Execute.timeout = int(os.environ.get("LLMRL_GRADE_CELL_TIMEOUT", 300))             # seconds per cell
-c.SafeExecute.notebook_timeout = int(os.environ.get("LLMRL_GRADE_NOTEBOOK_TIMEOUT", 600))  # per notebook
-c.SafeExecute.max_output_bytes = 200_000  # per cell; nbgrader's LimitOutput then trims lines
+c.TwoRunExecute.cell_cap = 500_000        # bytes of output kept per cell (display updates included)
+c.TwoRunExecute.notebook_cap = 5_000_000  # and per notebook; nbgrader's LimitOutput then trims lines
 c.LimitOutput.max_lines = 200
 c.LimitOutput.max_length = 20_000
 # A test cell the student deleted is put back (after the cell it followed in the source) and run.
