@@ -82,12 +82,14 @@ autograde: $(STAMP)
 
 # Feedback from the gradebook once the formgrader has the written answers' points; notebooks with
 # ungraded cells stay back unless FORCE=1 (their pages then say "awaiting grading").
+# COURSE_DIR=build/demo-course: the same on the demo course.
 FORCE ?=
+COURSE_DIR ?=
 feedback: $(STAMP)
-	$(COURSE) feedback $(A) $(if $(FORCE),--force)
+	$(COURSE) feedback $(A) $(if $(FORCE),--force) $(if $(COURSE_DIR),--course $(COURSE_DIR))
 
 scores: $(STAMP)
-	@$(COURSE) scores $(A)
+	@$(COURSE) scores $(A) $(if $(COURSE_DIR),--course $(COURSE_DIR))
 
 # Grading safety: parallel batch grading of submitted/ and the submission corpus (autograder/corpus).
 # make test runs the corpus too (autograder/tests/test_corpus.py, inside test-pipeline).
@@ -200,7 +202,7 @@ lab: $(STAMP)
 	$(BIN)/jupyter lab
 
 clean:
-	rm -rf submitted autograded feedback gradebook.db gradebook.db-journal grades.csv batch_grades.csv
+	rm -rf submitted autograded feedback gradebook.db gradebook.db-journal grades.csv batch_grades.csv build/demo-course
 	find . -path ./$(VENV) -prune -o \( -name artifacts -o -name __pycache__ -o -name .ipynb_checkpoints \) -type d -print0 | xargs -0 rm -rf
 
 distclean: clean

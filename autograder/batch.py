@@ -70,7 +70,7 @@ GRADE_PY = HERE / "grade.py"
 STATE = ".grading"
 SELF_CHECK = "llmrl-self-check"
 GRADER_FILES = ("grade.py", "tworun.py", "kernels.py", "wire.py", "remote.py", "sandbox.py", "nbgrader_config.py",
-                "safety.py", "files.py", "feedback.py", "templates/llmrl_feedback/index.html.j2")
+                "safety.py", "files.py", "feedback.py")
 COLUMNS = ["student", "assignment", "notebook", "points", "max_points", "status", "reason", "seconds", "kernel_cpu_s"]
 
 
@@ -671,8 +671,9 @@ def table_rows(results: list[Result]) -> list[dict]:
         base = {"student": r.job.student, "assignment": r.job.assignment}
         unmatched = "; ".join(r.job.notes)
         if r.report is None:
-            rows.append(dict(base, notebook="*", points=0.0, max_points="", status="failed", reason=r.error,
-                             seconds=round(r.seconds, 1), kernel_cpu_s=""))
+            rows.append(dict(base, notebook="*", points="", max_points="", status="failed",
+                             reason="; ".join(x for x in (r.error, unmatched) if x), seconds=round(r.seconds, 1),
+                             kernel_cpu_s=""))
             continue
         for nb in r.report["notebooks"]:
             status = "review" if nb["needs_manual_review"] else nb["status"]
@@ -682,7 +683,8 @@ def table_rows(results: list[Result]) -> list[dict]:
             extra = [k for k in ("notebook_timeout", "kernel_died") if ev.get(k)]
             reason = "; ".join(x for x in (reason, ", ".join(extra), ("look at: " + notes) if notes else "",
                                            unmatched) if x)
-            rows.append(dict(base, notebook=nb["notebook"], points=nb["points"], max_points=nb["max_points"],
+            rows.append(dict(base, notebook=nb["notebook"], max_points=nb["max_points"],
+                             points="" if nb["status"] == "missing" else nb["points"],  # missing, not 0
                              status=status, reason=reason, seconds=round(r.seconds, 1),
                              kernel_cpu_s=round(ev.get("kernel_cpu_s", 0.0) or 0.0, 1)))
     return rows
@@ -711,7 +713,7 @@ def summary(batch: dict) -> str:
         for note in r.job.notes:
             lines.append(f"file    {r.job.student}/{r.job.assignment}: {note}")
     for r, nb in missing:
-        lines.append(f"missing {r.job.student}/{r.job.assignment}/{nb['notebook']}: 0 points ({nb['reason']})")
+        lines.append(f"missing {r.job.student}/{r.job.assignment}/{nb['notebook']}: not handed in ({nb['reason']})")
     for r in review:
         reasons = [x for nb in r.report["notebooks"] for x in nb["review_reasons"]]
         lines.append(f"REVIEW  {r.job.student}/{r.job.assignment}: 0 until reviewed: {'; '.join(reasons)}")

@@ -4,8 +4,12 @@
     python autograder/course.py execute   [ASSIGNMENT...]   run source notebooks in place (nbval reference)
     python autograder/course.py release   [ASSIGNMENT...]   nbgrader generate_assignment -> release/A/
     python autograder/course.py validate  [ASSIGNMENT...]   sources pass every test, releases fail every test cell
-    python autograder/course.py submissions [ASSIGNMENT...] write the sample submissions into submitted/
-    python autograder/course.py autograde [ASSIGNMENT...]   autograde submitted/, feedback, grades.csv, score table
+    python autograder/course.py submissions [ASSIGNMENT...] the sample students into build/demo-course/submitted/
+    python autograder/course.py autograde [ASSIGNMENT...]   the sandboxed batch on submitted/, grades.csv, score table
+    python autograder/course.py demo      [ASSIGNMENT...]   the sample students graded in build/demo-course/
+    python autograder/course.py feedback  [ASSIGNMENT...] [--force]  feedback/ from the gradebook (held until graded)
+    python autograder/course.py scores    [ASSIGNMENT...]   score table and grades.csv from the gradebook
+    (autograde, feedback, scores: --course DIR works on another course folder, e.g. build/demo-course)
 
 An assignment is a folder notebooks/<assignment>/; each <name>.py in it (jupytext percent format,
 names starting with "_" are skipped) becomes the notebook source/<assignment>/<name>.ipynb.
@@ -700,6 +704,13 @@ def grade_rows(root: Path = ROOT, selected: list[str] | tuple[str, ...] = (),
                     row["total"] = f"{max(total, 0.0):g}"
                 row.update(status=status, notes="; ".join(notes))
                 rows.append(row)
+        known = {(r["assignment"], r["student_id"]) for r in rows}
+        for (a, student), why in sorted(failed.items()):  # failed before the gradebook ever saw them
+            if (a, student) not in known and (not selected or a in selected):
+                row = {k: "" for k in GRADE_COLUMNS}
+                row.update(assignment=a, student_id=student, status="failed", notes=f"not graded: {why}",
+                           notebooks=[])
+                rows.append(row)
     return rows
 
 
@@ -885,6 +896,18 @@ def _failed(result: dict) -> dict:
     return {(r.job.assignment, r.job.student): r.error for r in result.get("results", []) if r.report is None}
 
 
+def course_labs(folder: Path, selected: list[str] | tuple[str, ...] = ()) -> list[Lab]:
+    """The notebooks of a course folder that has source/ but no notebooks/ (a demo course)."""
+    labs = [Lab(p.parent.name, p.stem, folder) for p in sorted((folder / "source").glob("*/*.ipynb"))]
+    if not labs:
+        raise PipelineError(f"{folder} holds no source/<assignment>/*.ipynb: not a course folder")
+    unknown = [a for a in selected if a not in assignments(labs)]
+    if unknown:
+        raise PipelineError(f"{folder} has no assignment {', '.join(unknown)} "
+                            f"(it has {', '.join(assignments(labs))})")
+    return [lab for lab in labs if not selected or lab.assignment in selected]
+
+
 def make_demo_course(labs: list[Lab], demo: Path = DEMO, root: Path = ROOT) -> Path:
     """A course folder of its own for the sample students (recreated each time): source/ and
     release/ of the given assignments, their sample submissions, an nbgrader_config.py that points
@@ -950,6 +973,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="course directory (default: this repository); build and list only")
     parser.add_argument("--demo-dir", type=Path, default=DEMO,
                         help=f"demo and submissions: the demo course folder (default: {rel(DEMO)})")
+    parser.add_argument("--course", type=Path, default=ROOT,
+                        help="autograde, feedback, scores: the course folder graded (default: this repository; "
+                             f"e.g. {rel(DEMO)})")
     parser.add_argument("--force", action="store_true",
                         help="feedback: release notebooks whose written answers are not graded yet too")
     argv = sys.argv[1:] if argv is None else argv
@@ -962,7 +988,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.root.resolve() != ROOT and args.command not in ("build", "list"):
             raise PipelineError(f"--root works with build and list only, not {args.command}")
-        labs = discover(args.assignments, root=args.root.resolve())
+        course_dir = args.course.resolve()
+        if course_dir != ROOT and args.command in ("autograde", "feedback", "scores"):
+            labs = course_labs(course_dir, args.assignments)  # a course folder without notebooks/ (the demo)
+        else:
+            labs = discover(args.assignments, root=args.root.resolve())
         if not labs:
             print("no notebooks under notebooks/*/*.py: nothing to do")
             return 0
@@ -994,7 +1024,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote the sample submissions into {rel(folder / 'submitted')}/ (a demo course; the course's "
                   f"own submitted/ is left alone)")
         elif args.command == "autograde":
-            autograde(labs)
+            autograde(labs, course_dir)
         elif args.command == "demo":
             table = demo(labs, args.demo_dir)
             folder = args.demo_dir.resolve()
@@ -1002,14 +1032,14 @@ def main(argv: list[str] | None = None) -> int:
             print(table)
             print(f"\nThe demo course is {rel(folder)}/ (its own gradebook.db, submitted/, autograded/, feedback/, "
                   f"grades.csv); the course's gradebook.db and submitted/ were not touched. Written answers: "
-                  f"`cd {rel(folder)} && ../../.venv/bin/jupyter lab` opens the formgrader on it (README, "
-                  f"\"Grading the written answers\").")
+                  f"`cd {rel(folder)} && {Path(sys.executable).parent / 'jupyter'} lab` opens the formgrader on it, then "
+                  f"`make feedback COURSE_DIR={rel(folder)}` (README, \"Grading the written answers\").")
         elif args.command == "feedback":
-            feedback(labs, force=args.force)
+            feedback(labs, force=args.force, root=course_dir)
         elif args.command == "scores":
-            print(score_table(labs))
-            if (ROOT / "gradebook.db").exists():
-                print(f"\nwrote {rel(write_grades_csv())}")
+            print(score_table(labs, course_dir))
+            if (course_dir / "gradebook.db").exists():
+                print(f"\nwrote {rel(write_grades_csv(course_dir))}")
     except PipelineError as e:
         for line in str(e).splitlines():
             print(f"error: {line}", file=sys.stderr)

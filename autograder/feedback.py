@@ -13,14 +13,11 @@ it awaits grading, unless the instructor forces it.
 from __future__ import annotations
 
 import copy
-import os
 
 from nbconvert.exporters import HTMLExporter
 from nbgrader.preprocessors import GetGrades
 from traitlets.config import Config
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-TEMPLATES = os.path.join(HERE, "templates")
 AWAITING = "awaiting grading"
 
 
@@ -51,25 +48,164 @@ class GetGradesPending(GetGrades):
             resources["nbgrader"]["pending_cells"].append(cell.metadata["nbgrader"]["grade_id"])
 
 
-def _nbgrader_templates() -> str:
-    import nbgrader
+# nbgrader's feedback page (its feedback/index.html.j2, which this extends) where a cell no person has
+# graded yet shows "awaiting grading" instead of a score of 0. Kept here, not in a template folder, so
+# that a copy of the grader's .py files (hub/deploy.py) has it. nbgrader's own macros call nbgrader's
+# score(): the heading macro and the two blocks that call it are repeated with macros of their own.
+TEMPLATE = r"""{%- extends 'index.html.j2' -%}
 
-    return os.path.join(os.path.dirname(nbgrader.__file__), "server_extensions", "formgrader", "templates")
+{% macro llmrl_points(cell) -%}
+{%- if cell.metadata.nbgrader.pending -%}
+<span class="awaiting-grading">Awaiting grading</span>, {{ cell.metadata.nbgrader.points | float | round(2) }} points
+{%- else -%}
+Score: {{ cell.metadata.nbgrader.score | float | round(2) }} / {{ cell.metadata.nbgrader.points | float | round(2) }}
+{%- endif -%}
+{%- endmacro %}
+
+{% macro llmrl_score(cell) -%}
+  <span class="pull-right">
+      {{ llmrl_points(cell) }} <a href="#top">(Top)</a>
+  </span>
+{%- endmacro %}
+
+{#- nbgrader's heading, markdown cell and input again, calling the macros above (the parent's
+    blocks would call the parent's macros). -#}
+{% macro llmrl_heading(cell) -%}
+{%- if cell.metadata.nbgrader.solution or cell.metadata.nbgrader.task -%}
+<a name="comment-{{ cell.metadata.nbgrader.grade_id }}"></a>
+{%- endif -%}
+{%- if cell.metadata.nbgrader.grade -%}
+<a name="{{ cell.metadata.nbgrader.grade_id }}"></a>
+{%- endif -%}
+<div class="panel-heading">
+{%- if cell.metadata.nbgrader.solution -%}
+  <span class="nbgrader-label">Student's answer</span>
+  {%- if cell.metadata.nbgrader.grade -%}
+  {{ llmrl_score(cell) }}
+  {%- else -%}
+  <span class="pull-right"><a href="#top">(Top)</a></span>
+  {%- endif -%}
+{%- elif cell.metadata.nbgrader.task -%}
+  <span class="nbgrader-label">Student's task</span>
+  {{ llmrl_score(cell) }}
+{%- elif cell.metadata.nbgrader.grade -%}
+  <span class="nbgrader-label">Grade cell: <code>{{ cell.metadata.nbgrader.grade_id }}</code></span>
+  {{ llmrl_score(cell) }}
+{%- endif -%}
+</div>
+{%- endmacro %}
+
+{% block body %}
+<body>
+  <a name="top"></a>
+  <div class="container">
+    <div class="panel panel-default">
+      <div class="panel-heading">
+        {%- set pending = resources.nbgrader.pending_points | default(0) | float -%}
+        {%- set graded_max = resources.nbgrader.max_score | float - pending -%}
+        {% if pending > 0 %}
+        <h4>{{ resources.nbgrader.notebook }} (Score so far: {{ resources.nbgrader.score | float | round(2) }} / {{ graded_max | round(2) }}; {{ pending | round(2) }} more points awaiting grading)</h4>
+        <p class="awaiting-grading">Some answers are awaiting grading by a person: their points are not in the score yet. This page will be updated once they are graded.</p>
+        {% else %}
+        <h4>{{ resources.nbgrader.notebook }} (Score: {{ resources.nbgrader.score | float | round(2) }} / {{ resources.nbgrader.max_score | float | round(2) }})</h4>
+        {% endif %}
+        <div id="toc">
+          <ol>
+          {% for cell in nb.cells %}
+            {% if cell.metadata.nbgrader and cell.metadata.nbgrader.grade and not cell.metadata.nbgrader.solution %}
+            <li><a href="#{{ cell.metadata.nbgrader.grade_id }}">Test cell</a> ({{ llmrl_points(cell) }})</li>
+            {% elif cell.cell_type == "code" and cell.metadata.nbgrader and cell.metadata.nbgrader.grade %}
+            <li><a href="#{{ cell.metadata.nbgrader.grade_id }}">Coding free-response</a> ({{ llmrl_points(cell) }})</li>
+            {% elif cell.cell_type == "markdown" and cell.metadata.nbgrader and cell.metadata.nbgrader.grade %}
+            <li><a href="#{{ cell.metadata.nbgrader.grade_id }}">Written response</a> ({{ llmrl_points(cell) }})</li>
+            {% elif cell.cell_type == "markdown" and cell.metadata.nbgrader and cell.metadata.nbgrader.task %}
+            <li><a href="#{{ cell.metadata.nbgrader.grade_id }}">Task</a> ({{ llmrl_points(cell) }})</li>
+            {% endif %}
+            {% if cell.metadata.nbgrader and cell.metadata.nbgrader.comment %}
+            <li><a href="#comment-{{ cell.metadata.nbgrader.grade_id }}">Comment</a></li>
+            {% endif %}
+          {% endfor %}
+          {% if resources.nbgrader.late_penalty > 0 %}
+            <li class="late-penalty">Late submission penalty (Score: -{{ resources.nbgrader.late_penalty | float | round(2) }})</li>
+          {% endif %}
+          </ol>
+        </div>
+      </div>
+      <div class="panel-body">
+        <div id="notebook" class="border-box-sizing">
+          <div class="container" id="notebook-container">
+            {{ super.super() }}
+          </div>
+        </div>
+      </div>
+    </div>
+  </div>
+</body>
+{%- endblock body %}
+
+{% block markdowncell scoped %}
+<div class="cell border-box-sizing text_cell rendered">
+  {{ self.empty_in_prompt() }}
+
+  {%- if 'nbgrader' in cell.metadata and (cell.metadata.nbgrader.solution or cell.metadata.nbgrader.grade or cell.metadata.nbgrader.task) -%}
+  <div class="panel panel-primary nbgrader_cell">
+    {{ llmrl_heading(cell) }}
+    <div class="panel-body">
+      <div class="text_cell_render border-box-sizing rendered_html">
+        {{ cell.source  | markdown2html | strip_files_prefix }}
+      </div>
+    </div>
+    {{ nbgrader_footer(cell) }}
+  </div>
+
+  {%- else -%}
+
+  <div class="inner_cell">
+    <div class="text_cell_render border-box-sizing rendered_html">
+      {{ cell.source  | markdown2html | strip_files_prefix }}
+    </div>
+  </div>
+
+  {%- endif -%}
+
+</div>
+{% endblock markdowncell %}
+
+{% block input %}
+  {%- if 'nbgrader' in cell.metadata and (cell.metadata.nbgrader.solution or cell.metadata.nbgrader.grade) -%}
+  <div class="panel panel-primary nbgrader_cell">
+    {{ llmrl_heading(cell) }}
+    <div class="panel-body">
+      <div class="input_area">
+        {{ cell.source | highlight_code(metadata=cell.metadata) }}
+      </div>
+    </div>
+    {{ nbgrader_footer(cell) }}
+  </div>
+
+  {%- else -%}
+
+  <div class="inner_cell">
+    <div class="input_area">
+      {{ cell.source | highlight_code(metadata=cell.metadata) }}
+    </div>
+  </div>
+  {%- endif -%}
+
+{% endblock input %}
+"""
 
 
 class FeedbackExporter(HTMLExporter):
-    """nbgrader's feedback template with "awaiting grading" (templates/llmrl_feedback extends it)."""
+    """nbgrader's feedback template with "awaiting grading" (TEMPLATE above)."""
 
     def __init__(self, config=None, **kwargs):
-        # Settings of this class win over GenerateFeedback's for HTMLExporter (a more specific section).
+        # Settings of this class win over GenerateFeedback's for HTMLExporter (a more specific section):
+        # nbgrader's "feedback" template and its folders stay, the page itself is TEMPLATE.
         c = Config(copy.deepcopy(config)) if config is not None else Config()
-        c.FeedbackExporter.template_name = "llmrl_feedback"
-        c.FeedbackExporter.extra_template_basedirs = [TEMPLATES, _nbgrader_templates()]
-        # nbgrader's own folder too, so that ours can extend 'feedback/index.html.j2'; the rest is
-        # GenerateFeedback's (bootstrap's stylesheet)
-        inherited = list(c.HTMLExporter.extra_template_paths) if "extra_template_paths" in c.HTMLExporter else []
-        c.FeedbackExporter.extra_template_paths = inherited + [_nbgrader_templates()]
+        c.FeedbackExporter.template_name = "feedback"
         super().__init__(config=c, **kwargs)
+        self.raw_template = TEMPLATE  # (not a configurable trait)
 
 
 def releasable(notebook_report: dict) -> bool:
