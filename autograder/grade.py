@@ -422,6 +422,9 @@ def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Pa
             for name, result in results.items():
                 leans[name] += [n for n in _answer_key_runtime(assignment, name, result.probe_answer)
                                 if n not in leans[name]]
+                if result.events.get("answer_key_probe"):
+                    notes[name].append(f"the answer-key runtime check {result.events['answer_key_probe']} (a graded "
+                                       f"function did not return?): only the static check applied")
             stage("kernels")
             tworun.RESULTS.clear()
             tworun.RESULTS.update(results)

@@ -387,15 +387,27 @@ async def _inject(kernel: kernels.Kernel, extra: str = "") -> bool:
     return status == "ok" and text == "'ok'"
 
 
-async def _answer_key(kernel: kernels.Kernel, probe: tuple[str, str] | None) -> str | None:
-    """Run the answer-key probe (autograder/answer_key.py) in the student's kernel; its answer, as text."""
+async def _answer_key(kernel: kernels.Kernel, probe: tuple[str, str] | None, s: Settings,
+                      events: dict) -> str | None:
+    """Run the answer-key probe (autograder/answer_key.py) in the student's kernel; its answer, as
+    text, or None when it did not finish (a graded function that does not return, a dead kernel:
+    no evidence either way, so no answer)."""
     if probe is None or kernel is None or kernel.dead:
         return None
     code, expression = probe
     expr = (f"[exec(compile({code!r}, '<answer-key probe>', 'exec'), vars(__import__('__main__'))), "
             f"eval({expression!r}, vars(__import__('__main__')))][1]")
-    status, text = await kernel.expression(expr, timeout=60)
-    return (text or "")[:1_000_000] if status == "ok" else f"(the probe failed: {text})"
+    r = await kernel.execute("", timeout=min(60, s.cell_timeout), silent=True, user_expressions={"r": expr})
+    if r.status in ("timeout", "hung", "died"):
+        events["answer_key_probe"] = f"did not finish ({r.status})"
+        if r.status == "hung":
+            kernel.dead = True
+        return None
+    res = r.user_expressions.get("r") or {}
+    if r.status != "ok" or res.get("status") != "ok":
+        return f"(the probe failed: {res.get('ename')}: {res.get('evalue')})"
+    text = (res.get("data") or {}).get("text/plain")
+    return text[:1_000_000] if isinstance(text, str) else "(no text)"
 
 
 async def fresh_student(submission, source_nb, s: Settings, label: str, deadline: float) -> kernels.Kernel:
@@ -566,7 +578,7 @@ async def run_notebook(nb, source_nb, s: Settings) -> NotebookResult:
                     await student.shutdown()
                 broker.student = await start_fresh("fresh")
                 events["student_kernel"] = f"a fresh kernel ({why_fresh})"
-            probe_answer = await _answer_key(broker.student, s.probe)
+            probe_answer = await _answer_key(broker.student, s.probe, s, events)
             broker.ready.set()
             tk = await tests_kernel_task
             kernels_used.append(tk)

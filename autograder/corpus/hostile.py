@@ -480,8 +480,10 @@ def _attack_entries(a: str, nb: str, tests: tuple) -> dict[str, Entry]:
 
 # Where each entry runs. The class 1 entry runs on every notebook with tests (two lines took every
 # untouched release to full marks); the others each on one notebook, chosen where the attack got
-# through the grader of issue 13 (see the table in README "Grading safety").
-EVERYWHERE = ["h1-displayhook", "wrong-control"]
+# through the grader of issue 13 (see the table in README "Grading safety"); wrong-control on each
+# notebook that has a class 3 or 4 attack.
+EVERYWHERE = ["h1-displayhook"]
+CONTROLLED = ("h3-", "h4-")  # wrong-control runs where an attack dresses up its wrong answers
 PLACES = {
     "h1-raw-result": "hw4/llm_rl",
     "h2-input-transformer": "lab11/llm_as_policy", "h2-ast-swallow": "lab19/failure_modes",
@@ -528,4 +530,6 @@ def entries(assignment: str, root=ROOT) -> list[Entry]:
             where = tuple(place.split("/")) if tuple(place.split("/")) in nbs else fallback
             if where == (a, nb):
                 out.append(attacks[name])
+        if any(e.name.startswith(CONTROLLED) for e in out if e.notebook == nb):
+            out.append(attacks["wrong-control"])
     return out

@@ -438,7 +438,10 @@ def test_each_class_of_issue_13_has_two_hostile_entries():
     for cls in "1234567":
         names = {b.entry.name for b in built if b.entry.name.startswith(f"h{cls}-")}
         assert len(names) >= 2, f"class {cls}: only {sorted(names)}"
-    assert set(hostile.PLACES) | set(hostile.EVERYWHERE) == {b.entry.name for b in built} | {"wrong-control"}
+    assert set(hostile.PLACES) | set(hostile.EVERYWHERE) == {b.entry.name for b in built}
+    controls = {(b.assignment, b.entry.notebook) for b in corpus.build_all() if b.entry.name == "wrong-control"}
+    dressed = {(b.assignment, b.entry.notebook) for b in built if b.entry.name.startswith(hostile.CONTROLLED)}
+    assert controls == dressed
 
 
 # ----------------------------------------------------------------------------- command lines

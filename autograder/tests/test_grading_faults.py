@@ -36,12 +36,21 @@ def _sha(p: Path) -> str | None:
     return hashlib.sha256(p.read_bytes()).hexdigest() if p.exists() else None
 
 
-def _course(tmp_path: Path) -> Path:
-    root = tmp_path / "course"
+@pytest.fixture(scope="module")
+def earlier_course(tmp_path_factory) -> Path:
+    """The tiny course after a batch that graded one student, "earlier" (made once, copied per test)."""
+    root = tmp_path_factory.mktemp("earlier") / "course"
     tiny.make_course(root)
     tiny.submit(root, "earlier", tiny.submission(root, tiny.RIGHT))
     proc = subprocess.run(BATCH + ["--root", str(root)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
+    return root
+
+
+@pytest.fixture
+def course(earlier_course, tmp_path) -> Path:
+    root = tmp_path / "course"
+    shutil.copytree(earlier_course, root, symlinks=True)
     return root
 
 
@@ -74,8 +83,8 @@ def _leftovers(pid: int) -> list[Path]:
     return [p for p in Path(tempfile.gettempdir()).glob(f"llmrl-*-{pid}-*")]
 
 
-def test_a_batch_killed_after_two_students_reruns_exactly_the_missing_ones(tmp_path):
-    root = _course(tmp_path)
+def test_a_batch_killed_after_two_students_reruns_exactly_the_missing_ones(course):
+    root = course
     before = _earlier(root)
     for s in ("s1", "s2", "s3", "s4", "s5"):
         tiny.submit(root, s, tiny.submission(root, tiny.RIGHT if s != "s3" else tiny.WRONG, [SLOW]))
@@ -209,8 +218,8 @@ def _lock(root: Path, seconds: float) -> subprocess.Popen:
     return p
 
 
-def test_a_gradebook_locked_for_25_s_costs_no_student(tmp_path):
-    root = _course(tmp_path)
+def test_a_gradebook_locked_for_25_s_costs_no_student(course):
+    root = course
     before = _earlier(root)
     for s in ("a1", "a2", "a3"):
         tiny.submit(root, s, tiny.submission(root, tiny.RIGHT))
@@ -225,8 +234,8 @@ def test_a_gradebook_locked_for_25_s_costs_no_student(tmp_path):
     _same_earlier(root, before)
 
 
-def test_a_gradebook_locked_for_too_long_stops_the_batch_with_one_error(tmp_path):
-    root = _course(tmp_path)
+def test_a_gradebook_locked_for_too_long_stops_the_batch_with_one_error(course):
+    root = course
     before = _earlier(root)
     grades = _sha(root / "grades.csv")
     tiny.submit(root, "late", tiny.submission(root, tiny.RIGHT))
@@ -245,8 +254,8 @@ def test_a_gradebook_locked_for_too_long_stops_the_batch_with_one_error(tmp_path
 
 
 @pytest.mark.parametrize("damage", ["rows", "bytes"])
-def test_a_damaged_gradebook_is_put_back_with_a_clear_error(tmp_path, damage):
-    root = _course(tmp_path)
+def test_a_damaged_gradebook_is_put_back_with_a_clear_error(course, damage):
+    root = course
     before = _earlier(root)
     for s in ("d1", "d2", "d3"):
         tiny.submit(root, s, tiny.submission(root, tiny.RIGHT))
@@ -275,8 +284,8 @@ def test_a_damaged_gradebook_is_put_back_with_a_clear_error(tmp_path, damage):
     _same_earlier(root, before)
 
 
-def test_ids_that_used_to_share_a_report_file_and_links_in_submissions(tmp_path):
-    root = _course(tmp_path)
+def test_ids_that_used_to_share_a_report_file_and_links_in_submissions(course):
+    root = course
     before = _earlier(root)
     tiny.submit(root, "bob", tiny.submission(root, tiny.WRONG))
     tiny.submit(root, "bob.json", tiny.submission(root, tiny.RIGHT))
@@ -319,9 +328,9 @@ def test_a_reference_that_fails_in_the_sandbox_stops_the_batch_before_any_studen
 
 
 @pytest.mark.skipif(__import__("sandbox").bwrap_status() != "ok", reason="needs the sandbox")
-def test_a_course_library_that_does_not_import_in_the_sandbox_stops_the_batch(tmp_path):
+def test_a_course_library_that_does_not_import_in_the_sandbox_stops_the_batch(course, tmp_path):
     """Class 8: the import probe, before the first student."""
-    root = _course(tmp_path)
+    root = course
     before = _earlier(root)
     tiny.submit(root, "next", tiny.submission(root, tiny.RIGHT))
     shadow = tmp_path / "shadow" / "llmrl"
