@@ -128,7 +128,7 @@ def main(argv=None) -> list[dict]:
         t = time.perf_counter()
         sft_train(COURSE_SFT, COURSE_SNAPSHOTS)
         out.append(emit("sft_teacher_student_s", round(time.perf_counter() - t, 1), "s",
-                        steps=COURSE_SFT.steps, target="<= 8", handout="about 25"))
+                        steps=COURSE_SFT.steps, target="<= 8", published="about 25"))
     if not args.skip_trl:
         r = trl_ratio(ms / 128)
         if r is None:

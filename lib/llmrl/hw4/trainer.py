@@ -104,7 +104,7 @@ class HW4Config:
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-# CPU-sized defaults of the four required runs. The handout's (a 1.5B model with LoRA on an H100):
+# CPU-sized defaults of the four required runs. The published ones (a 1.5B model with LoRA on an H100):
 # 8 x 6 (format_copy) / 8 x 8 (math) rollouts, lr 3e-5, 51 / 201 / 501 steps. The character model
 # trains every weight, takes lr 5e-5 for both tasks, and needs far fewer steps: format_copy's
 # reward jumps within about 10 steps, and 30 math steps separate GRPO from GR-REINFORCE (both runs
