@@ -1037,8 +1037,10 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "feedback":
             feedback(labs, force=args.force, root=course_dir)
         elif args.command == "scores":
-            print(score_table(labs, course_dir))
-            if (course_dir / "gradebook.db").exists():
+            if not (course_dir / "gradebook.db").exists():
+                print(f"no {rel(course_dir / 'gradebook.db')}: nothing is graded yet (make autograde)")
+            else:
+                print(score_table(labs, course_dir))
                 print(f"\nwrote {rel(write_grades_csv(course_dir))}")
     except PipelineError as e:
         for line in str(e).splitlines():

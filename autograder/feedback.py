@@ -143,55 +143,41 @@ Score: {{ cell.metadata.nbgrader.score | float | round(2) }} / {{ cell.metadata.
 </body>
 {%- endblock body %}
 
-{% block markdowncell scoped %}
-<div class="cell border-box-sizing text_cell rendered">
-  {{ self.empty_in_prompt() }}
-
-  {%- if 'nbgrader' in cell.metadata and (cell.metadata.nbgrader.solution or cell.metadata.nbgrader.grade or cell.metadata.nbgrader.task) -%}
+{% macro llmrl_cell(cell, graded, area) -%}
+  {%- if graded -%}
   <div class="panel panel-primary nbgrader_cell">
     {{ llmrl_heading(cell) }}
     <div class="panel-body">
-      <div class="text_cell_render border-box-sizing rendered_html">
-        {{ cell.source  | markdown2html | strip_files_prefix }}
+      <div class="{{ area }}">
+        {{ caller() }}
       </div>
     </div>
     {{ nbgrader_footer(cell) }}
   </div>
-
   {%- else -%}
-
   <div class="inner_cell">
-    <div class="text_cell_render border-box-sizing rendered_html">
-      {{ cell.source  | markdown2html | strip_files_prefix }}
+    <div class="{{ area }}">
+      {{ caller() }}
     </div>
   </div>
-
   {%- endif -%}
+{%- endmacro %}
 
+{% block markdowncell scoped %}
+{%- set nbg = cell.metadata.nbgrader if 'nbgrader' in cell.metadata else {} -%}
+<div class="cell border-box-sizing text_cell rendered">
+  {{ self.empty_in_prompt() }}
+  {% call llmrl_cell(cell, nbg.solution or nbg.grade or nbg.task, "text_cell_render border-box-sizing rendered_html") -%}
+  {{ cell.source | markdown2html | strip_files_prefix }}
+  {%- endcall %}
 </div>
 {% endblock markdowncell %}
 
 {% block input %}
-  {%- if 'nbgrader' in cell.metadata and (cell.metadata.nbgrader.solution or cell.metadata.nbgrader.grade) -%}
-  <div class="panel panel-primary nbgrader_cell">
-    {{ llmrl_heading(cell) }}
-    <div class="panel-body">
-      <div class="input_area">
-        {{ cell.source | highlight_code(metadata=cell.metadata) }}
-      </div>
-    </div>
-    {{ nbgrader_footer(cell) }}
-  </div>
-
-  {%- else -%}
-
-  <div class="inner_cell">
-    <div class="input_area">
-      {{ cell.source | highlight_code(metadata=cell.metadata) }}
-    </div>
-  </div>
-  {%- endif -%}
-
+{%- set nbg = cell.metadata.nbgrader if 'nbgrader' in cell.metadata else {} -%}
+{% call llmrl_cell(cell, nbg.solution or nbg.grade, "input_area") -%}
+{{ cell.source | highlight_code(metadata=cell.metadata) }}
+{%- endcall %}
 {% endblock input %}
 """
 
