@@ -70,7 +70,7 @@ GRADE_PY = HERE / "grade.py"
 STATE = ".grading"
 SELF_CHECK = "llmrl-self-check"
 GRADER_FILES = ("grade.py", "tworun.py", "kernels.py", "wire.py", "remote.py", "sandbox.py", "nbgrader_config.py",
-                "safety.py", "files.py")
+                "safety.py", "files.py", "feedback.py")
 COLUMNS = ["student", "assignment", "notebook", "points", "max_points", "status", "reason", "seconds", "kernel_cpu_s"]
 
 
@@ -86,6 +86,7 @@ class Job:
     env: dict[str, str] = field(default_factory=dict)
     problem: str | None = None         # a submission that cannot be graded at all (a symlinked folder)
     self_check: bool = False
+    notes: list[str] = field(default_factory=list)  # files not graded and why (course.match_submission)
 
 
 @dataclass
@@ -102,7 +103,7 @@ def _lexists_dir(p: Path) -> bool:
     return p.is_dir() and not p.is_symlink()
 
 
-def find_jobs(assignments: list[str], submitted: Path) -> list[Job]:
+def find_jobs(assignments: list[str], submitted: Path, root: Path = ROOT) -> list[Job]:
     jobs = []
     if not submitted.is_dir():
         return jobs
@@ -115,11 +116,16 @@ def find_jobs(assignments: list[str], submitted: Path) -> list[Job]:
                 jobs.append(Job(a, student_dir.name, [], problem=f"{folder} is a symbolic link or not a folder; "
                                                                 "the grader never follows links"))
                 continue
-            found = sorted(p for p in folder.iterdir() if p.suffix == ".ipynb")
+            found = sorted(p for p in folder.iterdir() if p.suffix.lower() == ".ipynb")
             links = [p.name for p in found if not files.is_regular(p)]
-            jobs.append(Job(a, student_dir.name, [p for p in found if files.is_regular(p)],
-                            problem=None if not links or len(links) < len(found) else
-                            f"{', '.join(links)}: not a regular file (a symbolic link?); the grader never follows links"))
+            job = Job(a, student_dir.name, [p for p in found if files.is_regular(p)],
+                      problem=None if not links or len(links) < len(found) else
+                      f"{', '.join(links)}: not a regular file (a symbolic link?); the grader never follows links")
+            if job.problem is None:  # one file per notebook of the assignment; the others are named in notes
+                chosen, job.notes = course.match_submission(a, job.files, root)
+                job.files = [p for p, _ in chosen]
+                job.notes += [f"{n}: a symbolic link, not graded (the grader never follows links)" for n in links]
+            jobs.append(job)
     return jobs
 
 
@@ -412,7 +418,10 @@ def merge(gb, result: Result, root: Path) -> None:
     for nb in report["notebooks"]:
         for cell in nb["cells"]:
             g = gb.find_grade(cell["grade_id"], nb["notebook"], job.assignment, job.student)
-            g.auto_score = cell["points"]
+            # None, as nbgrader's own autograde leaves them: a notebook not handed in ("missing" in
+            # the grade tables, not 0) and a written answer (for a person to score in the formgrader)
+            unscored = nb["status"] == "missing" or (cell["needs_manual_grade"] and not nb["needs_manual_review"])
+            g.auto_score = None if unscored else cell["points"]
             g.needs_manual_grade = bool(cell["needs_manual_grade"] or nb["needs_manual_review"])
             if nb["needs_manual_review"]:
                 g.manual_score = 0.0  # zero until a person has looked (the reasons are in the batch table)
@@ -422,11 +431,20 @@ def merge(gb, result: Result, root: Path) -> None:
 def copy_outputs(result: Result, root: Path) -> None:
     if result.out is None or not result.out.is_dir():
         return
+    import feedback
+
     job = result.job
+    # Feedback with something a person has not graded yet stays back (course.py feedback releases it
+    # once it is graded, or when the instructor forces it); an older copy of it is taken out.
+    held = {nb["notebook"] for nb in (result.report or {}).get("notebooks", []) if not feedback.releasable(nb)}
     for kind, suffix in (("autograded", ".ipynb"), ("feedback", ".html")):
         target = root / kind / job.student / job.assignment
         for p in sorted(result.out.iterdir()):
             if p.suffix == suffix and files.is_regular(p):
+                if kind == "feedback" and p.stem in held:
+                    if files.is_regular(target / p.name):
+                        (target / p.name).unlink()
+                    continue
                 files.copy_regular(p, target / p.name)
 
 
@@ -447,12 +465,11 @@ def snapshot(root: Path) -> dict:
     return rows
 
 
-def export_grades(gb, root: Path) -> None:
-    from nbgrader.plugins import CsvExportPlugin
-
+def export_grades(gb, root: Path, failed: dict | None = None) -> None:
+    """grades.csv (course.write_grades_csv); `failed`: (assignment, student) -> why this batch failed them."""
     tmp = root / f".grades.csv.{os.getpid()}.tmp"
     try:
-        CsvExportPlugin(to=str(tmp)).export(gb)
+        course.write_grades_csv(root, failed, path=tmp)
         os.replace(tmp, root / "grades.csv")
     except OSError as e:
         if files._full(e):
@@ -494,7 +511,7 @@ def run_batch(assignments: list[str], root: Path = ROOT, submitted: Path | None 
     started = time.monotonic()
     usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     submitted = submitted or root / "submitted"
-    jobs = find_jobs(assignments, submitted) if jobs is None else jobs
+    jobs = find_jobs(assignments, submitted, root) if jobs is None else jobs
     workers = max(1, workers or os.cpu_count() or 1)
     files.sweep()  # scratch folders of earlier batches that were killed
     work = files.scratch_dir("batch")
@@ -558,7 +575,9 @@ def run_batch(assignments: list[str], root: Path = ROOT, submitted: Path | None 
             finally:
                 pool.shutdown(wait=True, cancel_futures=True)
             if gb is not None and results:
-                with_gradebook_retry("exporting grades.csv", lambda: export_grades(gb, root), db=root / "gradebook.db")
+                failed = {(r.job.assignment, r.job.student): r.error for r in results.values() if r.report is None}
+                with_gradebook_retry("exporting grades.csv", lambda: export_grades(gb, root, failed),
+                                     db=root / "gradebook.db")
         finally:
             if bar is not None:
                 bar.close()
@@ -650,9 +669,11 @@ def table_rows(results: list[Result]) -> list[dict]:
     rows = []
     for r in results:
         base = {"student": r.job.student, "assignment": r.job.assignment}
+        unmatched = "; ".join(r.job.notes)
         if r.report is None:
-            rows.append(dict(base, notebook="*", points=0.0, max_points="", status="failed", reason=r.error,
-                             seconds=round(r.seconds, 1), kernel_cpu_s=""))
+            rows.append(dict(base, notebook="*", points="", max_points="", status="failed",
+                             reason="; ".join(x for x in (r.error, unmatched) if x), seconds=round(r.seconds, 1),
+                             kernel_cpu_s=""))
             continue
         for nb in r.report["notebooks"]:
             status = "review" if nb["needs_manual_review"] else nb["status"]
@@ -660,8 +681,10 @@ def table_rows(results: list[Result]) -> list[dict]:
             notes = "; ".join(nb.get("review_notes", []))
             ev = nb.get("events") or {}
             extra = [k for k in ("notebook_timeout", "kernel_died") if ev.get(k)]
-            reason = "; ".join(x for x in (reason, ", ".join(extra), ("look at: " + notes) if notes else "") if x)
-            rows.append(dict(base, notebook=nb["notebook"], points=nb["points"], max_points=nb["max_points"],
+            reason = "; ".join(x for x in (reason, ", ".join(extra), ("look at: " + notes) if notes else "",
+                                           unmatched) if x)
+            rows.append(dict(base, notebook=nb["notebook"], max_points=nb["max_points"],
+                             points="" if nb["status"] == "missing" else nb["points"],  # missing, not 0
                              status=status, reason=reason, seconds=round(r.seconds, 1),
                              kernel_cpu_s=round(ev.get("kernel_cpu_s", 0.0) or 0.0, 1)))
     return rows
@@ -686,8 +709,11 @@ def summary(batch: dict) -> str:
         lines.append(f"seconds per submission: median {secs[len(secs) // 2]:.1f}, max {secs[-1]:.1f}")
     for r in failed:
         lines.append(f"FAILED  {r.job.student}/{r.job.assignment}: {r.error}")
+    for r in results:
+        for note in r.job.notes:
+            lines.append(f"file    {r.job.student}/{r.job.assignment}: {note}")
     for r, nb in missing:
-        lines.append(f"missing {r.job.student}/{r.job.assignment}/{nb['notebook']}: 0 points ({nb['reason']})")
+        lines.append(f"missing {r.job.student}/{r.job.assignment}/{nb['notebook']}: not handed in ({nb['reason']})")
     for r in review:
         reasons = [x for nb in r.report["notebooks"] for x in nb["review_reasons"]]
         lines.append(f"REVIEW  {r.job.student}/{r.job.assignment}: 0 until reviewed: {'; '.join(reasons)}")

@@ -7,7 +7,7 @@ with --config; the two-line nbgrader_config.py at the root loads it for plain `n
 
 import os
 
-from nbgrader.preprocessors import ClearHiddenTests, ClearMarkScheme, GetGrades
+from nbgrader.preprocessors import ClearHiddenTests, ClearMarkScheme
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
 
 c = get_config()  # noqa: F821 (provided by traitlets when it loads this file)
@@ -29,8 +29,17 @@ c.Execute.interrupt_on_timeout = True
 c.Execute.extra_arguments = ["--InteractiveShell.xmode=Minimal"]
 
 # Feedback shows the student's grades but never the hidden tests (nbgrader's default
-# feedback pipeline would show them).
-c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, ClearMarkScheme, CSSHTMLHeaderPreprocessor]
+# feedback pipeline would show them). A cell no person has graded yet (a written answer, a notebook
+# held for review) says "awaiting grading", not 0 (autograder/feedback.py, templates/llmrl_feedback).
+import sys  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from feedback import FeedbackExporter, GetGradesPending  # noqa: E402
+
+c.GenerateFeedback.preprocessors = [GetGradesPending, ClearHiddenTests, ClearMarkScheme, CSSHTMLHeaderPreprocessor]
+c.GenerateFeedback.exporter_class = FeedbackExporter
+# grades.csv (`nbgrader export` too): automatic and manual points apart, pending and missing marked.
+c.ExportApp.plugin_class = "course.GradesCsv"
 
 # Text for graders and instructors only (CONTRIBUTING.md, "Answers and rubrics for graders"): lines
 # between BEGIN MARK SCHEME and END MARK SCHEME (in markdown as <!-- BEGIN MARK SCHEME --> comments)
