@@ -740,7 +740,7 @@ print(make_backend("char", progress=True).describe())  # builds the cached base 
 # %% [markdown]
 # ### The format_copy runs
 
-# %%
+# %% tags=["nbval-mask-numbers"]
 torch.manual_seed(0)
 fc = {algo: run("format_copy", algo) for algo in ("grpo", "reinforce")}
 for algo, recs in fc.items():
@@ -757,7 +757,7 @@ plt.show()
 # Read the completions the policy actually wrote, next to their rewards and the advantages they
 # received. The first sampled group and a late one are shown for the GRPO run:
 
-# %%
+# %% tags=["nbval-mask-samples"]
 _gens = read_jsonl(f"{RUNS}/format_copy-grpo-seed0/generations.jsonl")
 print(plots.format_generations(_gens, steps=(_gens[0]["step"], _gens[-1]["step"])))
 
@@ -768,7 +768,7 @@ print(plots.format_generations(_gens, steps=(_gens[0]["step"], _gens[-1]["step"]
 # GRPO makes two clipped passes over every batch. Compare them on the greedy eval of held-out
 # problems, the smoother curve.
 
-# %%
+# %% tags=["nbval-mask-numbers"]
 torch.manual_seed(0)
 mt = {algo: run("math_toy", algo) for algo in ("grpo", "reinforce")}
 for algo, recs in mt.items():
@@ -780,7 +780,7 @@ print("expected:", {k: v for k, v in EXPECTED.items() if k.startswith("math")})
 fig = plots.plot_runs({f"math_toy {a}": r for a, r in mt.items()}, path="artifacts/hw4/math_toy.png")
 plt.show()
 
-# %%
+# %% tags=["nbval-mask-samples"]
 _gens = read_jsonl(f"{RUNS}/math_toy-grpo-seed0/generations.jsonl")
 print(plots.format_generations(_gens, steps=(_gens[0]["step"], _gens[-1]["step"])))
 
@@ -800,7 +800,7 @@ print(plots.format_generations(_gens, steps=(_gens[0]["step"], _gens[-1]["step"]
 # breaks the run first. **What you should find:** the reward curve tells you when a run broke, the KL
 # and clip-fraction curves tell you why; at least one knob does not degrade within the values tried.
 
-# %%
+# %% tags=["nbval-mask-numbers"]
 from llmrl.hw4.ablation import plot_sweep, sweep
 
 torch.manual_seed(0)

@@ -422,7 +422,7 @@ p0 = lab21.project0(
     loss_fns={"opd-sampled": opd_sampled_from_batch, "opd-full": opd_full_from_batch},
 )
 
-# %%
+# %% tags=["nbval-mask-numbers"]
 print(lab21.summary_table(p0, ["pass@1", "pass@8", "kl_to_teacher_exact_token_mean_nats"], EXPECTED["project0"]))
 print(f"published start: pass@1 {EXPECTED['project0']['start']['pass@1']:.2f}, "
       f"KL {EXPECTED['project0']['start']['kl_to_teacher_exact_token_mean_nats']:.2f}")

@@ -260,9 +260,8 @@ def compute_reference(path: Path | str | None = REFERENCE_PATH, progress: bool =
 
 
 def start_checkpoint() -> dict:
-    """Which SFT checkpoint the runs start from: its SFT step and checksum. The checkpoint is built
-    on each machine; another CPU's arithmetic can take it at another step, and then the same code
-    and seeds give other runs (rebuild the stored ones there)."""
+    """Which SFT checkpoint the runs start from: its SFT step and the sha256 of its shipped file
+    (llmrl.shipped). When the shipped models are rebuilt, the stored runs must be rebuilt too."""
     from ..checkpoints import load_checkpoint
 
     _, meta = load_checkpoint("sft", progress=False, with_meta=True)
