@@ -26,7 +26,8 @@ missing file; it never trains a replacement behind the user's back.
 
 Instructors rebuild them with ``python -m llmrl.cache --rebuild-shipped`` (minutes): one SFT run
 of the course's recipe, a scan of its snapshots every ``SCAN_EVERY`` steps, the student and sft
-snapshots chosen by :func:`choose` (closest to the published calibration, :data:`TARGETS`), the
+snapshots chosen by :func:`choose` and :func:`choose_sft` (closest to the published calibration,
+:data:`TARGETS`; for the sft model, the closest whose lab19 run shows the published hack), the
 character model pretrained with each of ``CHARLM_SEEDS`` and chosen by :func:`choose_charlm`, all
 written with a new manifest. On another CPU a rebuild gives
 other bits and possibly other steps: that is a new release of the models, to be committed with the
@@ -61,6 +62,15 @@ TARGETS = {
     "sft": {"greedy": (0.80, 0.03), "sampled_T1": (0.55, 0.03)},
 }
 SFT_T2_BELOW = 0.30      # lab11: "below 30% at T = 2", a hard bound (with a margin in choose())
+# lab19 Part 2 starts from the sft model: with the proxy reward and no KL, accuracy rises from about
+# 0.52 to about 0.62, then the policy pads every answer to the 4-character maximum and accuracy falls
+# to 0. Whether (and when) a run gets there varies from snapshot to snapshot, so the sft snapshot is
+# the nearest to its calibration (at most SFT_MAX_DISTANCE) whose lab19 run (seed 0, lab19's
+# HACK_SETTINGS) shows that: start within 0.05 of 0.52, peak within 0.06 of 0.62, the last 20 steps
+# at length >= 3.9 with accuracy <= 0.03 (the bounds of lib/tests/test_lab19.py).
+LAB19_HACK = {"accuracy_start": (0.52, 0.05), "accuracy_peak": (0.62, 0.06)}
+LAB19_HACK_END = {"final_length_at_least": 3.9, "final_accuracy_at_most": 0.03}
+SFT_MAX_DISTANCE = 4.0
 SCAN_FROM, SCAN_EVERY = 100, 5
 # hw4's character model: the pretraining seeds tried, and the base model's published math score
 # (hw4's EXPECTED["math_base_eval"]; format_copy's base exact match is 0 by design).
@@ -198,6 +208,47 @@ def measure(cfg, states: dict, teacher_state: dict, progress: bool = True) -> li
     return rows
 
 
+def lab19_hack(state: dict, cfg=None) -> dict:
+    """lab19 Part 2's proxy run without KL (seed 0) from a TinyLM state: its summary
+    (:func:`llmrl.labs.lab19.hack_summary`) and whether it shows the published hack (LAB19_HACK)."""
+    from .checkpoints import COURSE_SFT
+    from .labs import lab19
+    from .tinylm import TinyLM
+
+    cfg = cfg or COURSE_SFT
+    model = TinyLM(cfg.model)
+    model.load_state_dict(state)
+    model.eval()
+    summary = lab19.hack_summary(lab19.as_series(lab19.hacking_run(0.0, policy=model, progress=False)))
+    ok = (all(abs(summary[k] - want) <= tol for k, (want, tol) in LAB19_HACK.items())
+          and summary["final_length"] >= LAB19_HACK_END["final_length_at_least"]
+          and summary["final_accuracy"] <= LAB19_HACK_END["final_accuracy_at_most"])
+    return {**{k: round(float(v), 4) for k, v in summary.items()}, "shows_the_hack": bool(ok)}
+
+
+def choose_sft(rows: list[dict], states: dict, workers: int = 2, limit: int = 16) -> tuple[dict, list[dict]]:
+    """The sft snapshot: the nearest to its calibration (:func:`distance`, at most
+    SFT_MAX_DISTANCE) whose lab19 proxy run shows the hack. Tries the candidates in order of
+    distance, ``workers`` at a time (forked processes), at most ``limit`` of them. Returns (the
+    chosen scan row, the rows tried, each with its lab19 summary)."""
+    from multiprocessing import get_context
+
+    candidates = sorted((r for r in rows if r["step"] in states and distance(r, "sft") <= SFT_MAX_DISTANCE),
+                        key=lambda r: (distance(r, "sft"), r["step"]))[:limit]
+    tried = []
+    with get_context("fork").Pool(max(1, workers)) as pool:
+        for i in range(0, len(candidates), max(1, workers)):
+            batch = candidates[i:i + max(1, workers)]
+            for row, hack in zip(batch, pool.map(lab19_hack, [states[r["step"]] for r in batch])):
+                tried.append({"step": row["step"], "distance": round(distance(row, "sft"), 3), "lab19": hack})
+            passing = [t for t in tried if t["lab19"]["shows_the_hack"]]
+            if passing:
+                step = passing[0]["step"]
+                return next(r for r in rows if r["step"] == step), tried
+    raise RuntimeError(f"none of the {len(candidates)} sft snapshots nearest the calibration shows lab19's hack "
+                       f"(tried steps {[t['step'] for t in tried]}); look at lab19's settings")
+
+
 def scan_snapshots(cfg=None, progress: bool = True):
     """Scan the snapshots of one SFT recipe (the course's by default) for :func:`choose`.
 
@@ -265,7 +316,8 @@ def rebuild(out_dir: Path | None = None, progress: bool = True) -> dict:
     teacher = TinyLM(COURSE_SFT.model)
     teacher.load_state_dict(teacher_state)
     teacher.eval()
-    chosen = {role: choose(rows, role)["step"] for role in TARGETS}
+    sft_row, sft_tried = choose_sft(rows, states)
+    chosen = {"student": choose(rows, "student")["step"], "sft": sft_row["step"]}
     entries = {}
     for name, state, step in (("teacher", teacher_state, COURSE_SFT.steps),
                               ("student", states.get(chosen["student"]), chosen["student"]),
@@ -285,8 +337,10 @@ def rebuild(out_dir: Path | None = None, progress: bool = True) -> dict:
     blob = {"format": MANIFEST_FORMAT, "built": {**machine(), "date": datetime.now(timezone.utc).strftime("%Y-%m-%d")},
             "choice": {"targets": {r: {k: v[0] for k, v in t.items()} for r, t in TARGETS.items()},
                        "sft_T2_below": SFT_T2_BELOW, "scan_every": SCAN_EVERY, "scan_from": SCAN_FROM,
+                       "sft_max_distance": SFT_MAX_DISTANCE, "sft_lab19_hack": {**{k: v[0] for k, v in LAB19_HACK.items()},
+                                                                               **LAB19_HACK_END},
                        "charlm_seeds": list(CHARLM_SEEDS), "charlm_math_base": CHARLM_MATH_BASE},
-            "models": entries, "scan": rows, "charlm_scan": char_rows}
+            "models": entries, "scan": rows, "sft_lab19_tried": sft_tried, "charlm_scan": char_rows}
     tmp = out_dir / (MANIFEST_NAME + ".tmp")
     tmp.write_text(json.dumps(blob, indent=1) + "\n")
     tmp.replace(out_dir / MANIFEST_NAME)

@@ -101,10 +101,14 @@ def test_the_manifest_records_where_and_how_the_models_were_chosen():
     m = shipped.manifest()
     assert {"torch", "cpu_capability", "date"} <= set(m["built"])
     scan = {r["step"]: r for r in m["scan"]}
-    for name in ("student", "sft"):
+    assert shipped.choose(m["scan"], "student")["step"] == m["models"]["student"]["step"]  # the rule's choice
+    # the sft model: the nearest snapshot whose lab19 run shows the hack; the nearer ones were tried and do not
+    tried = m["sft_lab19_tried"]
+    assert [t["lab19"]["shows_the_hack"] for t in tried] == [False] * (len(tried) - 1) + [True]
+    assert tried[-1]["step"] == m["models"]["sft"]["step"] and tried[-1]["distance"] <= shipped.SFT_MAX_DISTANCE
+    assert [t["distance"] for t in tried] == sorted(t["distance"] for t in tried)
+    for name in ("student", "sft"):  # the row the choice was made on is the file's own calibration
         e = m["models"][name]
-        assert shipped.choose(m["scan"], name)["step"] == e["step"]  # the choice is the rule's
-        # the row the choice was made on is the file's own calibration
         assert {k: scan[e["step"]][k] for k in shipped.TARGETS[name]} == {k: e["calibration"][k] for k in shipped.TARGETS[name]}
     json.dumps(m)  # plain JSON
 
