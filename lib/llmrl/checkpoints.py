@@ -43,7 +43,7 @@ from .utils import check_fields, set_threads
 FORMAT_VERSION = 1
 # The SFT steps of the shipped student and sft snapshots (llmrl.shipped: chosen by their calibration
 # on the instructors' machine; models/MANIFEST.json records the same steps).
-STUDENT_STEP, SFT_STEP = 285, 363
+STUDENT_STEP, SFT_STEP = 285, 362
 
 
 def _field(default, doc: str):

@@ -751,7 +751,7 @@ for algo, recs in fc.items():
           f"final rollout reward {recs[-1]['reward_mean']:.3f}")
 print("expected:", {k: v for k, v in EXPECTED.items() if k.startswith("format")})
 
-# %%
+# %% tags=["nbval-mask-numbers"]
 # A correct set of functions lifts format_copy's reward far above where it starts within these
 # steps, with either algorithm; a run that stays low points to the shift, the mask or the
 # advantages, and then to the update itself. (0.8: well below the 1.1 to 1.3 that correct functions
