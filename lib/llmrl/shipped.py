@@ -138,7 +138,7 @@ def verify(models_dir: Path | None = None) -> dict:
 # ------------------------------------------------------------------------------ calibration
 
 def calibration(model, teacher=None) -> dict:
-    """The numbers the handouts calibrate, on fixed problems and seeds (the same ones
+    """The numbers the published results calibrate, on fixed problems and seeds (the same ones
     lib/tests/test_calibration.py checks): greedy, T = 1 and T = 2 accuracy on 1,000 two-digit
     problems, and, given a teacher, lab21 Project 0's starting point (pass@1 from 8 samples of 100
     problems and the exact per-token KL to the teacher on them)."""
