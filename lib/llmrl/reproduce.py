@@ -201,8 +201,8 @@ def _claims() -> list[Claim]:
     S = ("lab11/sweep",)
     add("lab11.greedy-accuracy", "lab11", "The SFT TinyLM's accuracy with greedy decoding.", "about 0.80", S,
         lambda r: r["lab11/sweep"]["accuracy"]["0"], near(0.80, 0.05, ACC_ABOUT),
-        known="the shipped sft model (llmrl.shipped, SFT step 362) is the snapshot nearest 80% greedy and 55% "
-              "at T = 1 whose lab19 proxy run shows the published hack; it scores 0.84 (step 363, at 0.80, does not hack)")
+        known="the shipped sft model (llmrl.shipped) is the snapshot nearest 80% greedy and 55% at T = 1 whose "
+              "lab19 proxy run shows the published hack; the snapshots nearer 80% greedy do not hack")
     add("lab11.accuracy-T1", "lab11", "Its accuracy when sampling at T = 1.", "about 0.55", S,
         lambda r: r["lab11/sweep"]["accuracy"]["1"], near(0.55, 0.05, ACC_ABOUT))
     add("lab11.accuracy-T2", "lab11", "Its accuracy at T = 2.", "below 0.30", S,
@@ -420,9 +420,13 @@ def _claims() -> list[Claim]:
             near(pad, 0.05, "a share near 0 or 1 from one seed: ±0.05"))
     add("lab21.p2-w1-pad", "lab21", "Project 2, stylish with w = 1: padded share of small sums.", "0.08", P2,
         lambda r: _ev(r["lab21/project2"], "stylish_w1", "pad_share_small_sums"),
-        near(0.08, 0.07, "a small share from one seed: ±0.07"))
+        near(0.08, 0.07, "a small share from one seed: ±0.07"),
+        known="padding pays once w exceeds the accuracy on small sums (lab21.honest_vs_pad); our student's is "
+              "well below 1, so w = 1 is already past the threshold")
     add("lab21.p2-w1-gold", "lab21", "Project 2, stylish with w = 1: gold pass@1.", "0.50", P2,
-        lambda r: _ev(r["lab21/project2"], "stylish_w1", "gold_pass@1"), near(0.50, 0.07, ACC_SEED))
+        lambda r: _ev(r["lab21/project2"], "stylish_w1", "gold_pass@1"), near(0.50, 0.07, ACC_SEED),
+        known="padding pays once w exceeds the accuracy on small sums (lab21.honest_vs_pad); our student's is "
+              "well below 1, so w = 1 is already past the threshold")
     add("lab21.p2-stylish-hacked", "lab21", "The w = 2 stylish rubric is hacked: it pads most small sums while "
         "gold accuracy gains nothing (padded share minus 0.5, or -1 if gold rose by more than 0.05).", "hacked", P2,
         lambda r: (_ev(r["lab21/project2"], "stylish_w2", "pad_share_small_sums") - 0.5)
@@ -448,7 +452,9 @@ def _claims() -> list[Claim]:
     add("lab21.p3-target-only-drift", "lab21", "...and the other buckets drift down (start minus end, mean of the "
         "2-digit buckets).", "drift down", P3, lambda r: float(np.mean(
             [_ev(r["lab21/project3"], "target-only", f"sampled_accuracy_{b}", 0) - _ev(r["lab21/project3"], "target-only", f"sampled_accuracy_{b}")
-             for b in ("2d+2d_nocarry", "2d+2d_carry", "2d+2d_ge100")])), above(0.0, "a direction"), qualitative=True)
+             for b in ("2d+2d_nocarry", "2d+2d_carry", "2d+2d_ge100")])), above(0.0, "a direction"), qualitative=True,
+        known="when no sample of a group succeeds every advantage is exactly 0, so target-only never updates "
+              "the model (no KL, no weight decay): nothing can drift")
     add("lab21.p3-both-improve", "lab21", "Uniform and learnability both improve the 2-digit buckets (the smaller "
         "of the two arms' mean gains).", "improve", P3, lambda r: min(float(np.mean(
             [_ev(r["lab21/project3"], a, f"sampled_accuracy_{b}") - _ev(r["lab21/project3"], a, f"sampled_accuracy_{b}", 0)
@@ -477,7 +483,9 @@ def _claims() -> list[Claim]:
             (lambda a: lambda r: _ev(r["lab21/project4"], a, "pass@1"))(arm), near(p1, 0.07, ACC_SEED))
         add(f"lab21.p4-{arm}-pass16", "lab21", f"Project 4, {arm} advantage: final pass@16.", f"{p16:.2f}", P4,
             (lambda a: lambda r: _ev(r["lab21/project4"], a, "pass@16"))(arm),
-            near(p16, 0.04, "pass@16 near 0.9 varies less: ±0.04 (about two evaluation standard errors)"))
+            near(p16, 0.04, "pass@16 near 0.9 varies less: ±0.04 (about two evaluation standard errors)"),
+            known="our student's pass@16 starts about where the published runs end and saturates near 1 on "
+                  "100 prompts")
     add("lab21.p4-maxrl-direction", "lab21", "MaxRL's pass@16 is at least the mean baseline's (difference).",
         "maxrl >= mean", P4, lambda r: _ev(r["lab21/project4"], "maxrl", "pass@16") - _ev(r["lab21/project4"], "mean", "pass@16") + 1e-9,
         above(0.0, "a direction (the published gap is about the evaluation noise)"), qualitative=True)
@@ -1150,6 +1158,10 @@ def write_report(outcomes: Sequence[Outcome], info: dict, seeds: Sequence[int], 
         lines += [f"Wall time of this run{'' if state == 'complete' else ' so far'}: {wall_s / 60:.1f} min"
                   + (f" (load average {load})" if load else "")
                   + "; experiments read from the cache cost nothing here (their own cost is in the last table).", ""]
+    secs = [v for i in info.values() for v in i.get("seconds_by_seed", {}).values()]
+    if secs:
+        lines += [f"Computing the results in the cache took {sum(secs) / 60:.1f} min of wall time in all (the sum over"
+                  " the experiments and seeds of the last table; on a shared machine).", ""]
     lines += ["## Summary", "", "| lab | claims | holds | within about | differs | not run | qualitative held |"
               " numeric held |", "|---|---|---|---|---|---|---|---|"]
     for lab, r in summary_counts(outcomes).items():
