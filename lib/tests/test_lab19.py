@@ -144,7 +144,7 @@ def test_hacking_run_takes_a_reward_function():
 
     run = lab19.hacking_run(0.0, reward=reward, steps=1, progress=False)
     assert calls and calls[0] == 16 * 8, calls  # one step: 16 prompts x 8 samples scored by our function
-    assert lab19.as_series(run)["reward"][0] == pytest.approx(lab19.as_series(run)["response_length"][0], abs=1e-5)
+    assert lab19.as_series(run)["reward_mean"][0] == pytest.approx(lab19.as_series(run)["completion_chars_mean"][0], abs=1e-5)
 
 
 def test_expected_report_lists_both_numbers():
