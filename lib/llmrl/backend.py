@@ -195,10 +195,12 @@ class TinyLMBackend:
 
     # -- sampling ---------------------------------------------------------------------------------
     def _generators(self, generator) -> list[torch.Generator]:
-        if isinstance(generator, (list, tuple)):
+        if isinstance(generator, (list, tuple)):  # a one-seed backend (a teacher) may serve several seeds' streams
             gens = list(generator)
-            if len(gens) != self.n_seeds or not all(isinstance(g, torch.Generator) for g in gens):
-                raise ValueError(f"generator must be a list of {self.n_seeds} torch.Generator (one per seed)")
+            if not gens or not all(isinstance(g, torch.Generator) for g in gens) or \
+                    (self.n_seeds > 1 and len(gens) != self.n_seeds):
+                raise ValueError(f"generator must be a list of {self.n_seeds if self.n_seeds > 1 else 'one or more'} "
+                                 "torch.Generator (one per seed)")
             return gens
         if self.n_seeds > 1:
             raise ValueError(f"this backend holds {self.n_seeds} seeds: generator must be a list of "

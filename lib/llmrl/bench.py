@@ -1,14 +1,26 @@
 """Benchmarks: ``python -m llmrl.bench`` prints one JSON object per figure.
 
 Everything is measured in the same run on one thread, and speed is reported as ratios within the
-run (the machines are shared and noisy): an RL step against the time its FLOPs would take at the
-matmul rate measured a moment before, and, when the optional ``trl`` extra is installed, TRL's
-GRPOTrainer against ours per sequence.
+run (the machines are shared and noisy): each timing is the best of ``--rounds`` alternated rounds
+(the one least disturbed by other jobs), given as wall time and as this process's CPU time, with
+the load average beside it.
 
-Figures: ``matmul_gflops``, ``rl_step_ms`` (16 prompts x 8 samples, 1 epoch), ``rl_step_flops_ms``
-and ``rl_step_vs_matmul_ratio``, ``sft_step_ms`` (batch 64), ``lab11_widget_update_s`` (a slider move redrawn), ``sft_teacher_student_s``
-(one SFT run from scratch that yields the student and the teacher), ``trl_grpo_vs_ours_per_sequence``
-(optional).
+Figures (16 prompts x 8 samples, 1 epoch, from a fresh TinyLM):
+
+* ``matmul_gflops``: the rate of a 512 x 512 x 512 fp32 matmul, one thread;
+* ``rl_step_ms``: one seed's RL step; ``rl_step_flops_ms``: the FLOPs of such a step done the plain
+  way (a KV cache in sampling, a reference forward, a training forward and backward over the whole
+  sequences) at that rate; ``rl_step_vs_matmul_ratio``;
+* ``rl_step_5seeds_ms`` (``--seeds``): five seeds stepping together (``rl_train(seeds=...)``),
+  ``rl_step_5seeds_vs_1seed_ratio`` and ``rl_step_5seeds_vs_matmul_ratio`` (against five steps' FLOPs);
+* ``baseline_rl_step_ms``: the plain-torch step of ``../shared/baseline`` (``quick_rl_bench.py``,
+  run as a subprocess before and after ours) and ``rl_step_speedup_vs_baseline``;
+* ``sft_step_ms`` (batch 64);
+* ``lab19_hacking_arm_s`` (300 steps, 1 seed and 5 seeds) and ``lab21_project0_s`` (four arms at
+  the full budget, 5 seeds), whole runs with their evaluations;
+* ``lab11_widget_update_s``, ``lab19_widget_update_s``, ``lab21_widget_update_s``: a slider move redrawn;
+* ``sft_teacher_student_s`` (one SFT run from scratch that yields the student and the teacher) and
+  ``trl_grpo_vs_ours_per_sequence`` (optional, with the ``trl`` extra).
 """
 
 from __future__ import annotations
@@ -16,8 +28,11 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -25,13 +40,20 @@ from .addition import PROMPT_LEN, RESPONSE_LEN
 from .checkpoints import COURSE_SFT, COURSE_SNAPSHOTS, SFTConfig, sft_train
 from .tinylm import TinyLM
 from .trainer import rl_train
-from .utils import set_threads
+from .utils import repo_root, set_threads
+
+BASELINE = Path("shared") / "baseline" / "quick_rl_bench.py"
 
 
 def emit(name: str, value, unit: str, **extra) -> dict:
     rec = {"figure": name, "value": value, "unit": unit, **extra}
     print(json.dumps(rec), flush=True)
     return rec
+
+
+def load() -> list[float]:
+    """The 1, 5 and 15 minute load averages (what else the machine was doing)."""
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 def matmul_gflops(n: int = 512, repeats: int = 20) -> float:
@@ -52,6 +74,9 @@ def forward_flops(model: TinyLM, n_tokens: int, context: int) -> float:
 
 
 def rl_step_flops(model: TinyLM, n_prompts: int = 16, group: int = 8) -> float:
+    """The FLOPs of one step done the plain way with a KV cache: the same yardstick as before the
+    step was made faster (the step now computes fewer: no column past the last token any row
+    scores, the old policy's log-probs taken from sampling)."""
     B = n_prompts * group
     prompt = forward_flops(model, n_prompts * PROMPT_LEN, PROMPT_LEN)
     sample = prompt + sum(forward_flops(model, B, PROMPT_LEN + i + 1) for i in range(RESPONSE_LEN - 2))
@@ -60,11 +85,34 @@ def rl_step_flops(model: TinyLM, n_prompts: int = 16, group: int = 8) -> float:
     return sample + scored + 3 * scored
 
 
-def time_rl_steps(model, steps: int, **kw) -> float:
-    rl_train(copy.deepcopy(model), steps=3, progress=False, **kw)  # warm-up
-    t = time.perf_counter()
-    rl_train(copy.deepcopy(model), steps=steps, progress=False, **kw)
-    return (time.perf_counter() - t) / steps * 1000
+class Clock:
+    """Wall and CPU seconds of a block."""
+
+    def __enter__(self):
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall, self.cpu = time.perf_counter() - self.wall, time.process_time() - self.cpu
+
+
+def time_rl_steps(model, steps: int, seeds=None, **kw) -> tuple[float, float]:
+    """(wall ms, CPU ms) per step of ``steps`` RL steps (after 3 warm-up steps)."""
+    rl_train(copy.deepcopy(model), steps=3, progress=False, seeds=seeds, **kw)
+    with Clock() as c:
+        rl_train(copy.deepcopy(model), steps=steps, progress=False, seeds=seeds, **kw)
+    return c.wall / steps * 1000, c.cpu / steps * 1000
+
+
+def best_of(rounds: int, *fns):
+    """Run the functions alternately ``rounds`` times; per function the result with the least wall time."""
+    best = [None] * len(fns)
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            r = fn()
+            if best[i] is None or r[0] < best[i][0]:
+                best[i] = r
+    return best
 
 
 def time_sft_steps(steps: int = 100) -> float:
@@ -74,23 +122,61 @@ def time_sft_steps(steps: int = 100) -> float:
     return (time.perf_counter() - t) / steps * 1000
 
 
-def widget_update_seconds() -> float:
-    """Seconds for lab11's temperature and beta widgets to redraw after a slider moves."""
+def baseline_script() -> Path | None:
+    """``../shared/baseline/quick_rl_bench.py`` seen from the repository (or ``$LLMRL_BASELINE``)."""
+    env = os.environ.get("LLMRL_BASELINE")
+    if env:
+        return Path(env)
+    root = repo_root() or Path.cwd()
+    for parent in [root, *root.parents]:
+        if (parent / BASELINE).is_file():
+            return parent / BASELINE
+    return None
+
+
+def baseline_ms(script: Path) -> float | None:
+    """The plain-torch step's ms, from its own process (never imported)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=900)
+    for line in res.stdout.splitlines():
+        try:
+            return float(json.loads(line)["ms"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    print(f"baseline failed: {res.stderr[-500:]}", file=sys.stderr)
+    return None
+
+
+def widget_seconds(box, slider, values) -> float:
+    """The fastest of the redraws after moving ``slider`` to each of ``values``."""
+    times = []
+    for v in values:
+        t = time.perf_counter()
+        slider.value = v
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def widget_update_seconds() -> dict[str, float]:
+    """Seconds for each lab's widgets to redraw after a slider moves (the slowest of each lab's)."""
+    import matplotlib.pyplot as plt
+
     from .addition import eval_problems
     from .checkpoints import load_checkpoint
-    from .labs import lab11
+    from .labs import lab11, lab19, lab21
 
-    def best(box, values):
-        times = []
-        for v in values:
-            t = time.perf_counter()
-            box.slider.value = v
-            times.append(time.perf_counter() - t)
-        return min(times)
-
+    out = {}
     tw = lab11.temperature_widget(load_checkpoint("sft", progress=False), eval_problems(100))
     bw = lab11.beta_widget("hack")
-    return max(best(tw, [2.0, 0.0, 1.5]), best(bw, [0.1, 3.0, 0.6]))
+    out["lab11"] = max(widget_seconds(tw, tw.slider, [2.0, 0.0, 1.5]), widget_seconds(bw, bw.slider, [0.1, 3.0, 0.6]))
+    w19 = lab19.beta_widget()
+    out["lab19"] = widget_seconds(w19, w19.slider, list(reversed(w19.slider.options))[:3])
+    results = lab21.load_results("project2")
+    w21 = lab21.rubric_weight_widget(results)
+    w_slider = w21.children[0].children[0]
+    out["lab21"] = widget_seconds(w21, w_slider, [1.0, 1.5, 2.5])
+    plt.close("all")
+    return out
 
 
 def trl_ratio(ours_ms_per_seq: float, steps: int = 3) -> dict | None:
@@ -105,25 +191,62 @@ def trl_ratio(ours_ms_per_seq: float, steps: int = 3) -> dict | None:
 
 def main(argv=None) -> list[dict]:
     ap = argparse.ArgumentParser(prog="python -m llmrl.bench", description=__doc__.splitlines()[0])
-    ap.add_argument("--rl-steps", type=int, default=30, help="timed RL steps (default 30)")
+    ap.add_argument("--rl-steps", type=int, default=30, help="timed RL steps per round (default 30)")
+    ap.add_argument("--rounds", type=int, default=2, help="alternated rounds; the best is reported (default 2)")
+    ap.add_argument("--seeds", type=int, default=5, help="seeds stepping together in the seeds figures (default 5)")
     ap.add_argument("--sft-steps", type=int, default=100, help="timed SFT steps (default 100)")
+    ap.add_argument("--skip-baseline", action="store_true", help="skip ../shared/baseline's step")
+    ap.add_argument("--skip-labs", action="store_true", help="skip the lab19 arm and lab21 Project 0 runs")
+    ap.add_argument("--skip-widgets", action="store_true", help="skip the widget redraws")
     ap.add_argument("--skip-sft-run", action="store_true", help="skip the full teacher+student SFT run")
     ap.add_argument("--skip-trl", action="store_true", help="skip the TRL comparison")
     args = ap.parse_args(argv)
     set_threads(1)
     torch.manual_seed(0)
-    out = []
-    gf = matmul_gflops()
+    S = args.seeds
+    out = [emit("load_average", load(), "1/5/15 min", note="other jobs on the machine when the bench started")]
+    script = None if args.skip_baseline else baseline_script()
+    base = [baseline_ms(script)] if script is not None else []
+    gf = max(matmul_gflops(), matmul_gflops())
     out.append(emit("matmul_gflops", round(gf, 1), "GFLOP/s", shape="512x512x512"))
     model = TinyLM()
-    ms = time_rl_steps(model, args.rl_steps)
-    out.append(emit("rl_step_ms", round(ms, 2), "ms", prompts=16, group=8, epochs=1, target="<= 25"))
+    (ms, cpu), (ms_s, cpu_s) = best_of(args.rounds, lambda: time_rl_steps(model, args.rl_steps),
+                                       lambda: time_rl_steps(model, args.rl_steps, seeds=list(range(S))))
+    gf = max(gf, matmul_gflops())
     flops_ms = rl_step_flops(model) / (gf * 1e9) * 1000
-    out.append(emit("rl_step_flops_ms", round(flops_ms, 2), "ms", note="the step's FLOPs at the matmul rate"))
-    out.append(emit("rl_step_vs_matmul_ratio", round(ms / flops_ms, 2), "x", target="<= 3"))
+    out.append(emit("rl_step_ms", round(ms, 2), "ms", cpu_ms=round(cpu, 2), prompts=16, group=8, epochs=1))
+    out.append(emit("rl_step_flops_ms", round(flops_ms, 2), "ms", note="a plain step's FLOPs at the matmul rate"))
+    out.append(emit("rl_step_vs_matmul_ratio", round(ms / flops_ms, 2), "x"))
+    out.append(emit(f"rl_step_{S}seeds_ms", round(ms_s, 2), "ms", cpu_ms=round(cpu_s, 2), seeds=S))
+    out.append(emit(f"rl_step_{S}seeds_vs_1seed_ratio", round(ms_s / ms, 2), "x", cpu_ratio=round(cpu_s / cpu, 2),
+                    target="<= 2"))
+    out.append(emit(f"rl_step_{S}seeds_vs_matmul_ratio", round(ms_s / (S * flops_ms), 2), "x", target="<= 2"))
+    if script is not None:
+        base.append(baseline_ms(script))
+        base = [b for b in base if b is not None]
+    if base:
+        b = sum(base) / len(base)
+        out.append(emit("baseline_rl_step_ms", round(b, 2), "ms", runs=[round(x, 2) for x in base],
+                        script=str(script), note="plain-torch step, run before and after ours"))
+        out.append(emit("rl_step_speedup_vs_baseline", round(b / ms, 2), "x", target=">= 4"))
+    elif not args.skip_baseline:
+        out.append(emit("baseline_rl_step_ms", None, "ms", note="../shared/baseline/quick_rl_bench.py not found"))
     out.append(emit("sft_step_ms", round(time_sft_steps(args.sft_steps), 2), "ms", batch=64))
-    out.append(emit("lab11_widget_update_s", round(widget_update_seconds(), 3), "s",
-                    note="slowest of the temperature and beta sliders, best of 3 moves", target="< 1"))
+    if not args.skip_labs:
+        from .labs import lab19, lab21
+
+        for seeds in ([0], list(range(S))):
+            with Clock() as c:
+                lab19.hacking_run(0.0, steps=300, seeds=seeds, progress=False)
+            out.append(emit("lab19_hacking_arm_s", round(c.wall, 1), "s", cpu_s=round(c.cpu, 1), steps=300,
+                            seeds=len(seeds), **({"target": "< 30 (quiet machine)"} if len(seeds) > 1 else {})))
+        with Clock() as c:
+            lab21.project0(seeds=list(range(S)), progress=False)
+        out.append(emit("lab21_project0_s", round(c.wall, 1), "s", cpu_s=round(c.cpu, 1), seeds=S,
+                        steps=lab21.PROJECTS["project0"].steps, arms=len(lab21.PROJECT0_ARMS)))
+    if not args.skip_widgets:
+        for lab, s in widget_update_seconds().items():
+            out.append(emit(f"{lab}_widget_update_s", round(s, 3), "s", note="best of 3 slider moves", target="< 1"))
     if not args.skip_sft_run:
         t = time.perf_counter()
         sft_train(COURSE_SFT, COURSE_SNAPSHOTS)
@@ -135,6 +258,7 @@ def main(argv=None) -> list[dict]:
             out.append(emit("trl_grpo_vs_ours_per_sequence", None, "x", note="trl extra not installed"))
         else:
             out.append(emit("trl_grpo_vs_ours_per_sequence", round(r["ratio"], 1), "x", target=">= 20", **r))
+    out.append(emit("load_average_end", load(), "1/5/15 min"))
     return out
 
 

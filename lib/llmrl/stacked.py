@@ -189,6 +189,14 @@ class TinyLMStack:
     def parameters(self) -> list[torch.Tensor]:
         return [self.weights[n] for n in self.names]
 
+    @torch.no_grad()
+    def release(self) -> None:
+        """Give every model its own copy of its current weights (they no longer follow the stack):
+        after training, so that saving one seed's model does not write the whole stack."""
+        for m in self.models:
+            for p in m.parameters():
+                p.data = p.data.clone()
+
     def __len__(self) -> int:
         return self.n_seeds
 

@@ -687,13 +687,13 @@ def train_loop(run: RLRun, steps: int, *, eval_fn: Callable | None = None, eval_
     ``on_step(record, batch)`` runs after each step (and gets the step-0 record with batch None);
     raise from it to stop. Returns ``history`` with one record appended per step.
 
-    Several seeds (``run.streams``): ``eval_fn`` and ``evaluate_model`` may be lists (one per
-    seed), ``on_step(record, batch, seed_index)`` runs once per seed, and the result is a
-    :class:`SeedHistories` (one History per seed; ``step_seconds`` is the time of the step of all
-    seeds together)."""
+    Seeds stepping together (``run.streams``, one or more): ``eval_fn`` and ``evaluate_model`` may
+    be lists (one per seed), ``on_step(record, batch, seed_index)`` runs once per seed, and the
+    result is a :class:`SeedHistories` (one History per seed; ``step_seconds`` is the time of the
+    step of all seeds together)."""
     check_int("eval_every", eval_every, minimum=0)
-    S, streams = run.n_seeds, run.seed_streams
-    if S == 1:
+    S, streams, multi = run.n_seeds, run.seed_streams, run.streams is not None
+    if not multi:
         histories = [History() if history is None else history]
     else:
         histories = [History() for _ in range(S)] if history is None else list(history)
@@ -710,7 +710,7 @@ def train_loop(run: RLRun, steps: int, *, eval_fn: Callable | None = None, eval_
     def emit(s, record, batch):
         histories[s].append(record)
         if on_step is not None:
-            on_step(record, batch) if S == 1 else on_step(record, batch, s)
+            on_step(record, batch, s) if multi else on_step(record, batch)
 
     if eval_every and run.step == 0:
         for s in range(S):
@@ -719,11 +719,11 @@ def train_loop(run: RLRun, steps: int, *, eval_fn: Callable | None = None, eval_
     bar = None
     if progress and run.step < steps:
         from tqdm.auto import tqdm
-        bar = tqdm(total=steps - run.step, desc=desc if S == 1 else f"{desc} x {S} seeds", leave=False)
+        bar = tqdm(total=steps - run.step, desc=f"{desc} x {S} seeds" if multi else desc, leave=False)
     while run.step < steps:
         t0 = time.perf_counter()
         records, batches = rl_step(run)
-        if S == 1:
+        if not multi:
             records, batches = [records], [batches]
         due = eval_every and (run.step % eval_every == 0 or run.step == steps)
         for s in range(S):
@@ -741,7 +741,7 @@ def train_loop(run: RLRun, steps: int, *, eval_fn: Callable | None = None, eval_
                             acc=f"{np.mean([r['sampled_accuracy'] for r in records]):.2f}")
     if bar is not None:
         bar.close()
-    return histories[0] if S == 1 else SeedHistories(histories)
+    return SeedHistories(histories) if multi else histories[0]
 
 
 class SeedHistories(list):
@@ -874,11 +874,16 @@ def rl_train(policy, config: RLConfig | None = None, *, reward_fn: Callable = ex
             callback(record["step"], record, models if seeds is None else models[s])
 
     desc = f"rl_train[{config.loss}]"
-    if seeds is None:
-        return train_loop(run, config.steps, eval_fn=eval_fns[0], eval_every=eval_every, evaluate_model=policy,
-                          on_step=on_step, progress=progress, desc=desc)
-    out = train_loop(run, config.steps, eval_fn=eval_fns, eval_every=eval_every, evaluate_model=models,
-                     on_step=on_step, progress=progress, desc=desc)
+    try:
+        if seeds is None:
+            return train_loop(run, config.steps, eval_fn=eval_fns[0], eval_every=eval_every, evaluate_model=policy,
+                              on_step=on_step, progress=progress, desc=desc)
+        out = train_loop(run, config.steps, eval_fn=eval_fns, eval_every=eval_every, evaluate_model=models,
+                         on_step=on_step, progress=progress, desc=desc)
+    finally:
+        release = getattr(getattr(backend, "stack", None), "release", None)
+        if callable(release) and isinstance(backend, TinyLMBackend) and backend is not policy:
+            release()  # the trained models keep their weights, each in storage of its own
     out.seeds, out.policies = tuple(seeds), models
     for h, s in zip(out, seeds):
         h.seed = s

@@ -29,6 +29,7 @@ from .. import overopt
 from ..losses import clipped_pg_loss
 from ..plotting import figure_png, save
 from ..rewards import exact_match, make_proxy_reward
+from ..runner import seeds_together
 from ..utils import check_float
 
 ARTIFACTS = Path("artifacts") / "lab19"
@@ -66,7 +67,7 @@ SERIES = ("sampled_accuracy", "reward_mean", "shaped_reward_mean", "completion_c
 # ----------------------------------------------------------------------------------- part 2
 
 def hacking_run(beta: float = 0.0, *, reward: str | Callable = "proxy", length_bonus: float = 0.1,
-                kl_reward_fn: Callable | None = None, progress: bool = True, **overrides):
+                kl_reward_fn: Callable | None = None, progress: bool = True, seeds=None, **overrides):
     """RL from the SFT checkpoint against the proxy (or "gold") reward with KL coefficient ``beta``.
 
     ``reward`` may also be a function (responses [N] str, answers [N] int) -> float tensor [N]
@@ -74,7 +75,9 @@ def hacking_run(beta: float = 0.0, *, reward: str | Callable = "proxy", length_b
 
     ``kl_reward_fn`` (rewards [B], logprobs [B, R], ref_logprobs [B, R], mask [B, R], beta) -> [B]
     is the student's ``kl_penalized_rewards``; None uses the trainer's own (k1 summed over real
-    tokens). ``overrides`` replace :data:`HACK_SETTINGS` or other RLConfig fields. Returns a History.
+    tokens). ``overrides`` replace :data:`HACK_SETTINGS` or other RLConfig fields. Returns a History;
+    with ``seeds=[0, 1, 2, 3, 4]`` every seed trains its own copy of the checkpoint, all seeds as one
+    computation, and the result is one History per seed (:class:`llmrl.trainer.SeedHistories`).
     """
     from ..checkpoints import load_checkpoint
     from ..trainer import RLConfig, rl_train
@@ -89,7 +92,7 @@ def hacking_run(beta: float = 0.0, *, reward: str | Callable = "proxy", length_b
     settings = {**HACK_SETTINGS, **overrides}
     policy = load_checkpoint("sft", progress=False)
     return rl_train(policy, RLConfig(kl_coef=beta, **settings), reward_fn=reward_fn,
-                    kl_reward_fn=kl_reward_fn, progress=progress)
+                    kl_reward_fn=kl_reward_fn, progress=progress, seeds=seeds)
 
 
 def _rolling(x: np.ndarray, w: int) -> np.ndarray:
@@ -156,13 +159,14 @@ def late_clip_stats(epoch: int, stats: dict) -> dict:
 
 
 def entropy_run(arm: str = "symmetric", *, policy_loss_fn: Callable | None = None, policy=None,
-                progress: bool = True, **overrides):
+                progress: bool = True, seeds=None, **overrides):
     """RL with several epochs per batch under one clip setting of :data:`CLIP_ARMS`.
 
     ``policy_loss_fn`` (LossBatch) -> loss or (loss, stats) is the student's ``clipped_pg_loss``
     (None: the library's). ``overrides`` replace :data:`ENTROPY_SETTINGS` or the arm's
     ``eps_low`` / ``eps_high`` (e.g. ``eps_high=0.4``). ``policy`` (default: a fresh SFT checkpoint)
-    is trained in place. Returns a History.
+    is trained in place. Returns a History; with ``seeds=[...]`` one History per seed, every seed
+    training its own copy of ``policy``, all as one computation.
     """
     from ..checkpoints import load_checkpoint
     from ..trainer import Hooks, RLConfig, rl_train
@@ -173,7 +177,7 @@ def entropy_run(arm: str = "symmetric", *, policy_loss_fn: Callable | None = Non
     settings = {**ENTROPY_SETTINGS, "eps_low": eps_low, "eps_high": eps_high, **overrides}
     policy = load_checkpoint("sft", progress=False) if policy is None else policy
     return rl_train(policy, RLConfig(**settings), policy_loss_fn=policy_loss_fn or clipped_pg_loss,
-                    hooks=Hooks(after_minibatch=late_clip_stats), progress=progress)
+                    hooks=Hooks(after_minibatch=late_clip_stats), progress=progress, seeds=seeds)
 
 
 def entropy_inputs(model, n_prompts: int = 64, seed: int = 0):
@@ -222,27 +226,33 @@ def entropy_summary(run, window: int = 10) -> dict[str, float]:
 REFERENCE_ARMS = tuple(f"hacking/{b:g}" for b in SWEEP_BETAS) + ("hacking/gold",) + tuple(f"entropy/{a}" for a in CLIP_ARMS)
 
 
-def reference_arm(arm: str, seed: int = 0, progress: bool = False) -> dict:
-    """One stored run as a result of the runner's schema: ``hacking/<beta>``, ``hacking/gold`` or
-    ``entropy/<clip arm>``, at the full length of :data:`HACK_SETTINGS` / :data:`ENTROPY_SETTINGS`."""
+@seeds_together
+def reference_arm(arm: str, seeds=(0,), progress: bool = False) -> list[dict]:
+    """The stored runs of one arm, one result of the runner's schema per seed (all seeds trained as
+    one computation): ``hacking/<beta>``, ``hacking/gold`` or ``entropy/<clip arm>``, at the full
+    length of :data:`HACK_SETTINGS` / :data:`ENTROPY_SETTINGS`."""
     from ..runner import result_from_history
 
+    seeds = [seeds] if isinstance(seeds, int) else list(seeds)
     kind, _, name = arm.partition("/")
     if kind == "hacking":
         gold = name == "gold"
-        history = hacking_run(0.0 if gold else float(name), reward="gold" if gold else "proxy", seed=seed,
-                              progress=progress)
-        config = {**HACK_SETTINGS, "seed": seed, "beta": 0.0 if gold else float(name),
-                  "reward": "gold" if gold else "proxy"}
+        histories = hacking_run(0.0 if gold else float(name), reward="gold" if gold else "proxy", seeds=seeds,
+                                progress=progress)
+        config = {**HACK_SETTINGS, "beta": 0.0 if gold else float(name), "reward": "gold" if gold else "proxy"}
     elif kind == "entropy" and name in CLIP_ARMS:
-        history = entropy_run(name, seed=seed, progress=progress)
-        config = {**ENTROPY_SETTINGS, "seed": seed, "arm": name}
+        histories = entropy_run(name, seeds=seeds, progress=progress)
+        config = {**ENTROPY_SETTINGS, "arm": name}
     else:
         raise ValueError(f"arm must be one of {REFERENCE_ARMS}, got {arm!r}")
-    res = result_from_history(history, config, SERIES)
-    res["curve"] = {k: v if k == "step" else [None if x is None else round(x, 5) for x in v]
-                    for k, v in res["curve"].items()}  # five decimals keep the stored file small
-    return res
+    out = []
+    for seed, history in zip(seeds, histories):
+        res = result_from_history(history, {**config, "seed": seed}, SERIES)
+        res["curve"] = {k: v if k == "step" else [None if x is None else round(x, 5) for x in v]
+                        for k, v in res["curve"].items()}  # five decimals keep the stored file small
+        out.append(res)
+    return out
+
 
 
 def compute_reference(path: Path | str | None = REFERENCE_PATH, progress: bool = True, workers: int = 2,
