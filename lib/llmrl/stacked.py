@@ -113,6 +113,14 @@ def _packed_positions(P: int, G: int, R: int) -> torch.Tensor:
     return torch.cat([torch.arange(P), torch.arange(P, P + R).repeat(G)])
 
 
+@lru_cache(maxsize=64)
+def _row_columns(G: int, R: int) -> torch.Tensor:
+    """[G * (1 + R)]: for row g and column j, which output of a packed group (the prompt's last
+    position, then the G rows' R tokens) scores it."""
+    j = torch.arange(R + 1)
+    return torch.cat([torch.where(j == 0, 0, 1 + g * R + j - 1) for g in range(G)])
+
+
 def canonical_rows(completions: torch.Tensor, group_size: int) -> torch.Tensor | None:
     """[B] index: for each row, the first row of its group (G consecutive rows sharing a prompt)
     with the same completion tokens ([B, R]); None when every row is unique.
@@ -206,7 +214,17 @@ class TinyLMStack:
         Wfc^T, bfc, Wout^T, bout) and the head (ln_f, embedding^T padded to V16, vocabulary bias);
         ln* = (weight, bias) of the LayerNorm's affine part. ``fold=True`` (sampling, no gradient)
         folds each affine part into the matrix after it (``(LN(x) w + b) W^T = LN(x) (W w)^T + W b``),
-        which saves one elementwise pass per LayerNorm in every decode step."""
+        which saves one elementwise pass per LayerNorm in every decode step. A frozen stack keeps
+        its folded weights until a weight changes."""
+        if fold and not self.trainable:
+            version = tuple(w._version for w in self.weights.values())
+            if getattr(self, "_folded", (None,))[0] != version:
+                with torch.no_grad():
+                    self._folded = (version, self._prepare(True))
+            return self._folded[1]
+        return self._prepare(fold)
+
+    def _prepare(self, fold: bool):
         V, Vp = self.config.vocab_size, self.vocab_padded
         tok = self.tok if Vp == V else F.pad(self.tok, (0, 0, 0, Vp - V))
         layers = []
@@ -316,16 +334,15 @@ class TinyLMStack:
             tokens = torch.cat([tokens, ids[:, :, :, P:P + Rin].reshape(S, N, G * Rin)], 2)
         L = P + G * Rin
         bias = _packed_bias(P, G, Rin, padded(L))
-        layers, head = self._prepared()
+        layers, head = self._prepared(fold=not torch.is_grad_enabled())
         x = self._embed(tokens, _packed_positions(P, G, Rin))
         for layer in layers:
             x = self._attention(x, layer, bias, N, L)
         Vp = self.vocab_padded
         out = self._head(x.view(S, N, L, -1)[:, :, P - 1:].reshape(S, N * (1 + G * Rin), -1), head)
         out = out.view(S, N, 1 + G * Rin, Vp)
-        first = out[:, :, :1].unsqueeze(2).expand(S, N, G, 1, Vp)
-        logits = torch.cat([first, out[:, :, 1:].view(S, N, G, Rin, Vp)], 3) if Rin else first
-        logits = logits.reshape(BT, n_cols, Vp)
+        # row g's column 0 is scored by the prompt's last position (shared), column j > 0 by its own token j - 1
+        logits = out.index_select(2, _row_columns(G, Rin)).reshape(BT, n_cols, Vp)
         if not torch.is_grad_enabled():
             same = canonical_rows(input_ids[:, P:], G)
             if same is not None:
@@ -340,7 +357,7 @@ class TinyLMStack:
         self._check_len(T)
         S = self._seeds_of(BT, "input_ids")
         M = BT // S
-        layers, head = self._prepared()
+        layers, head = self._prepared(fold=not torch.is_grad_enabled())
         x = self._embed(input_ids.view(S, M, T), torch.arange(T))
         bias = _causal_bias(T, padded(T))
         for layer in layers:

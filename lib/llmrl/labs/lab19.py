@@ -127,6 +127,43 @@ def _arr(series: dict, name: str) -> np.ndarray:
     return np.array([np.nan if v is None else v for v in series[name]], dtype=float)
 
 
+def seed_runs(run) -> list[dict]:
+    """A run's seeds as a list of series: a series dict or a History (one seed), or a list of them
+    / a :class:`llmrl.trainer.SeedHistories` (several seeds)."""
+    from ..trainer import History
+
+    if isinstance(run, (dict, History)):
+        return [as_series(run)]
+    runs = [as_series(r) for r in run]
+    if not runs:
+        raise ValueError("a run needs at least one seed")
+    return runs
+
+
+def seed_summary(summary, run, **kw) -> dict[str, tuple[float, float]]:
+    """{key: (mean, standard deviation over seeds)} of ``summary(series)`` (:func:`hack_summary`,
+    :func:`entropy_summary`) over the seeds of ``run``."""
+    parts = [summary(r, **kw) for r in seed_runs(run)]
+    return {k: (float(np.mean([p[k] for p in parts])), float(np.std([p[k] for p in parts]))) for k in parts[0]}
+
+
+def _draw(ax, run, name: str, window: int, label: str, color, **line):
+    """One run's smoothed ``name`` against step: a line for one seed; for several the mean over
+    seeds, a band from the lowest to the highest seed and every seed as a thin line."""
+    from ..plotting import seed_band
+
+    runs = [r for r in seed_runs(run) if name in r]
+    if not runs:
+        return
+    n = min(len(r[name]) for r in runs)
+    ys = [smooth(_arr(r, name)[:n], window) for r in runs]
+    x = np.arange(1, n + 1)
+    if len(ys) == 1:
+        ax.plot(x, ys[0], color=color, label=label, **line)
+    else:
+        seed_band(ax, x, ys, label, color=color)
+
+
 def hack_summary(run, window: int = 10) -> dict[str, float]:
     """Start / peak / final accuracy, final length and KL of a hacking run (means over ``window`` steps)."""
     s = as_series(run)
@@ -255,10 +292,14 @@ def reference_arm(arm: str, seeds=(0,), progress: bool = False) -> list[dict]:
 
 
 
+REFERENCE_SEEDS = (0, 1, 2, 3, 4)
+
+
 def compute_reference(path: Path | str | None = REFERENCE_PATH, progress: bool = True, workers: int = 2,
-                      seeds=(0,)) -> dict:
-    """Run every full-length run of parts 2 and 3 (minutes; ``workers`` processes) and store them
-    in the runner's result schema; returns :func:`load_reference`'s view of them."""
+                      seeds=REFERENCE_SEEDS) -> dict:
+    """Run every full-length run of parts 2 and 3 for ``seeds`` (an arm's seeds as one computation,
+    ``workers`` processes; minutes) and store them in the runner's result schema; returns
+    :func:`load_reference`'s view of them."""
     from ..runner import run_arms
 
     results = run_arms("lab19", reference_arm, REFERENCE_ARMS, seeds, workers=workers, progress=progress)
@@ -280,17 +321,29 @@ def start_checkpoint() -> dict:
 
 
 def _reference_view(blob: dict) -> dict:
-    runs = [r for r in blob["runs"] if r["seed"] == 0]
+    runs = sorted(blob["runs"], key=lambda r: r["seed"])
+    seeds = sorted({r["seed"] for r in runs})
+
+    def part(kind):
+        out = {}
+        for r in runs:
+            if r["arm"].startswith(kind + "/"):
+                out.setdefault(r["arm"].split("/", 1)[1], []).append(r["curve"])
+        return out
+
+    first = [r for r in runs if r["seed"] == seeds[0]]
     return {"hack_settings": blob["settings"]["hacking"], "entropy_settings": blob["settings"]["entropy"],
-            "checkpoint": blob.get("checkpoint"),
-            "hacking": {r["arm"].split("/", 1)[1]: r["curve"] for r in runs if r["arm"].startswith("hacking/")},
-            "entropy": {r["arm"].split("/", 1)[1]: r["curve"] for r in runs if r["arm"].startswith("entropy/")},
-            "runs": blob["runs"]}
+            "checkpoint": blob.get("checkpoint"), "seeds": seeds,
+            "hacking": {r["arm"].split("/", 1)[1]: r["curve"] for r in first if r["arm"].startswith("hacking/")},
+            "entropy": {r["arm"].split("/", 1)[1]: r["curve"] for r in first if r["arm"].startswith("entropy/")},
+            "hacking_seeds": part("hacking"), "entropy_seeds": part("entropy"), "runs": blob["runs"]}
 
 
 def load_reference(path: Path | str = REFERENCE_PATH) -> dict:
-    """The stored reference runs (seed 0) by part: {"hacking": {"0", "0.01", "0.02", "0.05", "gold"},
-    "entropy": {arm}}, each a dict of per-step series; ``"runs"`` holds the runner's results."""
+    """The stored reference runs by part: {"hacking": {"0", "0.01", "0.02", "0.05", "gold"},
+    "entropy": {arm}}, each the first seed's dict of per-step series; "hacking_seeds" and
+    "entropy_seeds" hold every stored seed's (lists, "seeds" says which); ``"runs"`` holds the
+    runner's results."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run `python -m llmrl.labs.lab19 reference` to make it")
@@ -428,10 +481,12 @@ def bon_widget(b: float = 1.0, sigma: float = 1.0):
 
 def plot_hacking(runs: dict, path=None, live: dict | None = None, title: str = "", window: int = 10,
                  colors: dict | None = None):
-    """Accuracy, proxy reward, length and KL per step for labelled runs {label: series}; returns the figure.
+    """Accuracy, proxy reward, length and KL per step for labelled runs; returns the figure.
 
-    Run i is drawn in colour C<i> unless ``colors`` ({label: colour}) names another; ``live`` runs are
-    black dashed lines.
+    A run is one seed (a series dict or a History) or several (a list of them, a SeedHistories,
+    ``reference["hacking_seeds"][beta]``): several are drawn as their mean, a band from the lowest
+    to the highest seed and each seed thin. Run i is drawn in colour C<i> unless ``colors``
+    ({label: colour}) names another; ``live`` runs are black (dashed for one seed).
     """
     import matplotlib.pyplot as plt
 
@@ -441,17 +496,13 @@ def plot_hacking(runs: dict, path=None, live: dict | None = None, title: str = "
               ("completion_chars_mean", "response length (chars)"),
               ("kl_to_reference_k1_sum_nats", "KL to SFT (nats, k1 summed per response)")]
     for i, (label, run) in enumerate(runs.items()):
-        s = as_series(run)
         for ax, (k, name) in zip(axes, panels):
-            y = _arr(s, k)
-            ax.plot(np.arange(1, len(y) + 1), smooth(y, window), color=colors.get(label, f"C{i}"), label=label)
+            _draw(ax, run, k, window, label, colors.get(label, f"C{i}"))
             ax.set_title(f"{name}, {window}-step mean", fontsize=10)
             ax.set_xlabel("step")
     for label, run in (live or {}).items():
-        s = as_series(run)
         for ax, (k, _) in zip(axes, panels):
-            y = _arr(s, k)
-            ax.plot(np.arange(1, len(y) + 1), smooth(y, window), "k--", lw=1.2, label=label)
+            _draw(ax, run, k, window, label, "k", ls="--", lw=1.2)
     axes[0].legend(fontsize=8)
     if title:
         fig.suptitle(title)
@@ -461,20 +512,25 @@ def plot_hacking(runs: dict, path=None, live: dict | None = None, title: str = "
 
 
 def beta_figure(reference: dict, beta: float, path=None):
-    """The stored hacking run nearest ``beta`` next to the no-KL and gold runs (the slider's view)."""
-    key = min((k for k in reference["hacking"] if k != "gold"), key=lambda k: abs(float(k) - beta))
+    """The stored hacking runs nearest ``beta`` next to the no-KL and gold runs (the slider's view),
+    every stored seed shown; the title gives the final numbers as mean +- sd over the seeds."""
+    stored = reference.get("hacking_seeds") or reference["hacking"]
+    key = min((k for k in stored if k != "gold"), key=lambda k: abs(float(k) - beta))
     # the notebook's plot draws no KL in C0, beta = 0.05 in C1 and gold in C2: any chosen beta takes C1
     colors = {"proxy, no KL": "C0", "gold reward": "C2"}
     runs = {}
     if key != "0":
-        runs[f"proxy, beta = {key}"] = reference["hacking"][key]
+        runs[f"proxy, beta = {key}"] = stored[key]
         colors[f"proxy, beta = {key}"] = "C1"
-    runs["proxy, no KL"] = reference["hacking"]["0"]
-    runs["gold reward"] = reference["hacking"]["gold"]
-    s = hack_summary(reference["hacking"][key])
+    runs["proxy, no KL"] = stored["0"]
+    runs["gold reward"] = stored["gold"]
+    s = seed_summary(hack_summary, stored[key])
+    n = len(seed_runs(stored[key]))
+    pm = (lambda k, f: f"{s[k][0]:{f}} ± {s[k][1]:{f}}") if n > 1 else (lambda k, f: f"{s[k][0]:{f}}")
     return plot_hacking(runs, path, colors=colors,
-                        title=f"beta = {key}: final accuracy {s['final_accuracy']:.2f}, "
-                              f"length {s['final_length']:.2f}, KL {s['final_kl']:.1f} nats")
+                        title=f"beta = {key}" + (f" ({n} seeds)" if n > 1 else "") +
+                              f": final accuracy {pm('final_accuracy', '.2f')}, length {pm('final_length', '.2f')}, "
+                              f"KL {pm('final_kl', '.1f')} nats")
 
 
 def beta_widget(reference: dict | None = None):
@@ -500,24 +556,20 @@ def beta_widget(reference: dict | None = None):
 
 
 def plot_entropy(runs: dict, path=None, live: dict | None = None, window: int = 5):
-    """Entropy, accuracy and the upper clip's rare/common shares per step for {arm: series}."""
+    """Entropy, accuracy and the upper clip's rare/common shares per step for {arm: run} (a run is
+    one seed or several, as in :func:`plot_hacking`: several are drawn as mean, band and seeds)."""
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))
     for i, (label, run) in enumerate(runs.items()):
-        s = as_series(run)
-        ent, acc = _arr(s, "entropy_token_mean_nats"), _arr(s, "sampled_accuracy")
-        x = np.arange(1, len(ent) + 1)
-        axes[0].plot(x, smooth(ent, window), color=f"C{i}", label=label)
-        axes[1].plot(x, smooth(acc, window), color=f"C{i}", label=label)
-        if label != "no upper clip" and "late_clip_high_of_positive_rare" in s:
-            rare, common = _arr(s, "late_clip_high_of_positive_rare"), _arr(s, "late_clip_high_of_positive_common")
-            axes[2].plot(x, smooth(rare, window), color=f"C{i}", label=f"{label}: rare tokens (p < 0.5)")
-            axes[2].plot(x, smooth(common, window), "--", color=f"C{i}", label=f"{label}: common tokens")
+        _draw(axes[0], run, "entropy_token_mean_nats", window, label, f"C{i}")
+        _draw(axes[1], run, "sampled_accuracy", window, label, f"C{i}")
+        if label != "no upper clip":
+            _draw(axes[2], run, "late_clip_high_of_positive_rare", window, f"{label}: rare tokens (p < 0.5)", f"C{i}")
+            _draw(axes[2], run, "late_clip_high_of_positive_common", window, f"{label}: common tokens", f"C{i}",
+                  ls="--")
     for label, run in (live or {}).items():
-        s = as_series(run)
-        y = _arr(s, "entropy_token_mean_nats")
-        axes[0].plot(np.arange(1, len(y) + 1), smooth(y, window), "k--", lw=1.2, label=label)
+        _draw(axes[0], run, "entropy_token_mean_nats", window, label, "k", ls="--", lw=1.2)
     axes[0].set_title(f"entropy (nats per token), {window}-step mean", fontsize=10)
     axes[1].set_title(f"exact-match accuracy, {window}-step mean", fontsize=10)
     axes[2].set_title("upper clip: share of positive-advantage tokens\nswitched off in epochs 2-4, "
@@ -536,6 +588,7 @@ def main(argv=None):
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("reference", help="rerun every full-length run and rewrite lab19_reference.json")
     r.add_argument("--workers", type=int, default=2, help="parallel processes (one thread each)")
+    r.add_argument("--seeds", type=int, nargs="+", default=list(REFERENCE_SEEDS), help="seeds of every run")
     h = sub.add_parser("hack", help="one reward-hacking run")
     h.add_argument("--beta", type=float, default=0.0)
     h.add_argument("--reward", choices=("proxy", "gold"), default="proxy")
@@ -550,7 +603,7 @@ def main(argv=None):
     e.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     if a.cmd == "reference":
-        ref = compute_reference(workers=a.workers)
+        ref = compute_reference(workers=a.workers, seeds=a.seeds)
         print(expected_report(measured(ref)))
     elif a.cmd == "hack":
         run = hacking_run(a.beta, reward=a.reward, length_bonus=a.length_bonus, steps=a.steps,
