@@ -37,6 +37,20 @@ def pass_at_k(n, c, k):
     return out if out.shape else float(out)
 
 
+def pass_at_k_per_problem(n: int, counts, k: int, pass_at_k_fn=None) -> np.ndarray:
+    """[P] pass@k of each problem from its ``counts`` [P] of correct samples out of ``n``.
+
+    ``pass_at_k_fn(n, c, k) -> float`` (a student's scalar version) is called once per problem;
+    None uses :func:`pass_at_k`. A value that is not a finite probability raises ValueError.
+    """
+    if pass_at_k_fn is None:
+        return np.asarray(pass_at_k(n, np.asarray(counts), k), dtype=float).reshape(-1)
+    out = np.array([float(pass_at_k_fn(int(n), int(c), int(k))) for c in np.asarray(counts).reshape(-1)])
+    if not np.all(np.isfinite(out)) or np.any(out < 0) or np.any(out > 1):
+        raise ValueError(f"pass_at_k_fn must return probabilities in [0, 1], got {out[~((out >= 0) & (out <= 1))][:3]}")
+    return out
+
+
 @torch.no_grad()
 def accuracy(model, problems: Problems, temperature: float = 0.0, n_samples: int = 1, seed: int = 0) -> float:
     """Share of correct responses (greedy when temperature = 0)."""
@@ -113,15 +127,18 @@ def distinct_answers(model, problems: Problems, n_samples: int = 8, temperature:
 
 
 def evaluate(model, problems: Problems | None = None, n_samples: int = 16, ks: Sequence[int] = (1, 8, 16),
-             temperature: float = 1.0, seed: int = 0, teacher=None) -> dict[str, float]:
-    """One dictionary of the usual metrics: greedy accuracy, pass@k, entropy (and KL to a teacher)."""
+             temperature: float = 1.0, seed: int = 0, teacher=None, pass_at_k_fn=None) -> dict[str, float]:
+    """One dictionary of the usual metrics: greedy accuracy, pass@k, entropy (and KL to a teacher).
+
+    ``pass_at_k_fn(n, c, k)`` computes each problem's pass@k (a student's; default :func:`pass_at_k`).
+    """
     problems = eval_problems(100, TWO_DIGIT) if problems is None else problems
     r = generate(model, problems, n_samples, temperature, seed)
     c = is_correct(r.responses, r.answers).view(len(problems), n_samples).sum(1).numpy()
     out = {"greedy_accuracy": greedy_accuracy(model, problems)}
     for k in ks:
         if k <= n_samples:
-            out[f"pass@{k}"] = float(np.mean(pass_at_k(n_samples, c, k)))
+            out[f"pass@{k}"] = float(np.mean(pass_at_k_per_problem(n_samples, c, k, pass_at_k_fn)))
     out["entropy_token_mean_nats"] = mean_token_entropy(model, r)
     if teacher is not None:
         out["kl_to_teacher_exact_token_mean_nats"] = exact_token_kl(model, teacher, r)

@@ -327,3 +327,25 @@ def test_widget_builds_and_redraws():
     acc_slider.value = 0.9
     assert "1, 2" in box.children[1].value
     plt.close("all")
+
+
+def test_a_students_pass_at_k_and_advantage_plug_into_the_experiments():
+    """tasks.ipynb passes the student's scalar pass_at_k and MaxRL advantage; correct ones change nothing."""
+    from llmrl.advantages import group_advantages
+    from llmrl.evaluation import pass_at_k
+
+    calls = []
+
+    def scalar_pass_at_k(n, c, k):
+        calls.append((n, c, k))
+        return float(pass_at_k(n, c, k))
+
+    def maxrl(rewards, group_size):
+        return group_advantages(rewards, group_size, "maxrl")
+
+    short = dict(steps=2, seeds=[0], eval_prompts=4, eval_every=2, progress=False)
+    mine = E.project4(arms=["maxrl"], advantage_fns={"maxrl": maxrl}, pass_at_k_fn=scalar_pass_at_k, **short)
+    ref = E.project4(arms=["maxrl"], **short)
+    assert calls and all(isinstance(x, int) for c in calls for x in c)
+    assert mine["maxrl"][0]["evals"] == ref["maxrl"][0]["evals"]
+    assert mine["maxrl"][0]["curve"] == ref["maxrl"][0]["curve"]

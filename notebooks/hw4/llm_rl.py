@@ -34,11 +34,12 @@
 # > the test cell right below it (Shift+Enter on each); after every change, run both again. Tasks 7
 # > and 8 call your Task 3, so do the tasks in order.
 # >
-# > **Done** means: every test cell prints `visible tests for task ... passed`; the format_copy runs
-# > reach a reward near 1.3 (the printed `expected` values); your report cites your own plots and
-# > numbers. The grader runs further tests in the same cells (bf16 and very peaked logits, `-inf`
-# > padding, batches that do not divide, shuffled minibatches), so a visible pass is necessary,
-# > not sufficient. The cell above each report answer says what the grader looks for.
+# > **Done** means: every test cell prints `visible tests for task ... passed`; the check after the
+# > format_copy runs says their reward got where a correct solution gets (if not, it names the
+# > tasks to look at); your report cites your own plots and numbers. The grader runs further tests
+# > in the same cells (bf16 and very peaked logits, `-inf` padding, batches that do not divide,
+# > shuffled minibatches), so a visible pass is necessary, not sufficient. The cell above each
+# > report answer says what the grader looks for.
 #
 # In this homework you write the algorithmic core of outcome-reward RL for language models and then
 # use it to train a policy twice: once with **GR-REINFORCE** (group-relative advantages, one
@@ -89,6 +90,7 @@ import math
 import matplotlib.pyplot as plt
 import torch
 
+from llmrl import live_checks
 from llmrl.utils import grading_mode, set_threads
 
 set_threads(1)  # one thread: reproducible, and the fastest at this size
@@ -748,6 +750,19 @@ for algo, recs in fc.items():
           f"{[r for r in recs if 'eval_exact_match' in r][-1]['eval_exact_match']:.3f}, "
           f"final rollout reward {recs[-1]['reward_mean']:.3f}")
 print("expected:", {k: v for k, v in EXPECTED.items() if k.startswith("format")})
+
+# %%
+# A correct set of functions lifts format_copy's reward far above where it starts within these
+# steps, with either algorithm; a run that stays low points to the shift, the mask or the
+# advantages, and then to the update itself. (0.8: well below the 1.1 to 1.3 that correct functions
+# reach on the CPU model, and well above a run that never learned the answer tag.)
+if SHORT:
+    print("(the autograder's runs are one step long: nothing to compare)")
+else:
+    for algo, recs in fc.items():
+        _update = "8 (`grpo_loss`)" if algo == "grpo" else "7 (`reinforce_loss`)"
+        _ok = live_checks.at_least(f"format_copy {algo}, final rollout reward", recs[-1]["reward_mean"], 0.8,
+                                   task=f"Tasks 1 (the shift), 2 (the mask), 5 (the advantages), then {_update}")
 
 # %%
 fig = plots.plot_runs({f"format_copy {a}": r for a, r in fc.items()}, path="artifacts/hw4/format_copy.png")

@@ -56,7 +56,7 @@ import numpy as np
 import torch
 from IPython.display import display
 
-from llmrl import overopt
+from llmrl import live_checks, overopt
 from llmrl.labs import lab19
 from llmrl.losses import LossBatch
 from llmrl.utils import grading_mode, set_threads
@@ -322,6 +322,18 @@ part1 = {"bon_peak_n": _pk["n"], "bon_peak_kl": _pk["kl"], "bon_peak_gold_gain":
 print(lab19.expected_report(part1))
 print(f"gold gain at best-of-10: {biased['gold_gain'][list(NS).index(10)]:+.3f}")
 
+# %%
+# The same pool through the course's reference code: each of your three functions must give the
+# same numbers (your fit is given the reference curve, so that a wrong 1a or 1b cannot hide in it).
+_pool = overopt.make_pool(b=1.0, sigma=1.0, seed=0)
+_ref = overopt.pool_curves(_pool, NS)
+_ok = live_checks.compare_exact("Part 1, KL of best-of-n", biased["kl"], _ref["kl"], task="Task 1a (`bon_kl`)", atol=1e-9)
+_ok = live_checks.compare_exact("Part 1, proxy and gold gains", [biased["proxy_gain"], biased["gold_gain"]],
+                                [_ref["proxy_gain"], _ref["gold_gain"]], task="Task 1b (`best_of_n_stats`)", atol=1e-9)
+_ok = live_checks.compare_exact("Part 1, the fitted alpha and beta", fit_gao_bon(_ref["d"], _ref["gold_gain"]),
+                                overopt.fit_gao_bon(_ref["d"], _ref["gold_gain"]), task="Task 1c (`fit_gao_bon`)",
+                                atol=1e-6)
+
 # %% [markdown]
 # **Reading the plot.** With the length bias, the gold gain climbs to about +0.7 around
 # best-of-10 to best-of-30 and then sinks, while the proxy gain keeps climbing: past the peak, a
@@ -445,8 +457,10 @@ assert torch.allclose(_out, torch.tensor([-1.0])), f"log pi - log pi_ref = +2 wi
 # %% tags=["nbval-ignore-output"]
 live_kl = lab19.hacking_run(0.05, kl_reward_fn=kl_penalized_rewards, steps=LIVE_STEPS)
 _stored = lab19.as_series(REFERENCE["hacking"]["0.05"])["shaped_reward_mean"][:LIVE_STEPS]
-print("your live run's shaped rewards match the stored run:",
-      bool(np.allclose(live_kl.series("shaped_reward_mean"), _stored, atol=1e-3)))
+# the stored run is the reference code with the same seed: a correct Task 2 gives the same shaped
+# rewards (1e-3: the stored values are rounded and a different sum order drifts a little)
+_ok = live_checks.compare_exact("Part 2, your live run's shaped rewards", live_kl.series("shaped_reward_mean"),
+                                _stored, task="Task 2 (`kl_penalized_rewards`)", atol=1e-3)
 
 # %%
 runs = {"proxy, no KL": REFERENCE["hacking"]["0"], "proxy, beta = 0.05": REFERENCE["hacking"]["0.05"],
@@ -686,6 +700,12 @@ live_policy = load_checkpoint("sft", progress=False)
 live_clip = lab19.entropy_run("symmetric", policy_loss_fn=clipped_pg_loss, policy=live_policy, steps=LIVE_STEPS)
 _yours, _lib = lab19.policy_entropy(live_policy, token_entropy)
 print(f"your token_entropy on the policy you just trained: {_yours:.4f} (library: {_lib:.4f})")
+_stored = REFERENCE["entropy"]["symmetric"]
+_keys = ("sampled_accuracy", "entropy_token_mean_nats")
+_ok = live_checks.compare_exact("Part 3, your live run's accuracy and entropy", [live_clip.series(k) for k in _keys],
+                                [_stored[k][:LIVE_STEPS] for k in _keys], task="Task 3 (`clipped_pg_loss`)", atol=1e-3)
+_ok = live_checks.compare_exact("Part 3, entropy of the trained policy", _yours, _lib, task="Task 4 (`token_entropy`)",
+                                atol=1e-5)
 
 # %%
 fig = lab19.plot_entropy(REFERENCE["entropy"], lab19.ARTIFACTS / "entropy.png",

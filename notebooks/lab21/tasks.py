@@ -14,8 +14,8 @@
 # # Lab 21, part 1: tools for frontier experiments
 #
 # > **Before you start.** 15 points in this notebook, all graded automatically (the write-ups of
-# > `projects.ipynb` are graded by hand). Plan on about 2 hours for the tasks; Project 0 then
-# > trains four arms for about a minute on a laptop.
+# > `projects.ipynb` are graded by hand). Plan on about 2 hours for the tasks; Project 0 and a
+# > short MaxRL run then train for about two minutes on a laptop.
 # >
 # > | task | you write | points | about |
 # > |---|---|---|---|
@@ -29,10 +29,11 @@
 # > the test cell right below it (Shift+Enter on each); after every change, run both again. Task 2
 # > calls your Task 1, so do them in order.
 # >
-# > **Done** means: every test cell prints `visible tests for task ... passed`, and Project 0's
-# > table and plot show the ordering described under "Reading the result". The grader runs further
-# > tests in the same cells (`-inf` padding, very confident logits, n above 170 for pass@k), so a
-# > visible pass is necessary, not sufficient.
+# > **Done** means: every test cell prints `visible tests for task ... passed`, the checks after
+# > Project 0 and after the MaxRL run say your numbers match the reference (if not, they name the
+# > task to look at), and Project 0's table and plot show the ordering described under "Reading
+# > the result". The grader runs further tests in the same cells (`-inf` padding, very confident
+# > logits, n above 170 for pass@k), so a visible pass is necessary, not sufficient.
 #
 # This lab is a small research kit. In this notebook you write five short functions that the
 # experiments need, then run a complete worked experiment (Project 0) on your own code. The second
@@ -49,9 +50,10 @@
 import math
 
 import matplotlib.pyplot as plt
+import numpy as np
 import torch
 
-from llmrl import plotting
+from llmrl import live_checks, plotting
 from llmrl.labs import lab21
 from llmrl.utils import grading_mode, set_threads
 
@@ -402,7 +404,8 @@ assert torch.allclose(maxrl_advantages(_rr), _rr / _rr.mean(1, keepdim=True) - 1
 #
 # The cell below wraps your Tasks 2 and 3 as the trainer's `policy_loss_fn`: the trainer hands it a
 # `LossBatch` with the student's `logprobs [B, R]` and `logits [B, R, V]` (with gradients), the
-# teacher's `teacher_logprobs` and `teacher_logits`, and the `mask`. The run takes about half a minute.
+# teacher's `teacher_logprobs` and `teacher_logits`, and the `mask`. Every evaluation's pass@1 and
+# pass@8 come from your Task 4. The run takes about half a minute.
 
 
 # %%
@@ -419,7 +422,7 @@ P0_STEPS = 5 if grading_mode() else 200  # the autograder only checks that the p
 p0 = lab21.project0(
     steps=P0_STEPS, seeds=[0], n_prompts=8, group_size=8, lr=3e-4,
     eval_prompts=20 if grading_mode() else 100, eval_every=P0_STEPS if grading_mode() else 50,
-    loss_fns={"opd-sampled": opd_sampled_from_batch, "opd-full": opd_full_from_batch},
+    loss_fns={"opd-sampled": opd_sampled_from_batch, "opd-full": opd_full_from_batch}, pass_at_k_fn=pass_at_k,
 )
 
 # %%
@@ -445,6 +448,28 @@ fig.suptitle("Project 0: on-policy distillation vs SFT on teacher samples vs RL"
 fig.tight_layout()
 plotting.save(fig, "artifacts/lab21/opd_comparison.png")
 plt.show()
+
+# %%
+# Your Tasks 2, 3 and 4 against the reference code on the same inputs: 3 steps of the two
+# distillation arms with your losses and with the library's (same seed, so the same numbers), then
+# the reference run's evaluation scored with your pass_at_k instead of the library's.
+if grading_mode():
+    print("(skipped while grading: this check is for you, not for the grade)")
+else:
+    _short = dict(steps=3, seeds=[0], n_prompts=8, group_size=8, lr=3e-4, eval_prompts=8, eval_every=3, progress=False)
+    _yours = lab21.project0(arms=["opd-sampled", "opd-full"],
+                            loss_fns={"opd-sampled": opd_sampled_from_batch, "opd-full": opd_full_from_batch}, **_short)
+    _ref = lab21.project0(arms=["opd-sampled", "opd-full"], **_short)
+    _pk = lab21.project0(arms=["opd-full"], pass_at_k_fn=pass_at_k, **_short)
+    for _arm, _task in (("opd-sampled", "Task 2 (`opd_pg_loss`)"), ("opd-full", "Task 3 (`full_vocab_reverse_kl`)")):
+        _ok = live_checks.compare_exact(f"Project 0, 3 steps of {_arm}: loss and training samples",
+                                        [_yours[_arm][0]["curve"][k] for k in ("loss_mean", "sampled_accuracy")],
+                                        [_ref[_arm][0]["curve"][k] for k in ("loss_mean", "sampled_accuracy")],
+                                        task=_task, atol=1e-4)
+    _ok = live_checks.compare_exact("Project 0, pass@1 and pass@8 of that evaluation",
+                                    [_pk["opd-full"][0]["evals"][k] for k in ("pass@1", "pass@8")],
+                                    [_ref["opd-full"][0]["evals"][k] for k in ("pass@1", "pass@8")],
+                                    task="Task 4 (`pass_at_k`)", atol=1e-9)
 
 # %% [markdown]
 # **Reading the result.**
@@ -472,3 +497,51 @@ plt.show()
 # the d = 64 teacher into it; does sampled-token OPD still work when student and teacher differ?
 # (ii) Longer outputs (e.g. writing the sum twice) need a task with longer responses and a teacher
 # trained on it; that is a change to `llmrl.addition`, a good first research extension.
+
+# %% [markdown]
+# ## Tasks 4 and 5 in training: a short MaxRL run
+#
+# `projects.ipynb`'s Project 4 compares three advantages over a full budget. Here is a short
+# version on **your** code: the mean baseline against MaxRL with **your** `maxrl_advantages`
+# (the trainer hands its `advantage_fn` the rewards `[B]` of groups of `G` adjacent rows, so the
+# wrapper below reshapes them to `[P, G]`), evaluated with **your** `pass_at_k` on 100 problems x 16
+# samples. Sixty steps take about half a minute.
+#
+# **What you should see:** both arms improve pass@1 a little; at this budget the gap between them is
+# about the size of the evaluation's own noise (the `±` column), which is why Project 4 asks for
+# more seeds and a larger evaluation set. `frac_zero_advantage_groups` is the share of groups whose
+# samples all got the same reward: MaxRL gives them no gradient either.
+
+
+# %%
+def maxrl_from_rewards(rewards, group_size):
+    """The trainer's advantage_fn: rewards [B] in groups of G adjacent rows -> advantages [B]."""
+    return maxrl_advantages(rewards.view(-1, group_size)).reshape(-1)
+
+
+# %% tags=["nbval-ignore-output"]
+P4_STEPS = 3 if grading_mode() else 60
+p4 = lab21.project4(arms=["mean", "maxrl"], steps=P4_STEPS, seeds=[0], eval_prompts=20 if grading_mode() else 100,
+                    eval_every=P4_STEPS, advantage_fns={"maxrl": maxrl_from_rewards}, pass_at_k_fn=pass_at_k,
+                    progress=False)
+
+# %%
+for _arm, _runs in p4.items():
+    _ev, _cv = _runs[0]["evals"], _runs[0]["curve"]
+    print(f"{_arm:6s} pass@1 {_ev['pass@1'][0]:.3f} -> {_ev['pass@1'][-1]:.3f} (± {_ev['pass@1_se'][-1]:.3f}), "
+          f"pass@16 {_ev['pass@16'][0]:.3f} -> {_ev['pass@16'][-1]:.3f} (± {_ev['pass@16_se'][-1]:.3f}), "
+          f"groups without signal {np.mean(_cv['frac_zero_advantage_groups']):.2f}")
+
+# %%
+# Your Task 5 against the library's MaxRL advantage: 3 steps, same seed, so the same numbers.
+if grading_mode():
+    print("(skipped while grading: this check is for you, not for the grade)")
+else:
+    _short = dict(steps=3, seeds=[0], eval_prompts=8, eval_every=3, progress=False)
+    _yours = lab21.project4(arms=["maxrl"], advantage_fns={"maxrl": maxrl_from_rewards}, **_short)
+    _ref = lab21.project4(arms=["maxrl"], **_short)
+    _keys = ("sampled_accuracy", "frac_zero_advantage_groups", "entropy_token_mean_nats")
+    _ok = live_checks.compare_exact("MaxRL, 3 steps: accuracy, groups without signal and entropy",
+                                    [_yours["maxrl"][0]["curve"][k] for k in _keys],
+                                    [_ref["maxrl"][0]["curve"][k] for k in _keys],
+                                    task="Task 5 (`maxrl_advantages`)", atol=1e-4)

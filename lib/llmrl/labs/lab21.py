@@ -46,7 +46,7 @@ import torch
 from .. import plotting
 from ..addition import BUCKETS, TWO_DIGIT, Problems, eval_problems, is_correct, sample_problems
 from ..checkpoints import COURSE_SFT, SFTConfig, Snapshot, load_checkpoint
-from ..evaluation import evaluate, pass_at_k
+from ..evaluation import evaluate, pass_at_k, pass_at_k_per_problem
 from ..plotting import figure_png
 from ..rewards import Rubric, RubricItem, binary_rubric, looks_thorough, partial_credit_rubric, stylish_rubric
 from ..runner import final, load_results as _load_results, result_from_history, results_dir, run_arms, \
@@ -165,7 +165,7 @@ PROJECT0_ARMS = ("opd-full", "sft-teacher", "opd-sampled", "rl")
 
 @seeds_together
 def _arm0(arm, seeds, steps=200, n_prompts=8, group_size=8, lr=3e-4, loss_fns=None, student=None,
-          eval_prompts=100, eval_samples=8, eval_every=None, max_grad_norm=None, progress=False):
+          eval_prompts=100, eval_samples=8, eval_every=None, max_grad_norm=None, pass_at_k_fn=None, progress=False):
     loss_fns = dict(loss_fns or {})
     settings = {"opd-full": dict(loss="opd-full"), "opd-sampled": dict(loss="opd-sampled"),
                 "sft-teacher": dict(loss="sft", rollout_from="teacher"), "rl": dict(loss="pg")}
@@ -180,7 +180,8 @@ def _arm0(arm, seeds, steps=200, n_prompts=8, group_size=8, lr=3e-4, loss_fns=No
     probs = eval_problems(eval_prompts, TWO_DIGIT)
 
     def eval_fn(m, seed):
-        e = evaluate(m, probs, n_samples=eval_samples, ks=(1, eval_samples), seed=seed, teacher=teacher)
+        e = evaluate(m, probs, n_samples=eval_samples, ks=(1, eval_samples), seed=seed, teacher=teacher,
+                     pass_at_k_fn=pass_at_k_fn)
         return {k: e[k] for k in ("pass@1", f"pass@{eval_samples}", "kl_to_teacher_exact_token_mean_nats",
                                   "greedy_accuracy")}
 
@@ -431,7 +432,7 @@ PROJECT4_ARMS = ("mean", "std", "maxrl")
 
 @seeds_together
 def _arm4(arm, seeds, steps=200, n_prompts=16, group_size=8, lr=3e-4, advantage_fns=None, eval_prompts=100,
-          eval_samples=16, eval_every=None, student=None, progress=False):
+          eval_samples=16, eval_every=None, student=None, pass_at_k_fn=None, progress=False):
     advantage_fns = dict(advantage_fns or {})
     if arm not in advantage_fns and arm not in PROJECT4_ARMS:
         raise ValueError(f"arm must be one of {PROJECT4_ARMS} or a key of advantage_fns, got {arm!r}")
@@ -444,7 +445,7 @@ def _arm4(arm, seeds, steps=200, n_prompts=16, group_size=8, lr=3e-4, advantage_
         c = is_correct(r.responses, r.answers).view(len(probs), eval_samples).sum(1).numpy()
         out = {}
         for k in (1, eval_samples):
-            per = np.asarray(pass_at_k(eval_samples, c, k), dtype=float)
+            per = pass_at_k_per_problem(eval_samples, c, k, pass_at_k_fn)
             out[f"pass@{k}"] = float(per.mean())
             out[f"pass@{k}_se"] = float(per.std(ddof=1) / math.sqrt(len(per)))  # noise of the eval set
         return out

@@ -1,7 +1,8 @@
-# A student whose answers pass every visible test of lab19 but make the mistakes the hidden tests
-# are there for: the KL sum and the entropy ignore the mask, the Gao fit has an intercept, and the
-# clipped loss averages per response. Tasks 1a and 1b are correct.
-# Expected: 4 of 14 points.
+# A first draft of lab19 with the mistakes that once passed every visible test: the KL sum and the
+# entropy ignore the mask, the Gao fit has an intercept, the clipped loss averages per response, and
+# best-of-n breaks ties by the sort order. Only Task 1a is right. The visible tests now stop each of
+# these with a message that names the fix (autograder/catch_rates.py measures it for the corpus).
+# Expected: 1 of 14 points.
 
 # %% grade_id=task1a_bon_kl
 def bon_kl(n):
