@@ -21,6 +21,10 @@ Figures (16 prompts x 8 samples, 1 epoch, from a fresh TinyLM):
 * ``lab11_widget_update_s``, ``lab19_widget_update_s``, ``lab21_widget_update_s``: a slider move redrawn;
 * ``sft_teacher_student_s`` (one SFT run from scratch that yields the student and the teacher) and
   ``trl_grpo_vs_ours_per_sequence`` (optional, with the ``trl`` extra).
+
+``--profile`` prints instead where a step's time goes (``rl_step_profile``: ms per step in each
+stage and in the main calls inside them, for one seed and for ``--seeds`` together) and the
+operators torch runs per step (``rl_step_ops``: their count and the busiest by self time).
 """
 
 from __future__ import annotations
@@ -56,14 +60,21 @@ def load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def matmul_gflops(n: int = 512, repeats: int = 20) -> float:
+def matmul_gflops(n: int = 512, repeats: int = 20) -> tuple[float, float]:
+    """(GFLOP/s by wall time, GFLOP/s by this process's CPU time) of an n x n x n fp32 matmul."""
     a, b = torch.randn(n, n), torch.randn(n, n)
     for _ in range(3):
         a @ b
-    t = time.perf_counter()
-    for _ in range(repeats):
-        a @ b
-    return 2 * n ** 3 * repeats / (time.perf_counter() - t) / 1e9
+    with Clock() as c:
+        for _ in range(repeats):
+            a @ b
+    flop = 2 * n ** 3 * repeats / 1e9
+    return flop / c.wall, flop / max(c.cpu, 1e-9)
+
+
+def best_rate(*rates: tuple[float, float]) -> tuple[float, float]:
+    """The fastest wall rate and the fastest CPU rate of several :func:`matmul_gflops`."""
+    return max(r[0] for r in rates), max(r[1] for r in rates)
 
 
 def forward_flops(model: TinyLM, n_tokens: int, context: int) -> float:
@@ -147,18 +158,122 @@ def baseline_ms(script: Path) -> float | None:
     return None
 
 
-def widget_seconds(box, slider, values) -> float:
-    """The fastest of the redraws after moving ``slider`` to each of ``values``."""
+# ----------------------------------------------------------------------------- --profile
+
+#: What ``--profile`` times: (label, owner, attribute); nested calls are listed under their stage.
+PROFILED = (
+    ("collect", "trainer", "collect"),
+    ("  generate (sampling)", "backend", "TinyLMBackend.generate"),
+    ("score", "trainer", "score"),
+    ("  task rewards + correctness", "trainer", "task_score"),
+    ("  task correctness", "trainer", "task_correct"),
+    ("  reference log-probs", "trainer", "CompletionScorer.ref_logprobs"),
+    ("advantages", "trainer", "compute_advantages"),
+    ("update", "trainer", "update"),
+    ("  forward (training)", "trainer", "CompletionScorer.forward"),
+    ("  loss + stats", "trainer", "_minibatch_loss"),
+    ("  stats", "trainer", "_minibatch_stats"),
+    ("  backward", "trainer", "PolicyOptimizer.backward"),
+    ("  clip + AdamW", "trainer", "PolicyOptimizer.step"),
+    ("step_metrics", "trainer", "step_metrics"),
+)
+
+
+def stage_ms(model, steps: int, seeds=None) -> dict[str, float]:
+    """CPU ms per RL step (this process's, so other jobs on the machine count little) spent in each
+    of :data:`PROFILED` (patched for the run, then restored), ``step`` (the whole step) and
+    ``step_wall``."""
+    import importlib
+
+    totals, patches = {label: 0.0 for label, *_ in PROFILED}, []
+    for label, mod, attr in PROFILED:
+        owner = importlib.import_module(f"llmrl.{mod}")
+        *path, name = attr.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        fn = getattr(owner, name)
+
+        def timed(*a, _fn=fn, _label=label, **k):
+            t = time.process_time()
+            try:
+                return _fn(*a, **k)
+            finally:
+                totals[_label] += time.process_time() - t
+
+        patches.append((owner, name, fn))
+        setattr(owner, name, timed)
+    try:
+        rl_train(copy.deepcopy(model), steps=2, progress=False, seeds=seeds)
+        for k in totals:
+            totals[k] = 0.0
+        with Clock() as c:
+            rl_train(copy.deepcopy(model), steps=steps, progress=False, seeds=seeds)
+    finally:
+        for owner, name, fn in reversed(patches):
+            setattr(owner, name, fn)
+    out = {k: round(v / steps * 1000, 2) for k, v in totals.items()}
+    out["step"], out["step_wall"] = round(c.cpu / steps * 1000, 2), round(c.wall / steps * 1000, 2)
+    return out
+
+
+def op_profile(model, steps: int, seeds=None, top: int = 12) -> dict:
+    """torch.profiler over ``steps`` steps: operators per step, their self CPU ms per step, and the
+    ``top`` busiest operators (calls and self ms per step)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    rl_train(copy.deepcopy(model), steps=2, progress=False, seeds=seeds)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        rl_train(copy.deepcopy(model), steps=steps, progress=False, seeds=seeds)
+    ev = [e for e in prof.key_averages() if e.key.startswith("aten::")]
+    ev.sort(key=lambda e: -e.self_cpu_time_total)
+    calls = sum(e.count for e in ev)
+    return {"ops_per_step": round(calls / steps), "op_self_ms_per_step": round(sum(e.self_cpu_time_total for e in ev) / 1000 / steps, 2),
+            "top": [{"op": e.key, "calls_per_step": round(e.count / steps, 1),
+                     "self_ms_per_step": round(e.self_cpu_time_total / 1000 / steps, 2)} for e in ev[:top]]}
+
+
+def counted_gflop(model, steps: int, seeds=None) -> float:
+    """GFLOP per step that the step's matrix products actually do (torch's FlopCounterMode:
+    forward and backward), against :func:`rl_step_flops`'s plain-way yardstick."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        rl_train(copy.deepcopy(model), steps=steps, progress=False, seeds=seeds)
+    return counter.get_total_flops() / steps / 1e9
+
+
+def profile_main(steps: int, S: int) -> list[dict]:
+    model, out = TinyLM(), []
+    gf = best_rate(matmul_gflops(), matmul_gflops())[1]  # the CPU-time rate: the stages are CPU ms
+    for seeds in (None, list(range(S))):
+        n = 1 if seeds is None else S
+        prof = stage_ms(model, steps, seeds)
+        gflop = counted_gflop(model, 3, seeds)
+        out.append(emit("rl_step_profile", prof, "CPU ms per step", seeds=n,
+                        note="nested calls (indented) are part of the stage above them"))
+        out.append(emit("rl_step_counted_gflop", round(gflop, 3), "GFLOP per step", seeds=n,
+                        plain_way_gflop=round(n * rl_step_flops(model) / 1e9, 3),
+                        at_matmul_rate_ms=round(gflop / gf * 1000, 2), matmul_gflops=round(gf, 1),
+                        cpu_vs_counted_ratio=round(prof["step"] / (gflop / gf * 1000), 2)))
+        out.append(emit("rl_step_ops", op_profile(model, max(3, steps // 3), seeds), "per step", seeds=n,
+                        note="torch.profiler; its own overhead inflates the times"))
+    return out
+
+
+def widget_seconds(box, slider, values) -> tuple[float, float]:
+    """(wall, CPU) seconds of the fastest of the redraws after moving ``slider`` to each of
+    ``values`` (values not shown before: a widget that keeps its drawings is timed drawing)."""
     times = []
     for v in values:
-        t = time.perf_counter()
-        slider.value = v
-        times.append(time.perf_counter() - t)
+        with Clock() as c:
+            slider.value = v
+        times.append((c.wall, c.cpu))
     return min(times)
 
 
-def widget_update_seconds() -> dict[str, float]:
-    """Seconds for each lab's widgets to redraw after a slider moves (the slowest of each lab's)."""
+def widget_update_seconds() -> dict[str, tuple[float, float]]:
+    """(wall, CPU) seconds for each lab's widgets to redraw after a slider moves (the slowest of each lab's)."""
     import matplotlib.pyplot as plt
 
     from .addition import eval_problems
@@ -200,27 +315,36 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--skip-widgets", action="store_true", help="skip the widget redraws")
     ap.add_argument("--skip-sft-run", action="store_true", help="skip the full teacher+student SFT run")
     ap.add_argument("--skip-trl", action="store_true", help="skip the TRL comparison")
+    ap.add_argument("--profile", action="store_true", help="only where a step's time goes (stages, operators)")
     args = ap.parse_args(argv)
     set_threads(1)
     torch.manual_seed(0)
     S = args.seeds
     out = [emit("load_average", load(), "1/5/15 min", note="other jobs on the machine when the bench started")]
+    if args.profile:
+        out += profile_main(args.rl_steps, S)
+        out.append(emit("load_average_end", load(), "1/5/15 min"))
+        return out
     script = None if args.skip_baseline else baseline_script()
     base = [baseline_ms(script)] if script is not None else []
-    gf = max(matmul_gflops(), matmul_gflops())
-    out.append(emit("matmul_gflops", round(gf, 1), "GFLOP/s", shape="512x512x512"))
+    gf = best_rate(matmul_gflops(), matmul_gflops())
     model = TinyLM()
     (ms, cpu), (ms_s, cpu_s) = best_of(args.rounds, lambda: time_rl_steps(model, args.rl_steps),
                                        lambda: time_rl_steps(model, args.rl_steps, seeds=list(range(S))))
-    gf = max(gf, matmul_gflops())
-    flops_ms = rl_step_flops(model) / (gf * 1e9) * 1000
+    gf = best_rate(gf, matmul_gflops())
+    out.append(emit("matmul_gflops", round(gf[0], 1), "GFLOP/s", cpu_rate=round(gf[1], 1), shape="512x512x512",
+                    note="by wall time; cpu_rate by this process's CPU time (less disturbed by other jobs)"))
+    flops = rl_step_flops(model)
+    flops_ms, flops_cpu = flops / (gf[0] * 1e9) * 1000, flops / (gf[1] * 1e9) * 1000
     out.append(emit("rl_step_ms", round(ms, 2), "ms", cpu_ms=round(cpu, 2), prompts=16, group=8, epochs=1))
-    out.append(emit("rl_step_flops_ms", round(flops_ms, 2), "ms", note="a plain step's FLOPs at the matmul rate"))
-    out.append(emit("rl_step_vs_matmul_ratio", round(ms / flops_ms, 2), "x"))
+    out.append(emit("rl_step_flops_ms", round(flops_ms, 2), "ms", cpu_ms=round(flops_cpu, 2),
+                    note="a plain step's FLOPs at the matmul rate"))
+    out.append(emit("rl_step_vs_matmul_ratio", round(ms / flops_ms, 2), "x", cpu_ratio=round(cpu / flops_cpu, 2)))
     out.append(emit(f"rl_step_{S}seeds_ms", round(ms_s, 2), "ms", cpu_ms=round(cpu_s, 2), seeds=S))
     out.append(emit(f"rl_step_{S}seeds_vs_1seed_ratio", round(ms_s / ms, 2), "x", cpu_ratio=round(cpu_s / cpu, 2),
-                    target="<= 2"))
-    out.append(emit(f"rl_step_{S}seeds_vs_matmul_ratio", round(ms_s / (S * flops_ms), 2), "x", target="<= 2"))
+                    sequential_ratio=S, target="<= 2"))
+    out.append(emit(f"rl_step_{S}seeds_vs_matmul_ratio", round(ms_s / (S * flops_ms), 2), "x",
+                    cpu_ratio=round(cpu_s / (S * flops_cpu), 2), target="<= 2"))
     if script is not None:
         base.append(baseline_ms(script))
         base = [b for b in base if b is not None]
@@ -245,8 +369,9 @@ def main(argv=None) -> list[dict]:
         out.append(emit("lab21_project0_s", round(c.wall, 1), "s", cpu_s=round(c.cpu, 1), seeds=S,
                         steps=lab21.PROJECTS["project0"].steps, arms=len(lab21.PROJECT0_ARMS)))
     if not args.skip_widgets:
-        for lab, s in widget_update_seconds().items():
-            out.append(emit(f"{lab}_widget_update_s", round(s, 3), "s", note="best of 3 slider moves", target="< 1"))
+        for lab, (wall, cpu) in widget_update_seconds().items():
+            out.append(emit(f"{lab}_widget_update_s", round(wall, 3), "s", cpu_s=round(cpu, 3),
+                            note="best of 3 slider moves", target="< 1"))
     if not args.skip_sft_run:
         t = time.perf_counter()
         sft_train(COURSE_SFT, COURSE_SNAPSHOTS)

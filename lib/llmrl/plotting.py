@@ -13,16 +13,22 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 
-def smooth(y: Sequence[float], window: int) -> np.ndarray:
-    """Trailing moving average (nan-aware) over ``window`` points; window 1 returns y."""
+def smooth(y: Sequence[float], window: int, full: bool = False) -> np.ndarray:
+    """Trailing moving average over ``window`` points, NaN entries skipped (None reads as NaN); a
+    window with no number is NaN. The first points average what there is so far, or with
+    ``full=True`` are NaN until the window is full. Window 1 returns y."""
     y = np.asarray([np.nan if v is None else v for v in y], dtype=float)
     if window <= 1 or len(y) == 0:
         return y
-    out = np.empty_like(y)
-    for i in range(len(y)):
-        seg = y[max(0, i - window + 1): i + 1]
-        seg = seg[~np.isnan(seg)]
-        out[i] = seg.mean() if len(seg) else np.nan
+    ok = ~np.isnan(y)
+    sums = np.concatenate([[0.0], np.cumsum(np.where(ok, y, 0.0))])
+    counts = np.concatenate([[0], np.cumsum(ok)])
+    i = np.arange(len(y))
+    lo = np.maximum(0, i - window + 1)
+    n = counts[i + 1] - counts[lo]
+    out = np.where(n > 0, (sums[i + 1] - sums[lo]) / np.maximum(n, 1), np.nan)
+    if full:
+        out[:window - 1] = np.nan
     return out
 
 

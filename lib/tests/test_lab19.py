@@ -150,6 +150,10 @@ def test_hacking_run_takes_a_reward_function():
 def test_expected_report_lists_both_numbers():
     text = lab19.expected_report({"gao_alpha": 1.07, "hack_peak_step": 120})
     assert "gao_alpha" in text and "1.070" in text and "1.1" in text and "hack_peak_step" in text
+    # one value per seed: mean ± sample standard deviation, and how many seeds
+    text = lab19.expected_report({"hack_final_kl": [14.0, 16.0, 15.0], "gold_final_accuracy": [0.8]})
+    assert "15.000 ± 1.000 (3 seeds)" in text and "published     15.0" in text
+    assert "0.800   published" in text  # one seed: the plain number
 
 
 # ----------------------------------------------------------------- widgets (no browser)
@@ -245,3 +249,16 @@ def test_command_line_runs_a_short_hack(capsys):
     assert set(out) >= {"accuracy_start", "final_kl", "final_length"}
     with pytest.raises(SystemExit):
         lab19.main(["entropy", "--arm", "nonsense"])
+
+
+def test_smoothing_is_a_nan_aware_trailing_mean():
+    from llmrl import plotting
+
+    y = [1.0, None, 3.0, 5.0, float("nan"), float("nan"), float("nan"), 7.0]
+    # partial windows at the start; NaN skipped; a window of NaN only stays NaN
+    got = plotting.smooth(y, 3)
+    want = [1.0, 1.0, 2.0, 4.0, 4.0, 5.0, float("nan"), 7.0]
+    assert np.allclose(got, want, equal_nan=True)
+    # lab19's: NaN until the window is full, then the same numbers
+    assert np.allclose(lab19.smooth(y, 3), [float("nan")] * 2 + want[2:], equal_nan=True)
+    assert np.array_equal(plotting.smooth([2.0, 4.0], 1), [2.0, 4.0])

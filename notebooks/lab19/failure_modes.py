@@ -63,7 +63,7 @@ from llmrl.utils import grading_mode, set_threads
 
 set_threads(1)
 EXPECTED = lab19.EXPECTED  # the published reference numbers, printed beside yours
-REFERENCE = lab19.load_reference()  # stored full-length runs of parts 2 and 3
+REFERENCE = lab19.load_reference()  # stored full-length runs of parts 2 and 3, seeds 0-4
 LIVE_STEPS = 3 if grading_mode() else 30  # steps of each live run (the stored runs are longer)
 
 # %% [markdown]
@@ -450,9 +450,12 @@ assert torch.allclose(_out, torch.tensor([-1.0])), f"log pi - log pi_ref = +2 wi
 # Four runs from the SFT checkpoint, 16 prompts with 8 samples each per step, learning rate
 # 5e-4, 300 steps: the proxy reward without a KL penalty, with $\beta = 0.05$ and, for
 # comparison, the gold (exact-match) reward. The curves are stored runs of the reference
-# code (a 300-step run takes about a minute on a quiet laptop); the cell first runs 30 steps of
-# the $\beta = 0.05$ run **with your** `kl_penalized_rewards` and draws them as a black dashed line.
-# With a correct function it lies on the orange curve (same seed, so usually exactly).
+# code for seeds 0 to 4, trained together (five seeds of a 300-step run take well under a minute
+# on a quiet laptop): the thick line is the mean over the seeds, the band runs from the lowest to
+# the highest seed and the thin lines are the single seeds. The cell first runs 30 steps of the
+# $\beta = 0.05$ run **with your** `kl_penalized_rewards` (seed 0) and draws them as a black dashed
+# line. With a correct function it lies on seed 0's thin orange line (same seed, so usually
+# exactly).
 
 # %% tags=["nbval-ignore-output"]
 live_kl = lab19.hacking_run(0.05, kl_reward_fn=kl_penalized_rewards, steps=LIVE_STEPS)
@@ -463,16 +466,12 @@ _ok = live_checks.compare_exact("Part 2, your live run's shaped rewards", live_k
                                 _stored, task="Task 2 (`kl_penalized_rewards`)", atol=1e-3)
 
 # %%
-runs = {"proxy, no KL": REFERENCE["hacking"]["0"], "proxy, beta = 0.05": REFERENCE["hacking"]["0.05"],
-        "gold reward": REFERENCE["hacking"]["gold"]}
+seeds = REFERENCE["hacking_seeds"]  # {beta or "gold": one run per stored seed}
+runs = {"proxy, no KL": seeds["0"], "proxy, beta = 0.05": seeds["0.05"], "gold reward": seeds["gold"]}
 fig = lab19.plot_hacking(runs, lab19.ARTIFACTS / "hack.png", live={"your code, beta = 0.05": live_kl})
 plt.show()
-_h, _k, _g = (lab19.hack_summary(r) for r in runs.values())
-part2 = {"hack_accuracy_start": _h["accuracy_start"], "hack_accuracy_peak": _h["accuracy_peak"],
-         "hack_peak_step": _h["peak_step"], "hack_final_accuracy": _h["final_accuracy"],
-         "hack_final_length": _h["final_length"], "hack_final_kl": _h["final_kl"],
-         "kl005_final_accuracy": _k["final_accuracy"], "gold_final_accuracy": _g["final_accuracy"]}
-print(lab19.expected_report(part2))
+# every number as the mean ± standard deviation over the stored seeds
+print(lab19.expected_report(lab19.part2_values(REFERENCE)))
 
 # %% [markdown]
 # **What happened.** Without a penalty the policy first gets better at addition (the proxy
@@ -483,7 +482,7 @@ print(lab19.expected_report(part2))
 # 0.1 to 0.2 of length bonus is not worth the several nats it takes to write unusual digits
 # after the answer, so the policy learns addition instead and ends close to the gold-reward run.
 #
-# The slider shows the stored sweep $\beta \in \{0, 0.01, 0.02, 0.05\}$. Below which $\beta$ is the
+# The slider shows the stored sweep $\beta \in \{0, 0.01, 0.02, 0.05\}$, every seed. Below which $\beta$ is the
 # penalty too weak to hold the policy back?
 
 # %% tags=["nbval-ignore-output"]
@@ -690,8 +689,9 @@ assert abs(_yours - _lib) < 1e-5, f"SFT model: your entropy {_yours:.4f}, the li
 # and common ones; it counts epochs 2 to 4, because in the first epoch the policy still equals
 # the sampling policy and nothing can be clipped.
 #
-# As in part 2 the curves are stored reference runs; the dots are 30 steps of the symmetric
-# run with **your** `clipped_pg_loss`, and your `token_entropy` measures the trained policy.
+# As in part 2 the curves are stored reference runs (seeds 0-4: mean, band, single seeds); the
+# black dashes are 30 steps of the symmetric run with **your** `clipped_pg_loss` (seed 0), and your
+# `token_entropy` measures the trained policy.
 
 # %% tags=["nbval-ignore-output"]
 from llmrl.checkpoints import load_checkpoint
@@ -708,18 +708,15 @@ _ok = live_checks.compare_exact("Part 3, entropy of the trained policy", _yours,
                                 atol=1e-5)
 
 # %%
-fig = lab19.plot_entropy(REFERENCE["entropy"], lab19.ARTIFACTS / "entropy.png",
+fig = lab19.plot_entropy(REFERENCE["entropy_seeds"], lab19.ARTIFACTS / "entropy.png",
                          live={"your code, symmetric": live_clip})
 plt.show()
-_s, _hi, _none = (lab19.entropy_summary(REFERENCE["entropy"][a]) for a in lab19.CLIP_ARMS)
-for _arm, _sum in zip(lab19.CLIP_ARMS, (_s, _hi, _none)):
-    print(f"{_arm:14s} entropy {_sum['entropy_start']:.3f} -> {_sum['entropy_end']:.3f} nats/token, "
-          f"accuracy {_sum['accuracy_start']:.2f} -> {_sum['final_accuracy']:.2f}")
-part3 = {"entropy_start": _s["entropy_start"], "entropy_end_clipped": 0.5 * (_s["entropy_end"] + _hi["entropy_end"]),
-         "entropy_end_no_upper": _none["entropy_end"],
-         "clip_high_of_positive_rare": _s["late_clip_high_of_positive_rare"],
-         "clip_high_of_positive_common": _s["late_clip_high_of_positive_common"]}
-print(lab19.expected_report(part3))
+for _arm in lab19.CLIP_ARMS:  # mean ± standard deviation over the stored seeds
+    _sum = lab19.seed_summary(lab19.entropy_summary, REFERENCE["entropy_seeds"][_arm])
+    _pm = lambda k, f: f"{_sum[k][0]:{f}} ± {_sum[k][1]:{f}}"  # noqa: E731
+    print(f"{_arm:14s} entropy {_pm('entropy_start', '.3f')} -> {_pm('entropy_end', '.3f')} nats/token, "
+          f"accuracy {_pm('accuracy_start', '.2f')} -> {_pm('final_accuracy', '.2f')}")
+print(lab19.expected_report(lab19.part3_values(REFERENCE)))
 
 # %% [markdown]
 # **What happened.** Entropy drains steadily under both clipped settings, and at this scale you

@@ -106,13 +106,9 @@ def _rolling(x: np.ndarray, w: int) -> np.ndarray:
 def smooth(y, window: int = 10) -> np.ndarray:
     """Trailing mean over ``window`` steps, same length as ``y`` (NaN until the window is full; NaN
     entries are skipped inside a window)."""
-    y = np.asarray(y, dtype=float)
-    out = np.full(len(y), np.nan)
-    for i in range(window - 1, len(y)):
-        w = y[i - window + 1:i + 1]
-        if np.any(~np.isnan(w)):
-            out[i] = np.nanmean(w)
-    return out
+    from ..plotting import smooth as trailing
+
+    return trailing(y, window, full=True)
 
 
 def as_series(history, names=SERIES) -> dict[str, list]:
@@ -144,7 +140,13 @@ def seed_summary(summary, run, **kw) -> dict[str, tuple[float, float]]:
     """{key: (mean, standard deviation over seeds)} of ``summary(series)`` (:func:`hack_summary`,
     :func:`entropy_summary`) over the seeds of ``run``."""
     parts = [summary(r, **kw) for r in seed_runs(run)]
-    return {k: (float(np.mean([p[k] for p in parts])), float(np.std([p[k] for p in parts]))) for k in parts[0]}
+    return {k: mean_sd([p[k] for p in parts]) for k in parts[0]}
+
+
+def mean_sd(values) -> tuple[float, float]:
+    """(mean, sample standard deviation) of one number per seed; the deviation is 0 for one seed."""
+    v = np.asarray(values, dtype=float)
+    return float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else 0.0
 
 
 def _draw(ax, run, name: str, window: int, label: str, color, **line):
@@ -360,8 +362,34 @@ def sweep_run(reference: dict, beta: float) -> dict:
 
 # ------------------------------------------------------------------------------- reports
 
+def part2_values(reference: dict | None = None) -> dict[str, list[float]]:
+    """Part 2's numbers under the keys of :data:`EXPECTED`, one value per stored seed (lists in
+    the order of ``reference["seeds"]``): the hacking run without KL, beta = 0.05 and gold."""
+    ref = reference or load_reference()
+    hs = ref.get("hacking_seeds") or {k: [v] for k, v in ref["hacking"].items()}
+    h, k, g = ([hack_summary(r) for r in hs[arm]] for arm in ("0", "0.05", "gold"))
+    out = {f"hack_{name}": [x[name] for x in h] for name in
+           ("accuracy_start", "accuracy_peak", "peak_step", "final_accuracy", "final_length", "final_kl")}
+    out["kl005_final_accuracy"] = [x["final_accuracy"] for x in k]
+    out["gold_final_accuracy"] = [x["final_accuracy"] for x in g]
+    return out
+
+
+def part3_values(reference: dict | None = None) -> dict[str, list[float]]:
+    """Part 3's numbers under the keys of :data:`EXPECTED`, one value per stored seed."""
+    ref = reference or load_reference()
+    es = ref.get("entropy_seeds") or {k: [v] for k, v in ref["entropy"].items()}
+    sym, hi, none = ([entropy_summary(r) for r in es[a]] for a in CLIP_ARMS)
+    return {"entropy_start": [x["entropy_start"] for x in sym],
+            "entropy_end_clipped": [0.5 * (a["entropy_end"] + b["entropy_end"]) for a, b in zip(sym, hi)],
+            "entropy_end_no_upper": [x["entropy_end"] for x in none],
+            "clip_high_of_positive_rare": [x["late_clip_high_of_positive_rare"] for x in sym],
+            "clip_high_of_positive_common": [x["late_clip_high_of_positive_common"] for x in sym]}
+
+
 def measured(reference: dict | None = None) -> dict:
-    """Our numbers under the keys of :data:`EXPECTED` (part 1 exact/pool, parts 2-3 from the reference)."""
+    """Our numbers under the keys of :data:`EXPECTED`: part 1 exact/pool, parts 2-3 the mean over
+    the stored seeds (:func:`part2_values`, :func:`part3_values` give every seed's)."""
     out = {}
     e = overopt.exact_best_of_n()
     pool = overopt.pool_curves(overopt.make_pool())
@@ -374,30 +402,29 @@ def measured(reference: dict | None = None) -> dict:
     out["pool_gold_gain_n3000"] = float(pool["gold_gain"][-1])
     out["exact_gold_gain_n3000"] = float(e["gold_gain"][-1])
     ref = reference or load_reference()
-    h = hack_summary(ref["hacking"]["0"])
-    out.update({"hack_accuracy_start": h["accuracy_start"], "hack_accuracy_peak": h["accuracy_peak"],
-                "hack_peak_step": h["peak_step"], "hack_final_accuracy": h["final_accuracy"],
-                "hack_final_length": h["final_length"], "hack_final_kl": h["final_kl"],
-                "kl005_final_accuracy": hack_summary(ref["hacking"]["0.05"])["final_accuracy"],
-                "gold_final_accuracy": hack_summary(ref["hacking"]["gold"])["final_accuracy"]})
-    sym, hi, none = (entropy_summary(ref["entropy"][a]) for a in CLIP_ARMS)
-    out.update({"entropy_start": sym["entropy_start"],
-                "entropy_end_clipped": 0.5 * (sym["entropy_end"] + hi["entropy_end"]),
-                "entropy_end_no_upper": none["entropy_end"],
-                "clip_high_of_positive_rare": sym["late_clip_high_of_positive_rare"],
-                "clip_high_of_positive_common": sym["late_clip_high_of_positive_common"]})
+    for k, v in {**part2_values(ref), **part3_values(ref)}.items():
+        out[k] = float(np.mean(v))
     return out
 
 
 def expected_report(values: dict, keys=None) -> str:
-    """Lines "key: ours vs published" for the keys of :data:`EXPECTED` present in ``values``."""
+    """Lines "key: ours vs published" for the keys of :data:`EXPECTED` present in ``values``; a
+    list of values (one per seed) is given as mean ± standard deviation over the seeds."""
     lines = []
     for k in (keys or EXPECTED):
         if k not in values:
             continue
         ours, theirs = values[k], EXPECTED[k]
-        fmt = (lambda v: f"{v:8.3f}") if isinstance(ours, float) else (lambda v: f"{v!s:>8}")
-        lines.append(f"{k:32s} ours {fmt(ours)}   published {theirs!s:>8}")
+        if isinstance(ours, (list, tuple)) and len(ours) == 1:
+            ours = ours[0]
+        if isinstance(ours, (list, tuple)):
+            m, sd = mean_sd(ours)
+            text = f"{m:8.3f} ± {sd:.3f} ({len(ours)} seeds)"
+        elif isinstance(ours, float):
+            text = f"{ours:8.3f}"
+        else:
+            text = f"{ours!s:>8}"
+        lines.append(f"{k:32s} ours {text}   published {theirs!s:>8}")
     return "\n".join(lines)
 
 
@@ -534,7 +561,8 @@ def beta_figure(reference: dict, beta: float, path=None):
 
 
 def beta_widget(reference: dict | None = None):
-    """A slider over the stored beta sweep redrawing accuracy, reward, length and KL curves.
+    """A slider over the stored beta sweep redrawing accuracy, reward, length and KL curves (every
+    stored seed; a beta seen before is shown again without redrawing).
 
     The box has attributes ``slider``, ``image`` and ``update()``.
     """
@@ -544,9 +572,12 @@ def beta_widget(reference: dict | None = None):
     options = [float(k) for k in ref["hacking"] if k != "gold"]
     slider = w.SelectionSlider(options=options, value=options[0], description="beta", continuous_update=False)
     image = w.Image(format="png")
+    drawn: dict[float, bytes] = {}  # the stored runs do not change: each beta is drawn once
 
     def update(_=None):
-        image.value = figure_png(beta_figure(ref, slider.value))
+        if slider.value not in drawn:
+            drawn[slider.value] = figure_png(beta_figure(ref, slider.value))
+        image.value = drawn[slider.value]
 
     slider.observe(update, names="value")
     update()
