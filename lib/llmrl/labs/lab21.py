@@ -35,7 +35,7 @@ import argparse
 import math
 import sys
 from dataclasses import dataclass, replace
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -272,6 +272,13 @@ def _arm2(arm, seeds, steps=200, n_prompts=16, group_size=8, lr=3e-4, reward_fns
                    reward=getattr(reward, "__name__", repr(reward)))
 
 
+@lru_cache(maxsize=1)
+def two_digit_share_large() -> float:
+    """The share of 2-digit + 2-digit training problems whose sum has 3 digits (20,000 drawn with
+    seed 0; computed once: the widget asks for it at every point of its curves)."""
+    return float(np.mean([a >= 100 for a in sample_problems(20000, TWO_DIGIT, 0).answers]))
+
+
 def honest_vs_pad(w: float, accuracy_small: float, accuracy_large: float | None = None,
                   share_large: float | None = None) -> dict[str, float]:
     """Expected stylish-rubric reward per answer of two policies on the 2-digit training prompts.
@@ -284,9 +291,7 @@ def honest_vs_pad(w: float, accuracy_small: float, accuracy_large: float | None 
     w = check_float("w", w, minimum=0.0)
     p_s = check_float("accuracy_small", accuracy_small, minimum=0.0)
     p_l = p_s if accuracy_large is None else check_float("accuracy_large", accuracy_large, minimum=0.0)
-    if share_large is None:
-        share_large = float(np.mean([a >= 100 for a in sample_problems(20000, TWO_DIGIT, 0).answers]))
-    q = check_float("share_large", share_large, minimum=0.0)
+    q = check_float("share_large", two_digit_share_large() if share_large is None else share_large, minimum=0.0)
     large = p_l * 1.0 + w  # 3-digit answers earn the style credit whether right or not
     honest = (1 - q) * p_s + q * large
     pad = (1 - q) * w + q * large
