@@ -394,11 +394,10 @@ class RLRun:
 def minibatches(fields: dict, minibatch_size: int, generator: torch.Generator | None = None) -> Iterable[dict]:
     """Dicts of the same rows of every field, ``minibatch_size`` rows each (the last may be
     smaller), in an order shuffled with ``generator`` (in order without one)."""
-    n = next(iter(fields.values())).shape[0]
-    order = torch.randperm(n, generator=generator) if generator is not None else torch.arange(n)
-    for start in range(0, n, minibatch_size):
-        rows = order[start:start + minibatch_size]
-        yield {k: v[rows] for k, v in fields.items()}
+    n_rows = len(next(iter(fields.values())))
+    order = torch.arange(n_rows) if generator is None else torch.randperm(n_rows, generator=generator)
+    for rows in torch.split(order, minibatch_size):
+        yield {name: tensor[rows] for name, tensor in fields.items()}
 
 
 # ----------------------------------------------------------------------------- the step
