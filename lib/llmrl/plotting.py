@@ -32,19 +32,21 @@ def smooth(y: Sequence[float], window: int, full: bool = False) -> np.ndarray:
     return out
 
 
-def seed_band(ax, x, ys: Sequence[Sequence[float]], label: str, color=None, show_seeds: bool = True):
-    """Plot the mean of ``ys`` (one row per seed) with a min-max band; returns the line."""
+def seed_band(ax, x, ys: Sequence[Sequence[float]], label: str, color=None, show_seeds: bool = True,
+              ls: str = "-"):
+    """Plot the mean of ``ys`` (one row per seed) with a min-max band and, with ``show_seeds``,
+    every seed as a thin line (all in the line style ``ls``); returns the mean's line."""
     ys = np.asarray(ys, dtype=float)
     n = ys.shape[0]
     with warnings.catch_warnings():  # a step no seed has a value for yet (a smoothing window filling) stays a gap
         warnings.simplefilter("ignore", RuntimeWarning)
         mean, low, high = np.nanmean(ys, axis=0), np.nanmin(ys, 0), np.nanmax(ys, 0)
-    line, = ax.plot(x, mean, color=color, lw=2, label=f"{label} (n={n})" if n > 1 else label)
+    line, = ax.plot(x, mean, color=color, lw=2, ls=ls, label=f"{label} (n={n})" if n > 1 else label)
     if n > 1:
         ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, lw=0)
         if show_seeds:
             for row in ys:
-                ax.plot(x, row, color=line.get_color(), lw=0.6, alpha=0.5)
+                ax.plot(x, row, color=line.get_color(), lw=0.6, alpha=0.5, ls=ls)
     return line
 
 

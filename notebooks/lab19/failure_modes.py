@@ -474,16 +474,21 @@ plt.show()
 print(lab19.expected_report(lab19.part2_values(REFERENCE)))
 
 # %% [markdown]
-# **What happened.** Without a penalty the policy first gets better at addition (the proxy
-# rewards a correct answer too), then discovers that `85` followed by more digits still contains
-# `85` and earns the length bonus. Within a few dozen steps every response has the maximum 4
-# characters, the summed log-ratio to the SFT model is in the double digits, and exact-match
-# accuracy is zero, while the proxy reward is higher than ever. With $\beta = 0.05$ the extra
-# 0.1 to 0.2 of length bonus is not worth the several nats it takes to write unusual digits
-# after the answer, so the policy learns addition instead and ends close to the gold-reward run.
+# **What happened.** Without a penalty the policy first gets a little better at addition (the
+# proxy rewards a correct answer too), then discovers that `85` followed by more digits still
+# contains `85` and earns the length bonus. Every seed starts padding: its responses grow past the
+# SFT model's 2.6 characters, its log-ratio to the SFT model climbs to several nats and its
+# exact-match accuracy falls far below the gold-reward run's, while the proxy reward keeps rising.
+# *When* it goes all the way is a matter of the seed: in some seeds every response reaches the
+# maximum of 4 characters, the KL is in the double digits and accuracy is zero within 300 steps;
+# the others are still writing one extra digit at step 300. Seed 0 (the published run's seed)
+# is one of those that go all the way, which is why one run can make the hack look more
+# predictable than it is. With $\beta = 0.05$ the extra 0.1 to 0.2 of length bonus is not worth
+# the several nats it takes to write unusual digits after the answer: on every seed the policy
+# learns addition instead and ends close to the gold-reward run of the same seed.
 #
-# The slider shows the stored sweep $\beta \in \{0, 0.01, 0.02, 0.05\}$, every seed. Below which $\beta$ is the
-# penalty too weak to hold the policy back?
+# The slider shows the stored sweep $\beta \in \{0, 0.01, 0.02, 0.05\}$, every seed. Below which $\beta$
+# is the penalty too weak to hold the policy back, and is the answer the same for every seed?
 
 # %% tags=["nbval-ignore-output"]
 display(lab19.beta_widget(REFERENCE))
@@ -720,8 +725,9 @@ print(lab19.expected_report(lab19.part3_values(REFERENCE)))
 
 # %% [markdown]
 # **What happened.** Entropy drains steadily under both clipped settings, and at this scale you
-# cannot tell the symmetric clip from clip-higher (run a few seeds before you believe a gap
-# either way). The diagnostic shows why clip-higher was proposed: the upper clip almost never
+# cannot tell the symmetric clip from clip-higher: their bands overlap and the gap between their
+# means is smaller than the spread between seeds (the table's ± is one standard deviation over the
+# five seeds). The diagnostic shows why clip-higher was proposed: the upper clip almost never
 # touches common tokens, but it silences most of the rare positive-advantage tokens, exactly the
 # exploratory choices whose probability RL would need to raise to keep entropy up. Removing the
 # upper bound entirely keeps entropy higher, but nothing stops a ratio from running away and the
@@ -790,9 +796,11 @@ if RUN:
         print(f"beta = {beta}:")
         hack_verdict(lab19.hacking_run(beta, kl_reward_fn=kl_penalized_rewards))
 # BEGIN MARK SCHEME
-# What the stored runs show: beta = 0.01 is too weak (final accuracy 0.34, length 3.2, KL 6.4 nats:
-# the policy still pads most answers), beta = 0.02 already holds it (accuracy 0.74, length 2.6,
-# KL 0.6). The leash gives way between 0.01 and 0.02.
+# What the stored runs show (seed 0, then the five seeds): beta = 0.01 is too weak (seed 0: final
+# accuracy 0.43, length 3.0, KL 4.6 nats, it pads one digit; four of five seeds pad, accuracy
+# 0.57 +- 0.12 over the seeds); beta = 0.02 holds seed 0 (accuracy 0.74, length 2.6, KL 0.45) and
+# seeds 1 and 2, but seeds 3 and 4 still pad (accuracy 0.48-0.52, KL 3.8-4.4). The leash gives way
+# between 0.01 and 0.05, and where exactly depends on the seed: one seed would have said 0.02.
 # END MARK SCHEME
 
 # %%

@@ -163,7 +163,7 @@ def _draw(ax, run, name: str, window: int, label: str, color, **line):
     if len(ys) == 1:
         ax.plot(x, ys[0], color=color, label=label, **line)
     else:
-        seed_band(ax, x, ys, label, color=color)
+        seed_band(ax, x, ys, label, color=color, ls=line.get("ls", "-"))
 
 
 def hack_summary(run, window: int = 10) -> dict[str, float]:
