@@ -24,7 +24,7 @@ unexport NBGRADER_EXECUTION
 
 .PHONY: help venv build execute release validate submissions autograde scores nbval \
         test test-lib test-pipeline test-fast test-kit student-kit browser chromium warm demo lab clean \
-        distclean hub hub-install hub-remove test-hub catch-rates
+        distclean hub hub-install hub-remove test-hub catch-rates reproduce
 
 help:
 	@echo "make demo        environment, build, execute, release, grade the sample submissions"
@@ -46,6 +46,8 @@ help:
 	@echo "make hub         the course on a JupyterHub at 127.0.0.1:8500 (root: creates llmrl-* accounts); Ctrl-C stops it"
 	@echo "make hub-remove  stop that hub, delete its accounts, the course folder and $(HUB_DIR)"
 	@echo "make test-hub    the whole course cycle on a hub started by the test, and in chromium (root; CI runs it)"
+	@echo "make reproduce   every published claim of the four assignments, with seeds -> docs/reproduction.md"
+	@echo "                 (cached in artifacts/reproduce/; ARGS='--only lab19 --seeds 0,1,2,3,4', '--fast', '--fresh')"
 	@echo "make lab         JupyterLab on this folder"
 	@echo "make clean       remove grading output, plots and caches (keeps .venv)"
 	@echo "Restrict to one assignment with A=lab11 (build, execute, release, validate, autograde, nbval)."
@@ -169,6 +171,13 @@ hub-remove:
 test-hub: $(HUB_STAMP) $(BROWSER_STAMP) chromium
 	@status=0; $(SUDO) env LLMRL_HUB_TESTS=1 $(PYTEST) -q hub/tests || status=$$?; \
 	  $(SUDO) $(PY) -m hub.deploy remove --dir /srv/llmrl-hub-test || true; exit $$status
+
+# Every published claim (lib/llmrl/reproduce.py) with seeds 0,1,2 -> docs/reproduction.md, with its wall
+# time. Each experiment's results are cached per seed under artifacts/reproduce/, so a rerun computes
+# only what is missing; ARGS passes options (--only LAB, --seeds 0,1,2,3,4, --workers 2, --fresh, --fast).
+# The fast subset runs in make test (lib/tests/test_reproduce.py).
+reproduce: $(STAMP)
+	$(PY) -m llmrl.reproduce $(ARGS)
 
 # Quick loop while writing code: no nbval, no slow library tests.
 test-fast: $(STAMP)

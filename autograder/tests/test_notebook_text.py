@@ -7,10 +7,13 @@
   release drops it, autograde restores it from the gradebook, the feedback drops it again. Its
   points add up to the cell's.
 - No text of a mark-scheme region reaches a release notebook.
-- The notebooks never mention "the handout" and share no run of seven words of prose with the
+- The notebooks never mention "the handout" (nor do their release copies, outputs included, the
+  library the kit ships or the kit's files) and share no run of seven words of prose with the
   handouts they were written from (checked against hashed fingerprints in
   handout_fingerprints.json, so the handouts' text is not stored here; refresh them with
   `python autograder/tests/test_notebook_text.py --refresh /path/to/seeds`).
+- Sentences that describe what the code does say what it does: how many runs lab19 draws, the
+  black dashed line of the live runs, the lab21 student's accuracy as the checkpoint measures it.
 """
 
 from __future__ import annotations
@@ -198,6 +201,131 @@ def test_no_seven_word_run_of_prose_is_copied_from_the_handout(lab):
               if _is_prose(tokens[i:i + NGRAM])
               and hashlib.sha1(" ".join(tokens[i:i + NGRAM]).encode()).hexdigest()[:16] in theirs]
     assert not copied, f"{lab.jupytext}: phrases copied from the handout (rewrite them): {copied}"
+
+
+# ----------------------------------------------------------------------------- what students read matches the code
+
+ROOT = Path(__file__).resolve().parents[2]
+WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8}
+
+
+def _jupytext_cells(lab) -> list:
+    import jupytext
+
+    return jupytext.read(lab.jupytext).cells
+
+
+def _lab(assignment: str, name: str):
+    return next(lab for lab in LABS if lab.assignment == assignment and lab.name == name)
+
+
+@pytest.mark.parametrize("lab", LABS, ids=_ids(LABS))
+def test_release_notebooks_never_mention_the_handout_in_cells_or_outputs(lab):
+    for i, c in enumerate(_release(lab).cells):
+        text = c.source + "".join(json.dumps(o) for o in c.get("outputs", []))
+        assert "handout" not in text.lower(), f"{lab.release}: cell {i} mentions the handout"
+
+
+def test_what_students_receive_besides_the_notebooks_never_mentions_the_handout():
+    """The library (its messages, plot labels, tables, docstrings and comments: the kit ships it as
+    source in a wheel) and the kit's own files."""
+    files = [f for f in sorted((ROOT / "lib" / "llmrl").rglob("*")) if f.suffix in (".py", ".json", ".md", ".txt")]
+    files += [f for f in sorted((ROOT / "autograder" / "kit").rglob("*")) if f.is_file()]
+    assert len(files) > 30, files
+    bad = [f"{f.relative_to(ROOT)}:{n}: {line.strip()}" for f in files
+           for n, line in enumerate(f.read_text(errors="replace").splitlines(), 1) if "handout" in line.lower()]
+    assert not bad, "students never see the handouts; say 'published' or give the number:\n" + "\n".join(bad[:10])
+
+
+def test_tables_and_plots_label_the_published_value_as_published():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from llmrl import plotting, runner
+
+    res = {"a": [{"evals": {"x": [0.1, 0.6]}, "curve": {}, "seed": 0}],
+           "b": [{"evals": {"x": [0.1, 0.5]}, "curve": {}, "seed": 0}]}
+    table = runner.summary_table(res, ["x"], {"b": {"x": 0.55}})
+    assert "published" in table.splitlines()[0] and "0.550" in table and "handout" not in table.lower()
+    fig, ax = plt.subplots()
+    plotting.plot_final(res, "x", ax=ax, expected={"b": {"x": 0.55}})  # only the second arm has a value
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    plt.close(fig)
+    assert "published" in labels and not any("handout" in t.lower() for t in labels), labels
+
+
+def _count_before(text: str, phrase: str) -> int:
+    m = re.search(r"\b(\w+) " + re.escape(phrase), text)
+    assert m, f"no sentence '<number> {phrase}'"
+    word = m.group(1).lower()
+    assert word in WORDS, f"{word!r} before {phrase!r} is not a number word"
+    return WORDS[word]
+
+
+def test_lab19_says_how_many_runs_it_draws():
+    import ast
+
+    from llmrl.labs import lab19
+
+    cells = _jupytext_cells(_lab("lab19", "failure_modes"))
+    i = next(i for i, c in enumerate(cells) if c.cell_type == "markdown" and "runs from the SFT checkpoint" in c.source)
+    said = _count_before(cells[i].source, "runs from the SFT checkpoint")
+    drawn = None
+    for c in cells[i + 1:]:
+        if c.cell_type == "code" and re.search(r"^runs = \{", c.source, re.M):
+            node = next(n for n in ast.walk(ast.parse(c.source)) if isinstance(n, ast.Assign)
+                        and getattr(n.targets[0], "id", None) == "runs")
+            drawn = len(node.value.keys)
+            break
+    assert drawn is not None, "part 2's plot cell (runs = {...}) not found"
+    assert said == drawn, f"lab19 part 2 says {said} runs and draws {drawn}"
+    j = next(i for i, c in enumerate(cells) if c.cell_type == "markdown" and "runs with the exact-match reward" in c.source)
+    said3 = _count_before(cells[j].source, "runs with the exact-match reward")
+    assert said3 == len(lab19.CLIP_ARMS), f"lab19 part 3 says {said3} runs, it has {len(lab19.CLIP_ARMS)} clip arms"
+
+
+def test_lab19_describes_the_live_runs_as_they_are_drawn():
+    """The plots draw the student's live run as a black dashed line; the text before each such plot says so."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from llmrl.labs import lab19
+
+    series = {k: [0.5] * 12 for k in lab19.SERIES}
+    for fn in (lab19.plot_hacking, lab19.plot_entropy):
+        fig = fn({"stored": series}, None, live={"your code": series})
+        live = [ln for ax in fig.axes for ln in ax.get_lines() if ln.get_label() == "your code"]
+        plt.close(fig)
+        assert live and all(ln.get_linestyle() == "--" and matplotlib.colors.to_hex(ln.get_color()) == "#000000"
+                            for ln in live), f"{fn.__name__} no longer draws the live run as a black dashed line"
+    cells = _jupytext_cells(_lab("lab19", "failure_modes"))
+    calls = [i for i, c in enumerate(cells) if c.cell_type == "code" and re.search(r"plot_(hacking|entropy)\(", c.source)
+             and "live=" in c.source]
+    assert len(calls) == 2, calls
+    for i in calls:
+        text = next(c.source for c in reversed(cells[:i]) if c.cell_type == "markdown")
+        assert "black dashed line" in text and not re.search(r"\bdots?\b", text), (
+            f"the text before lab19's plot with the live run must call it a black dashed line:\n{text}")
+
+
+def test_lab21_describes_the_student_checkpoint_as_it_measures():
+    from llmrl.addition import TWO_DIGIT, eval_problems
+    from llmrl.checkpoints import load_checkpoint
+    from llmrl.evaluation import accuracy
+
+    text = "\n".join(c.source for c in _jupytext_cells(_lab("lab21", "tasks")) if c.cell_type == "markdown")
+    m = re.search(r"about (\d+)% greedy, (\d+)% sampled accuracy", text)
+    assert m, "lab21 tasks: the sentence giving the student's greedy and sampled accuracy is gone"
+    greedy, sampled = int(m.group(1)) / 100, int(m.group(2)) / 100
+    student = load_checkpoint("student", progress=False)
+    probs = eval_problems(200, TWO_DIGIT)
+    got_g, got_s = accuracy(student, probs), accuracy(student, probs, temperature=1.0, n_samples=8, seed=0)
+    # the text rounds to the nearest 10%: +-0.05. Greedy decoding of a fixed set has no sampling noise;
+    # the sampled accuracy of 1600 samples has a standard error of about 0.011, hence 0.06 there.
+    assert abs(got_g - greedy) <= 0.05, f"lab21 says the student is about {greedy:.0%} greedy; it measures {got_g:.2f}"
+    assert abs(got_s - sampled) <= 0.06, f"lab21 says about {sampled:.0%} sampled; it measures {got_s:.2f}"
 
 
 def refresh(seeds: Path) -> None:

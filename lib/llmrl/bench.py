@@ -21,6 +21,9 @@ Figures (16 prompts x 8 samples, 1 epoch, from a fresh TinyLM):
 * ``lab11_widget_update_s``, ``lab19_widget_update_s``, ``lab21_widget_update_s``: a slider move redrawn;
 * ``sft_teacher_student_s`` (one SFT run from scratch that yields the student and the teacher) and
   ``trl_grpo_vs_ours_per_sequence`` (optional, with the ``trl`` extra).
+* ``hw4_data_parallel_wall_ratio``: hw4's trainer on 2 CPU processes against 1 process over the
+  same prompts and samples, with the CPU-time ratio that shared cores do not blur (``--only-dp``
+  runs this figure alone, ``--skip-dp`` leaves it out).
 
 ``--profile`` prints instead where a step's time goes (``rl_step_profile``: ms per step in each
 stage and in the main calls inside them, for one seed and for ``--seeds`` together) and the
@@ -33,8 +36,10 @@ import argparse
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -304,6 +309,81 @@ def trl_ratio(ours_ms_per_seq: float, steps: int = 3) -> dict | None:
     return {"trl_ms_per_sequence": ms, "ours_ms_per_sequence": ours_ms_per_seq, "ratio": ms / ours_ms_per_seq}
 
 
+def _timed_command(cmd: list[str], env: dict) -> tuple[float, float, float, float]:
+    """(wall seconds of the whole command, seconds of its training as hw4's train command prints
+    them, CPU seconds of all its processes, CPU seconds of training of its busiest process)."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd[:8])} ... failed ({proc.returncode}): {proc.stderr[-1500:]}")
+    try:
+        seconds, cpus = train_timing(proc.stdout)
+    except ValueError as e:
+        raise RuntimeError(f"{e} of {' '.join(cmd[:8])} ...: {proc.stdout[-500:]}") from None
+    return wall, seconds, cpu, max(cpus)
+
+
+def train_timing(stdout: str) -> tuple[float, list[float]]:
+    """(seconds of training, CPU seconds of training of each process) from the last line
+    ``python -m llmrl.hw4 train`` prints."""
+    found = re.search(r": (\d+) steps in ([0-9.]+) s \(CPU ([0-9., ]+) s", stdout)
+    if not found:
+        raise ValueError("no timing line in the output")
+    return float(found.group(2)), [float(c) for c in found.group(3).split(",")]
+
+
+def data_parallel_ratio(steps: int = 20, repeats: int = 1, port: int = 8790) -> dict:
+    """hw4's trainer (format_copy GRPO, the character model, 8 x 6 rollouts, evaluation every 5 steps)
+    on 2 CPU processes (torchrun, gloo) against 1 process over the same prompts and samples (the
+    1-process run of ``shares=2``), and against the ordinary 1-process run (``shares=1``: the same
+    prompts at the first step, other samples). Runs alternate; each figure is the best of ``repeats``.
+    The ratio uses the seconds the runs print for their training (after start-up); ``command_ratio``
+    the wall time of the whole commands (interpreter start, model load and, for 2 processes, the
+    rendezvous included). ``half_batch_ratio`` is the floor that splitting the work alone allows: one
+    process on half the prompts and half the evaluation against the plain run, with nothing to wait for.
+    ``cpu_ratio``: the CPU seconds of training of the busier of the 2 processes against the 1-process
+    run's. On two otherwise idle cores the wall ratio would be about this (waits for the other
+    process aside); unlike wall times on a shared machine it hardly moves with the load."""
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    common = ["-m", "llmrl.hw4", "train", "--task", "format_copy", "--algo", "grpo", "--steps", str(steps),
+              "--fresh", "--no-progress"]
+    best: dict = {}
+    with tempfile.TemporaryDirectory(prefix="llmrl-bench-dp-") as tmp:
+        runs = {"two_processes": [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                                  "--master_port", str(port), *common, "--run-dir", f"{tmp}/two"],
+                "one_process_same_samples": [sys.executable, *common, "--run-dir", f"{tmp}/one", "--set", "shares=2"],
+                "one_process_plain": [sys.executable, *common, "--run-dir", f"{tmp}/plain"],
+                # one process's share of the work alone: half the prompts (and half the greedy
+                # evaluation, which the 2 processes split), no second process to wait for
+                "one_process_half_batch": [sys.executable, *common, "--run-dir", f"{tmp}/half",
+                                           "--set", "n_prompts=4", "--set", "minibatch_size=12",
+                                           "--set", "eval_limit=32"]}
+        load_before = os.getloadavg()
+        for _ in range(repeats):
+            for name, cmd in runs.items():
+                got = _timed_command(cmd, env)
+                best[name] = tuple(min(a, b) for a, b in zip(best.get(name, (float("inf"),) * 4), got))
+    two, one, plain = best["two_processes"], best["one_process_same_samples"], best["one_process_plain"]
+    half = best["one_process_half_batch"]
+    return {"steps": steps, "two_processes_s": round(two[1], 2), "one_process_s": round(one[1], 2),
+            "one_process_plain_s": round(plain[1], 2), "one_process_half_batch_s": round(half[1], 2),
+            "ratio": round(two[1] / one[1], 3), "ratio_vs_plain": round(two[1] / plain[1], 3),
+            "half_batch_ratio": round(half[1] / plain[1], 3), "command_ratio": round(two[0] / one[0], 3),
+            "training_cpu_s": {k: round(v[3], 2) for k, v in best.items()},
+            "cpu_ratio": round(two[3] / one[3], 3), "half_batch_cpu_ratio": round(half[3] / plain[3], 3),
+            "commands_s": {k: round(v[0], 1) for k, v in best.items()},
+            "commands_cpu_s": {k: round(v[2], 1) for k, v in best.items()},
+            "load_average_before": [round(x, 2) for x in load_before],
+            "load_average": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count()}
+
+
 def main(argv=None) -> list[dict]:
     ap = argparse.ArgumentParser(prog="python -m llmrl.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--rl-steps", type=int, default=30, help="timed RL steps per round (default 30)")
@@ -316,10 +396,17 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--skip-sft-run", action="store_true", help="skip the full teacher+student SFT run")
     ap.add_argument("--skip-trl", action="store_true", help="skip the TRL comparison")
     ap.add_argument("--profile", action="store_true", help="only where a step's time goes (stages, operators)")
+    ap.add_argument("--skip-dp", action="store_true", help="skip hw4 on 2 processes against 1")
+    ap.add_argument("--only-dp", action="store_true", help="only hw4 on 2 processes against 1")
+    ap.add_argument("--dp-steps", type=int, default=20, help="RL steps of each data-parallel run (default 20)")
+    ap.add_argument("--dp-repeats", type=int, default=1, help="runs of each kind, the best counts (default 1)")
     args = ap.parse_args(argv)
     set_threads(1)
     torch.manual_seed(0)
     S = args.seeds
+    if args.only_dp:
+        r = data_parallel_ratio(args.dp_steps, args.dp_repeats)
+        return [emit("hw4_data_parallel_wall_ratio", r.pop("ratio"), "x", target="<= 0.7", **r)]
     out = [emit("load_average", load(), "1/5/15 min", note="other jobs on the machine when the bench started")]
     if args.profile:
         out += profile_main(args.rl_steps, S)
@@ -376,7 +463,10 @@ def main(argv=None) -> list[dict]:
         t = time.perf_counter()
         sft_train(COURSE_SFT, COURSE_SNAPSHOTS)
         out.append(emit("sft_teacher_student_s", round(time.perf_counter() - t, 1), "s",
-                        steps=COURSE_SFT.steps, target="<= 8", handout="about 25"))
+                        steps=COURSE_SFT.steps, target="<= 8", published="about 25"))
+    if not args.skip_dp:
+        r = data_parallel_ratio(args.dp_steps, args.dp_repeats)
+        out.append(emit("hw4_data_parallel_wall_ratio", r.pop("ratio"), "x", target="<= 0.7", **r))
     if not args.skip_trl:
         r = trl_ratio(ms / 128)
         if r is None:

@@ -9,7 +9,7 @@ Three checkpoints come from one SFT run (one schedule, snapshots along the way):
 
 Accuracy jumps within a few dozen steps somewhere between steps 250 and 480 (where depends on the
 seed and the machine's arithmetic), so the two early snapshots are defined by the accuracy the
-handouts calibrate, not by a fixed step; each records the step it was taken at.
+published results calibrate, not by a fixed step; each records the step it was taken at.
 
 They are created on first use in a cache folder (``$LLMRL_CACHE``, else ``~/.cache/llmrl``), under a
 file name keyed by a hash of everything that determines them, written atomically, verified by a

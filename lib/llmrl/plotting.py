@@ -97,9 +97,12 @@ def plot_metric(results: dict, metric: str, where: str = "evals", ax=None, windo
 def plot_final(results: dict, metric: str, ax=None, expected: dict | None = None, where: str = "evals",
                start: bool = True, title: str | None = None):
     """Bars: final ``metric`` per arm (mean over seeds, each seed a dot, +- the eval's standard error
-    when a ``<metric>_se`` series exists); the handout's value as a black tick; the start as a dashed line."""
+    when a ``<metric>_se`` series exists); the published value (``expected``) as a black tick, labelled
+    "published" (what students read names no source document); the
+    start as a dashed line."""
     ax = ax or plt.gca()
     arms = list(results)
+    labelled = False
     for i, arm in enumerate(arms):
         vals = [r[where][metric][-1] for r in results[arm] if metric in r[where]]
         vals = [v for v in vals if v is not None]
@@ -111,7 +114,8 @@ def plot_final(results: dict, metric: str, ax=None, expected: dict | None = None
         ax.scatter(np.full(len(vals), i) + np.linspace(-0.15, 0.15, len(vals)), vals, color="k", s=12, zorder=3)
         e = (expected or {}).get(arm, {}).get(metric)
         if isinstance(e, (int, float)):
-            ax.plot([i - 0.35, i + 0.35], [e, e], color="k", lw=2, label="handout" if i == 0 else None)
+            ax.plot([i - 0.35, i + 0.35], [e, e], color="k", lw=2, label=None if labelled else "published")
+            labelled = True
     if start:
         s = [r[where][metric][0] for runs in results.values() for r in runs if metric in r[where]]
         s = [v for v in s if v is not None]

@@ -238,14 +238,15 @@ def start_value(results: dict[str, list[dict]], metric: str) -> float:
 
 
 def summary_table(results: dict[str, list[dict]], metrics: Sequence[str], expected: dict | None = None) -> str:
-    """A text table: per arm, start -> end (mean +- std over seeds) of each metric, handout value beside.
+    """A text table: per arm, start -> end (mean +- std over seeds) of each metric, the published
+    value (``expected``) beside it in a column headed "published".
 
     Each column is as wide as its longest entry, so that a three-metric table fits a notebook's width.
     """
     expected = expected or {}
     header = ["arm"]
     for m in metrics:
-        header += [f"{m} start->end", "handout"]
+        header += [f"{m} start->end", "published"]
     rows = []
     for arm, runs in results.items():
         row = [arm]

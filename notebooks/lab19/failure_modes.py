@@ -447,7 +447,7 @@ assert torch.allclose(_out, torch.tensor([-1.0])), f"log pi - log pi_ref = +2 wi
 # %% [markdown]
 # ### The experiment
 #
-# Four runs from the SFT checkpoint, 16 prompts with 8 samples each per step, learning rate
+# Three runs from the SFT checkpoint, 16 prompts with 8 samples each per step, learning rate
 # 5e-4, 300 steps: the proxy reward without a KL penalty, with $\beta = 0.05$ and, for
 # comparison, the gold (exact-match) reward. The curves are stored runs of the reference
 # code for seeds 0 to 4, trained together (five seeds of a 300-step run take well under a minute
@@ -695,8 +695,8 @@ assert abs(_yours - _lib) < 1e-5, f"SFT model: your entropy {_yours:.4f}, the li
 # the sampling policy and nothing can be clipped.
 #
 # As in part 2 the curves are stored reference runs (seeds 0-4: mean, band, single seeds); the
-# black dashes are 30 steps of the symmetric run with **your** `clipped_pg_loss` (seed 0), and your
-# `token_entropy` measures the trained policy.
+# black dashed line (left panel) is 30 steps of the symmetric run with **your** `clipped_pg_loss`
+# (seed 0), and your `token_entropy` measures the trained policy.
 
 # %% tags=["nbval-ignore-output"]
 from llmrl.checkpoints import load_checkpoint

@@ -44,7 +44,7 @@
 #
 # The model is TinyLM, a two-layer transformer that does "37+48=" additions. The **teacher** is a
 # fully trained TinyLM (about 100% accurate); the **student** is an early snapshot of the same SFT
-# run (about 60% greedy, 30% sampled accuracy).
+# run (about 50% greedy, 30% sampled accuracy on 2-digit sums).
 
 # %%
 import math

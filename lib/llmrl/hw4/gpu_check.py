@@ -1,7 +1,7 @@
 """One short GRPO pass on a model of realistic size with random weights: speed and memory.
 
 Nothing is downloaded: the model is built from a config (Qwen2.5-1.5B's shape by default, the
-size of the handout's Qwen2.5-Math-1.5B-Instruct) with random weights, the tokenizer is a
+size of the published runs' Qwen2.5-Math-1.5B-Instruct) with random weights, the tokenizer is a
 character tokenizer padded to the model's 151,936-token vocabulary, and the prompts are random
 characters of a fixed length. Random weights rarely emit EOS, so every completion runs to
 ``new_tokens``: the figures are for full-length rollouts.
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 
 SIZES = {
-    # Qwen2.5-1.5B's shape (the handout's Qwen2.5-Math-1.5B-Instruct has the same)
+    # Qwen2.5-1.5B's shape (the published runs' Qwen2.5-Math-1.5B-Instruct has the same)
     "1.5b": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
                  intermediate_size=8960, vocab_size=151936, tie_word_embeddings=True),
     # Qwen2.5-0.5B's shape

@@ -190,7 +190,7 @@ class MathHardTask:
         data_files: local files instead ({"train": path, "test": path} or one path for both).
         train_split, eval_split: split names; level: MATH level kept (None keeps all).
         n_eval: size of the fixed eval set (first kept test problems); numeric_answers: "literal"
-            (plain numbers, the handout's filter) or "expression" (any finite closed form).
+            (plain numbers, the published filter) or "expression" (any finite closed form).
         max_new_tokens / eval_max_new_tokens: completion caps (training / greedy eval).
     """
 

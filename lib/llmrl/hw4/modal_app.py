@@ -43,11 +43,11 @@ GPU_MODEL = "Qwen/Qwen2.5-Math-1.5B-Instruct"
 TIMEOUT_S = 8 * 3600          # math_hard with GRPO takes about five H100 hours
 COMMIT_EVERY_S = 300          # flush the volume this often while a run goes on
 
-# The handout's sampling and the system prompt that tells an instruct model the format_copy format.
+# The published sampling and the system prompt that tells an instruct model the format_copy format.
 SAMPLING = ["--set", "temperature=0.8", "--set", "top_p=0.95"]
 FORMAT_COPY_SYSTEM = "Answer with the integer inside <answer></answer> tags and nothing else."
 
-# The four required runs, on the handout's settings for a 1.5B model with LoRA: format_copy 51 steps
+# The four required runs, on the published settings for a 1.5B model with LoRA: format_copy 51 steps
 # of 8 x 6 rollouts at lr 3e-5; math_hard 8 x 8 rollouts at lr 3e-5, 201 steps (GR-REINFORCE) and
 # 501 (GRPO) -- the trainer's math_hard defaults already hold those.
 REQUIRED_RUNS = {

@@ -11,7 +11,7 @@ Three experiments, each able to run on the student's own functions:
 3. :func:`frontier_data`: the reward-KL frontier of the toy LM (:mod:`llmrl.toylm`) as beta sweeps,
    against what temperature reaches (the student's ``tilted_optimum``).
 
-:data:`EXPECTED` holds the handout's "what you should see"; :func:`expected_report` prints it next
+:data:`EXPECTED` holds the published "what you should see"; :func:`expected_report` prints it next
 to measured numbers. The widget builders (:func:`temperature_widget`, :func:`beta_widget`) sit on
 pure functions (:func:`temperature_view`, :func:`beta_view`, :func:`beta_figure_png`) that the tests
 call without a browser.
@@ -35,7 +35,7 @@ from ..losses import full_vocab_kl, kl_estimate
 from ..plotting import save
 from ..utils import check_float, check_int
 
-#: The handout's "what you should see" for lab11, with the tolerance each check uses and why.
+#: The published "what you should see" for lab11, with the tolerance each check uses and why.
 EXPECTED = {
     # Experiment 1, SFT TinyLM on 2-digit + 2-digit problems.
     "greedy_accuracy": 0.80,          # "about 80%"

@@ -12,7 +12,7 @@ behind the notebook's plots and the beta slider are stored in ``lab19_reference.
 :func:`compute_reference`; ``python -m llmrl.labs.lab19 reference`` rebuilds it). The notebook
 runs a short stretch of the same runs live on the student's code and overlays it.
 
-:data:`EXPECTED` holds the handout's numbers; :func:`expected_report` prints them beside ours.
+:data:`EXPECTED` holds the published numbers; :func:`expected_report` prints them beside ours.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from ..utils import check_float
 ARTIFACTS = Path("artifacts") / "lab19"
 REFERENCE_PATH = Path(__file__).with_name("lab19_reference.json")
 
-#: The handout's "what you should see" (reference solution on its own machine and model).
+#: The published "what you should see" (a reference solution on its own machine and model).
 EXPECTED = {
     # Part 1, b = 1 (sigma = 1)
     "bon_peak_n": 10, "bon_peak_kl": 1.4, "bon_peak_gold_gain": 0.66,

@@ -20,7 +20,7 @@ the command line, for long sweeps a notebook cell then loads and plots::
 (``python -m llmrl.experiments`` is the same command under its former name.) Callables (the
 student's loss, advantage or reward functions) can be passed to every project; with
 ``workers > 1`` the jobs run in forked processes, so even a lambda defined in a notebook works.
-``EXPECTED`` holds the handout's numbers (seed 0, full budgets) for printing beside measured ones.
+``EXPECTED`` holds the published numbers (seed 0, full budgets) for printing beside measured ones.
 
 Project 2's slider: :func:`rubric_weight_widget` shows, for a rubric weight ``w`` and the student's
 current accuracy, the expected reward per answer of "pad every answer to 3+ digits" against "answer
@@ -63,7 +63,7 @@ __all__ = ["EXPECTED", "PROJECTS", "PROJECT0_ARMS", "PROJECT1_ARMS", "PROJECT2_A
            "project5", "rubric_for", "rubric_weight_figure", "rubric_weight_widget", "run", "start_value",
            "stylish_runs", "summary_table"]
 
-# The handout's observations (seed 0, the budgets the handout used). Keys name arms and metrics.
+# The published observations (seed 0, at the published budgets). Keys name arms and metrics.
 EXPECTED = {
     "project0": {  # 200 steps of 64 sequences, AdamW 3e-4
         "start": {"pass@1": 0.31, "kl_to_teacher_exact_token_mean_nats": 1.98},
@@ -171,7 +171,7 @@ def _arm0(arm, seeds, steps=200, n_prompts=8, group_size=8, lr=3e-4, loss_fns=No
                 "sft-teacher": dict(loss="sft", rollout_from="teacher"), "rl": dict(loss="pg")}
     if arm not in settings:
         raise ValueError(f"arm must be one of {PROJECT0_ARMS}, got {arm!r}")
-    # No gradient clipping by default (the handout's setup names none). The trainer's default, 1.0,
+    # No gradient clipping by default (the published setup names none). The trainer's default, 1.0,
     # throttles the distillation arms: their gradient norms are 15-20, and with it opd-full ended at
     # pass@1 0.46 / KL 1.04 on seed 0 instead of 0.52 / 0.84.
     cfg = RLConfig(steps=steps, n_prompts=n_prompts, group_size=group_size, lr=lr, seed=seeds[0],
@@ -538,7 +538,7 @@ def run(project: str, arms: Sequence[str] | None = None, seeds: Sequence[int] = 
         workers: int = 1, out_dir=None, progress: bool = True, **kwargs) -> dict[str, list[dict]]:
     """Run ``project``'s ``arms`` x ``seeds``; return {arm: [result for each seed]} (see module docs).
 
-    ``steps`` defaults to the handout's budget; ``kwargs`` go to the arm function (e.g. ``loss_fns``,
+    ``steps`` defaults to the published budget; ``kwargs`` go to the arm function (e.g. ``loss_fns``,
     ``eval_prompts``, ``student={"d": 48}``). ``workers > 1`` forks that many processes (one thread
     each). ``out_dir`` writes one JSON per job under ``out_dir/lab21/project/``.
     """
@@ -650,7 +650,7 @@ def rubric_weight_widget(results: dict | None = None, accuracy_small: float = 0.
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m llmrl.labs.lab21", description=__doc__.split("\n")[0])
     p.add_argument("project", choices=sorted(PROJECTS))
-    p.add_argument("--steps", type=int, default=None, help="training steps (default: the handout's)")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default: the published budget)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--arms", nargs="+", default=None)
     p.add_argument("--workers", type=int, default=1, help="parallel processes (one thread each)")

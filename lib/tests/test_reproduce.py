@@ -1,0 +1,207 @@
+"""Tests of llmrl.reproduce: the claims as data, the verdicts, the cache, and the fast subset run for real.
+
+The fast subset (``python -m llmrl.reproduce --fast``: the claims on cheap experiments, about half a
+minute of CPU) runs here into a temporary folder; the full run is ``make reproduce``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llmrl import reproduce as R
+
+ROOT = Path(__file__).resolve().parents[2]
+FINGERPRINTS = ROOT / "autograder" / "tests" / "handout_fingerprints.json"
+
+
+# ----------------------------------------------------------------------------- the claims as data
+
+def test_every_lab_has_its_claims_with_unique_ids_and_known_experiments():
+    ids = [c.id for c in R.CLAIMS]
+    assert len(ids) == len(set(ids)), [i for i in ids if ids.count(i) > 1]
+    assert len(R.CLAIMS) >= 60
+    by_lab = {lab: [c for c in R.CLAIMS if c.lab == lab] for lab in R.LABS}
+    assert all(len(v) >= 8 for v in by_lab.values()), {k: len(v) for k, v in by_lab.items()}
+    for c in R.CLAIMS:
+        assert c.id.startswith(c.lab + "."), c.id
+        assert c.statement and c.published and c.check.reason, c.id
+        assert c.experiments and all(e in R.EXPERIMENTS for e in c.experiments), c.id
+        assert all(R.EXPERIMENTS[e].lab == c.lab for e in c.experiments), c.id
+    # both kinds of claim in every lab except where the published text gives numbers only
+    assert all(any(c.qualitative for c in v) for v in by_lab.values())
+
+
+def test_the_claims_copy_no_prose_from_the_handouts():
+    """The same seven-word fingerprints as the notebooks' check (autograder/tests/test_notebook_text.py)."""
+    prints = set().union(*json.loads(FINGERPRINTS.read_text()).values())
+    text = " ".join(f"{c.statement} {c.published} {c.check.reason} {c.known}" for c in R.CLAIMS)
+    tokens = re.findall(r"[a-z0-9@]+", text.lower())
+    copied = [" ".join(tokens[i:i + 7]) for i in range(len(tokens) - 6)
+              if hashlib.sha1(" ".join(tokens[i:i + 7]).encode()).hexdigest()[:16] in prints
+              and sum(1 for t in tokens[i:i + 7] if t.isalpha() and len(t) >= 3) >= 5]
+    assert not copied, copied
+
+
+def test_select_by_lab_experiment_and_fast():
+    assert {c.lab for c in R.select(["lab19"])} == {"lab19"}
+    assert {e for c in R.select(["lab21/project5"]) for e in c.experiments} == {"lab21/project5"}
+    fast = R.select(fast=True)
+    assert fast and all(R.EXPERIMENTS[e].cheap for c in fast for e in c.experiments)
+    assert len(fast) < len(R.CLAIMS)
+
+
+# ----------------------------------------------------------------------------- verdicts
+
+def _claim(check, qualitative=False, known=""):
+    return R.Claim("lab11.x", "lab11", "x", "about 1", ("lab11/exact",), lambda r: r["lab11/exact"]["v"], check,
+                   qualitative=qualitative, known=known)
+
+
+def _seeds(*vals):
+    return {s: {"lab11/exact": {"v": v}} for s, v in enumerate(vals)}
+
+
+def test_judge_takes_the_mean_over_seeds_and_names_the_verdict():
+    about = _claim(R.near(1.0, 0.1, "r"))
+    o = R.judge(about, _seeds(0.95, 1.0, 1.2))  # mean 1.05: inside, although seed 2 alone is not
+    assert o.verdict == "within about" and o.mean == pytest.approx(1.05)
+    assert o.spread == pytest.approx(np.std([0.95, 1.0, 1.2], ddof=1)) and o.seeds_passing == 2
+    exact = _claim(R.near(1.0, 0.1, "r", about=False))
+    assert R.judge(exact, _seeds(1.0)).verdict == "holds"
+    qual = _claim(R.above(0.0, "direction"), qualitative=True, known="because")
+    off = R.judge(qual, _seeds(-1.0, 0.5))
+    assert off.verdict == "differs" and off.note == "because"
+    assert R.judge(qual, _seeds(0.2, 0.5)).note == ""  # the reason shows only when it differs
+    assert R.judge(_claim(R.between(0, 1, "r")), _seeds(float("nan"))).verdict == "differs"
+    assert R.judge(about, {}).verdict == "not run"
+    assert R.judge(about, _seeds(1.0), unavailable="needs a GPU").note == "needs a GPU"
+    assert R.judge(about, _seeds(1.0, 3.0), deterministic=True).spread == 0.0
+
+
+def test_summary_counts_by_lab_and_kind():
+    outs = [R.judge(_claim(R.near(1.0, 0.1, "r")), _seeds(1.0)),
+            R.judge(_claim(R.above(0.0, "r"), qualitative=True), _seeds(-1.0)),
+            R.judge(_claim(R.above(0.0, "r"), qualitative=True), {})]
+    counts = R.summary_counts(outs)
+    assert counts["lab11"] == counts["all"]
+    assert counts["all"]["total"] == 3 and counts["all"]["within about"] == 1 and counts["all"]["differs"] == 1
+    assert counts["all"]["not run"] == 1
+    assert (counts["all"]["numeric"], counts["all"]["numeric_held"]) == (1, 1)
+    assert (counts["all"]["qualitative"], counts["all"]["qualitative_held"]) == (1, 0)
+
+
+def test_the_cache_key_follows_settings_models_and_smoke():
+    exp = R.EXPERIMENTS["lab21/models"]
+    fp = {"student": "a", "teacher": "b"}
+    k = R._key(exp, fp)
+    assert k == R._key(exp, dict(fp))
+    assert k != R._key(exp, {"student": "c", "teacher": "b"})  # a new checkpoint (shipped models) recomputes
+    assert k != R._key(exp, fp, R.Options(smoke=True))
+
+
+def test_per_seed_is_one_loop_that_gets_the_options():
+    seen = []
+    run = R.per_seed(lambda s, opts: seen.append((s, opts.workers)) or {"s": s})
+    assert run([3, 1], R.Options(workers=2)) == {3: {"s": 3}, 1: {"s": 1}}
+    assert seen == [(3, 2), (1, 2)]
+    exp = R.Experiment("lab11/t", "lab11", lambda seeds, opts: {seeds[0]: {}})
+    with pytest.raises(RuntimeError, match="seed"):
+        R._run_seeds(exp, [0, 1], R.Options())
+
+
+def test_command_line_refuses_bad_arguments(capsys):
+    for argv in (["--seeds", "a,b"], ["--seeds", "1,1"], ["--only", "lab99"], ["--workers", "0"]):
+        with pytest.raises(SystemExit):
+            R.main(argv)
+        assert "error" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- the fast subset, for real
+
+@pytest.fixture(scope="module")
+def fast_run(tmp_path_factory):  # about 12 s of CPU (35-60 s at load 10-15 on the 2-core machine)
+    d = tmp_path_factory.mktemp("reproduce")
+    out = d / "reproduction.md"
+    assert R.main(["--fast", "--seeds", "0,1", "--out", str(out), "--cache", str(d / "cache")]) == 0
+    return d, out
+
+
+@pytest.mark.slow
+def test_fast_subset_writes_every_claim_with_a_verdict(fast_run):
+    d, out = fast_run
+    text = out.read_text()
+    fast = R.select(fast=True)
+    for c in fast:
+        row = next((line for line in text.splitlines() if line.startswith(f"| `{c.id}` |")), None)
+        assert row is not None, c.id
+        assert re.search(r"\*\*(holds|within about|differs)\*\*", row), row
+        assert "seeds 0,1" in row or "deterministic" in row, row
+    assert "## Summary" in text and "| **all** |" in text and "Wall time" in text
+
+
+@pytest.mark.slow
+def test_fast_subset_qualitative_claims_hold(fast_run):
+    """The cheap qualitative claims are properties of the library's own code (exact identities,
+    unbiased estimators, temperature against the frontier, the best-of-n shape): they must hold."""
+    d, _ = fast_run
+    outcomes, _ = R.evaluate_claims(R.select(fast=True), [0, 1], root=d / "cache", cached_only=True, log=lambda m: None)
+    qual = [o for o in outcomes if o.claim.qualitative]
+    assert len(qual) >= 15
+    bad = [(o.claim.id, o.mean) for o in qual if o.verdict != "holds"]
+    assert not bad, bad
+    assert all(math.isfinite(o.mean) for o in outcomes), [o.claim.id for o in outcomes if not math.isfinite(o.mean)]
+    pi = next(o for o in outcomes if o.claim.id == "lab11.pi-star")
+    assert pi.verdict == "holds"
+
+
+@pytest.mark.slow
+def test_fast_subset_values_are_the_librarys(fast_run):
+    from llmrl import toylm
+
+    d, _ = fast_run
+    blob = json.loads((d / "cache" / "lab11" / "exact" / "seed0.json").read_text())
+    assert np.allclose(blob["result"]["pi_star"], toylm.WORKED_PI_STAR, atol=1e-5)
+    assert blob["key"] and blob["code"] == R.code_fingerprint()
+
+
+@pytest.mark.slow
+def test_a_rerun_reads_the_cache_and_recomputes_a_damaged_entry(fast_run):
+    d, _ = fast_run
+    logs = []
+    R.evaluate_claims(R.select(["lab11/estimators"]), [0, 1], root=d / "cache", log=logs.append)
+    assert not logs  # everything came from the cache
+    path = d / "cache" / "lab11" / "estimators" / "seed1.json"
+    path.write_text("{not json")
+    outs, _ = R.evaluate_claims(R.select(["lab11/estimators"]), [0, 1], root=d / "cache", log=logs.append)
+    assert logs and logs[0] == "[reproduce] lab11/estimators: computing seed(s) [1]"
+    assert json.loads(path.read_text())["seed"] == 1 and all(o.verdict == "holds" for o in outs)
+
+
+@pytest.mark.slow
+def test_report_only_marks_what_was_not_run(fast_run, tmp_path):
+    d, _ = fast_run
+    out = tmp_path / "r.md"
+    assert R.main(["--only", "lab19", "--seeds", "0,1", "--report-only", "--out", str(out),
+                   "--cache", str(d / "cache")]) == 0
+    text = out.read_text()
+    hack = next(line for line in text.splitlines() if line.startswith("| `lab19.hack-final-kl` |"))
+    assert "**not run**" in hack  # the hacking runs were never computed in this cache
+    bon = next(line for line in text.splitlines() if line.startswith("| `lab19.bon-negative-3000` |"))
+    assert "**not run**" not in bon
+
+
+def test_stop_after_reports_what_was_not_reached(tmp_path):
+    out = tmp_path / "r.md"
+    assert R.main(["--only", "hw4/k3", "--seeds", "0", "--stop-after", "0", "--out", str(out),
+                   "--cache", str(tmp_path / "c")]) == 0
+    text = out.read_text()
+    assert "Partial report (stopped at --stop-after 0 min before hw4/k3)" in text
+    row = next(line for line in text.splitlines() if line.startswith("| `hw4.k3-unbiased` |"))
+    assert "**not run**: not reached within the run's time budget" in row
