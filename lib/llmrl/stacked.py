@@ -191,7 +191,7 @@ class TinyLMStack:
         self.tok, self.pos, self.ln_f = W["tok.weight"], W["pos.weight"], (W["ln_f.weight"], W["ln_f.bias"])
         V = cfg.vocab_size
         self.vocab_padded = padded(V)
-        self._vocab_bias = torch.zeros(1, 1, self.vocab_padded)
+        self._vocab_bias = torch.zeros(1, 1, self.vocab_padded, dtype=self.tok.dtype)  # float64 models too
         self._vocab_bias[..., V:] = NEG_INF
 
     def parameters(self) -> list[torch.Tensor]:
@@ -269,6 +269,7 @@ class TinyLMStack:
         and values are written first."""
         ln1, wqkv, bqkv, wp, bp, ln2, wfc, bfc, wo, bo = layer
         S, _, D = x.shape
+        bias = bias if bias.dtype == x.dtype else bias.to(x.dtype)  # the masks are float32; a float64 model
         H = self.config.n_heads
         dh = D // H
         Lk = bias.shape[-1]
@@ -398,11 +399,11 @@ class TinyLMStack:
         B = NS * G // n_streams  # rows per stream
         V, Vp, D, H = self.config.vocab_size, self.vocab_padded, self.config.d, self.config.n_heads
         Lc = padded(P + G * Wi)
-        caches = [torch.zeros(2, S * N, H, Lc, D // H) for _ in self.layers]
+        caches = [torch.zeros(2, S * N, H, Lc, D // H, dtype=self.tok.dtype) for _ in self.layers]
         layers, head = self._prepared(fold=True)
         banned_bias = None
         if banned is not None:
-            banned_bias = torch.zeros(1, 1, Vp).masked_fill_(F.pad(banned, (0, Vp - V)).view(1, 1, Vp), NEG_INF)
+            banned_bias = torch.zeros(1, 1, Vp, dtype=self.tok.dtype).masked_fill_(F.pad(banned, (0, Vp - V)).view(1, 1, Vp), NEG_INF)
         # the prompt: causal over its own P slots of the cache; its last logits open every row of its group
         x = self._embed(prompt_tokens.view(S, N, P), torch.arange(P))
         bias = _causal_bias(P, Lc)
