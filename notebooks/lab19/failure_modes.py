@@ -783,9 +783,10 @@ if RUN:
     print("exact match plus the length bonus:")
     hack_verdict(lab19.hacking_run(0.0, reward=exact_plus_length, kl_reward_fn=kl_penalized_rewards))
 # BEGIN MARK SCHEME
-# What the reference code shows (seed 0, 300 steps): neither flaw is exploited on its own. Substring
-# credit without the bonus: final accuracy 0.75, length 2.6; exact match plus the bonus: accuracy
-# 0.75, length 2.6. Only together do they pay for padding: "85" followed by digits keeps the
+# What the reference code shows (seed 0, 300 steps; seeds 1 and 2 alike): neither flaw is exploited
+# on its own. Substring credit without the bonus: final accuracy 0.70, length 2.59 (seeds 0-2:
+# 0.70-0.75, 2.58-2.62); exact match plus the bonus: accuracy 0.74, length 2.59 (0.73-0.75, 2.57-2.62).
+# Only together do they pay for padding: "85" followed by digits keeps the
 # substring credit AND earns the bonus, while under an exact checker padding loses the 1.0.
 # END MARK SCHEME
 
@@ -809,8 +810,11 @@ if RUN:
     print("mean baseline (the stored run):", lab19.hack_summary(REFERENCE["hacking"]["0"])["peak_step"])
     hack_verdict(lab19.hacking_run(0.0, advantage="std"))
 # BEGIN MARK SCHEME
-# What the reference code shows: yes, sooner. Accuracy peaks at step 32 instead of 51 and then
-# falls to 0 (length 4.0, KL 16 nats). In a group where all 8 responses are right and one is padded,
+# What the reference code shows: on seed 0 a little sooner, accuracy peaks at step 29 instead of
+# 33 and then falls to 0 (length 4.0, KL 16 nats); but seeds disagree: seed 1 peaks at step 13
+# instead of 33, and seed 2, which padded with the mean baseline, does not pad within 300 steps
+# under std normalisation (length 2.7). One seed per arm cannot answer this question; the argument
+# for "sooner" is the arithmetic: in a group where all 8 responses are right and one is padded,
 # the padded one's reward is only 0.2 higher; the mean baseline turns that into an advantage of
 # 0.175, but dividing by the group's std (0.066) turns it into +2.6, as large as the advantage of a
 # right answer over a wrong one, so padding is reinforced as strongly as being correct.
