@@ -288,8 +288,8 @@ def test_bon_figure_and_widget_redraw():
 def _same_checkpoint():
     here = lab19.start_checkpoint()
     assert REF["checkpoint"] == here, (
-        f"the stored runs start from SFT checkpoint {REF['checkpoint']}, this machine built {here}: another CPU "
-        f"took the snapshot at another step. Rebuild them here: python -m llmrl.labs.lab19 reference")
+        f"the stored runs start from SFT checkpoint {REF['checkpoint']}, the library ships {here}: the shipped "
+        f"models were rebuilt without the stored runs. Rebuild them: python -m llmrl.labs.lab19 reference")
 
 
 @pytest.mark.slow

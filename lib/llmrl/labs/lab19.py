@@ -67,7 +67,8 @@ SERIES = ("sampled_accuracy", "reward_mean", "shaped_reward_mean", "completion_c
 # ----------------------------------------------------------------------------------- part 2
 
 def hacking_run(beta: float = 0.0, *, reward: str | Callable = "proxy", length_bonus: float = 0.1,
-                kl_reward_fn: Callable | None = None, progress: bool = True, seeds=None, **overrides):
+                kl_reward_fn: Callable | None = None, policy=None, progress: bool = True, seeds=None,
+                **overrides):
     """RL from the SFT checkpoint against the proxy (or "gold") reward with KL coefficient ``beta``.
 
     ``reward`` may also be a function (responses [N] str, answers [N] int) -> float tensor [N]
@@ -75,9 +76,11 @@ def hacking_run(beta: float = 0.0, *, reward: str | Callable = "proxy", length_b
 
     ``kl_reward_fn`` (rewards [B], logprobs [B, R], ref_logprobs [B, R], mask [B, R], beta) -> [B]
     is the student's ``kl_penalized_rewards``; None uses the trainer's own (k1 summed over real
-    tokens). ``overrides`` replace :data:`HACK_SETTINGS` or other RLConfig fields. Returns a History;
-    with ``seeds=[0, 1, 2, 3, 4]`` every seed trains its own copy of the checkpoint, all seeds as one
-    computation, and the result is one History per seed (:class:`llmrl.trainer.SeedHistories`).
+    tokens). ``policy``: a TinyLM to start from instead of the SFT checkpoint (the shipped models'
+    rebuild tries its candidates). ``overrides`` replace :data:`HACK_SETTINGS` or other RLConfig
+    fields. Returns a History; with ``seeds=[0, 1, 2, 3, 4]`` every seed trains its own copy of the
+    checkpoint, all seeds as one computation, and the result is one History per seed
+    (:class:`llmrl.trainer.SeedHistories`).
     """
     from ..checkpoints import load_checkpoint
     from ..trainer import RLConfig, rl_train
@@ -90,7 +93,7 @@ def hacking_run(beta: float = 0.0, *, reward: str | Callable = "proxy", length_b
     else:
         reward_fn = make_proxy_reward(length_bonus) if reward == "proxy" else exact_match
     settings = {**HACK_SETTINGS, **overrides}
-    policy = load_checkpoint("sft", progress=False)
+    policy = load_checkpoint("sft", progress=False) if policy is None else policy
     return rl_train(policy, RLConfig(kl_coef=beta, **settings), reward_fn=reward_fn,
                     kl_reward_fn=kl_reward_fn, progress=progress, seeds=seeds)
 
@@ -313,9 +316,8 @@ def compute_reference(path: Path | str | None = REFERENCE_PATH, progress: bool =
 
 
 def start_checkpoint() -> dict:
-    """Which SFT checkpoint the runs start from: its SFT step and checksum. The checkpoint is built
-    on each machine; another CPU's arithmetic can take it at another step, and then the same code
-    and seeds give other runs (rebuild the stored ones there)."""
+    """Which SFT checkpoint the runs start from: its SFT step and the sha256 of its shipped file
+    (llmrl.shipped). When the shipped models are rebuilt, the stored runs must be rebuilt too."""
     from ..checkpoints import load_checkpoint
 
     _, meta = load_checkpoint("sft", progress=False, with_meta=True)
