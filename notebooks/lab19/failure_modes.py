@@ -453,9 +453,9 @@ assert torch.allclose(_out, torch.tensor([-1.0])), f"log pi - log pi_ref = +2 wi
 # code for seeds 0 to 4, trained together (five seeds of a 300-step run take well under a minute
 # on a quiet laptop): the thick line is the mean over the seeds, the band runs from the lowest to
 # the highest seed and the thin lines are the single seeds. The cell first runs 30 steps of the
-# $\beta = 0.05$ run **with your** `kl_penalized_rewards` (seed 0) and draws them as a black dashed
-# line. With a correct function it lies on seed 0's thin orange line (same seed, so usually
-# exactly).
+# $\beta = 0.05$ run **with your** `kl_penalized_rewards` (seed 0) and draws them as
+# a black dashed line. With a correct function it lies on seed 0's thin orange line (same seed,
+# so usually exactly).
 
 # %% tags=["nbval-ignore-output"]
 live_kl = lab19.hacking_run(0.05, kl_reward_fn=kl_penalized_rewards, steps=LIVE_STEPS)
