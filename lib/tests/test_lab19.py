@@ -221,6 +221,7 @@ def test_expected_report_lists_both_numbers():
     text = lab19.expected_report({"hack_final_kl": [14.0, 16.0, 15.0], "gold_final_accuracy": [0.8]})
     assert "15.000 ± 1.000 (3 seeds)" in text and "published     15.0" in text
     assert "0.800   published" in text  # one seed: the plain number
+    assert "63.0 ± 17.0 (2 seeds)" in lab19.expected_report({"hack_peak_step": [51, 75]})  # steps: one decimal
 
 
 # ----------------------------------------------------------------- widgets (no browser)

@@ -421,7 +421,8 @@ def expected_report(values: dict, keys=None) -> str:
             ours = ours[0]
         if isinstance(ours, (list, tuple)):
             m, sd = mean_sd(ours)
-            text = f"{m:8.3f} ± {sd:.3f} ({len(ours)} seeds)"
+            d = 1 if all(isinstance(v, int) for v in ours) else 3  # a step number: one decimal
+            text = f"{m:8.{d}f} ± {sd:.{d}f} ({len(ours)} seeds)"
         elif isinstance(ours, float):
             text = f"{ours:8.3f}"
         else:
