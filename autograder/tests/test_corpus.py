@@ -271,6 +271,34 @@ def test_feedback_has_no_hidden_tests(graded):
     assert done
 
 
+MARK = re.compile(r"^[^\n]*BEGIN MARK SCHEME[^\n]*$(.*?)^[^\n]*END MARK SCHEME[^\n]*$", re.M | re.S)
+
+
+def test_feedback_drops_mark_schemes_and_graders_keep_the_rubric(graded):
+    """Rubrics and optional answers (BEGIN/END MARK SCHEME in the source) never reach the feedback;
+    the autograded notebook, which the formgrader shows, keeps each rubric_<W> cell whole."""
+    done = 0
+    for b in BUILT:
+        if b.entry.name != "reference":
+            continue
+        src = nbformat.read(ROOT / "source" / b.assignment / f"{b.entry.notebook}.ipynb", as_version=4)
+        secret = {l.strip() for c in src.cells for region in MARK.findall(c.source)
+                  for l in region.splitlines() if len(l.strip()) > 20}
+        if not secret:
+            continue
+        text = _feedback_text(graded, b)
+        shown = sorted(l for l in secret if l in text)
+        assert "MARK SCHEME" not in text and shown == [], f"{b.student}: feedback shows {shown[:3]}"
+        rubrics = {c.metadata["nbgrader"]["grade_id"]: c.source for c in src.cells
+                   if str((c.metadata.get("nbgrader") or {}).get("grade_id", "")).startswith("rubric_")}
+        graded_nb = nbformat.read(_autograded(graded, b), as_version=4)
+        kept = {(c.metadata.get("nbgrader") or {}).get("grade_id"): c.source for c in graded_nb.cells}
+        for gid, source in rubrics.items():
+            assert kept.get(gid) == source, f"{b.student}: the autograded notebook lost {gid}'s rubric"
+        done += 1
+    assert done >= 2, "fewer than two notebooks with mark-scheme regions in the corpus"
+
+
 def test_feedback_shows_each_failed_test_with_its_message_only(graded):
     """A failing test cell carries one error output: the first line of the failure, nothing else."""
     for b in BUILT:
