@@ -24,7 +24,7 @@ unexport NBGRADER_EXECUTION
 
 .PHONY: help venv build execute release validate submissions autograde feedback scores nbval \
         test test-lib test-pipeline test-fast test-kit student-kit browser chromium warm demo lab clean \
-        distclean hub hub-install hub-remove test-hub catch-rates reproduce
+        distclean hub hub-install hub-remove test-hub catch-rates test-other-cpu reproduce
 
 help:
 	@echo "make demo        environment, build, execute, release, grade the sample students in build/demo-course/"
@@ -39,6 +39,7 @@ help:
 	@echo "make feedback    feedback/ from the gradebook after manual grading (FORCE=1: release ungraded ones too)"
 	@echo "make scores      the score table (automatic, manual, pending, missing) and grades.csv from gradebook.db"
 	@echo "make nbval       strict nbval on the executed source notebooks"
+	@echo "make test-other-cpu  calibration, a GRPO run and lab11's nbval as another CPU computes them"
 	@echo "make grade-all   the batch grader alone (autograder/batch.py; make autograde runs it)"
 	@echo "make corpus      grade the submission corpus (autograder/corpus) and print entry, expected, got"
 	@echo "make catch-rates how many corpus wrong answers the visible tests catch, and visible + hidden"
@@ -125,10 +126,22 @@ student-kit: $(STAMP)
 test-kit: $(STAMP)
 	LLMRL_KIT_TESTS=1 $(PYTEST) -q autograder/tests/kit
 
-# Build the cached models once (TinyLM's SFT checkpoints, hw4's character model) before jobs that
-# would otherwise each train them at the same time on a fresh machine.
+# Check the course's shipped models (TinyLM's teacher, student and sft, hw4's character model:
+# lib/llmrl/models/, sha256 against their manifest); nothing is trained. Instructors rebuild them
+# with `$(PY) -m llmrl.cache --rebuild-shipped` (README, "The course's models").
 warm: $(STAMP)
 	$(PY) -m llmrl.cache
+
+# The course's numbers as another CPU computes them (docs/reproducibility.md): torch's portable
+# kernels instead of AVX2 / AVX-512, MKL's code path for any x86-64 and numpy without its AVX
+# dispatch. Under it: a check that the emulation changes the bits, the shipped models' calibration
+# against their manifest, hw4's short GRPO run, and lab11 under strict nbval (about 3 min at load 2).
+OTHER_CPU := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4 AVX512_ICL AVX512_SPR"
+OTHER_CPU_TESTS := lib/tests/test_other_cpu.py lib/tests/test_calibration.py \
+        "lib/tests/test_hw4_trainer.py::test_grpo_fixes_format_copy_on_a_tiny_budget"
+test-other-cpu: $(STAMP)
+	$(OTHER_CPU) $(PYTEST) -q $(OTHER_CPU_TESTS)
+	$(OTHER_CPU) $(PYTEST) -q --nbval --nbval-current-env --nbval-sanitize-with $(SANITIZE) source/lab11
 
 # The independent checks share the 2 cores, two at a time, longest first: with -j2 make starts
 # the goals in the order given. On the 2-core CI machine (one submission, 2026-11-29) they took
@@ -137,7 +150,8 @@ warm: $(STAMP)
 # -k: one failing check does not hide the others.
 test: $(STAMP)
 	@$(MAKE) --no-print-directory warm
-	@$(MAKE) --no-print-directory -j2 -k --output-sync=target test-pipeline test-lib nbval validate test-kit
+	@$(MAKE) --no-print-directory -j2 -k --output-sync=target test-pipeline test-lib nbval validate test-kit \
+	        test-other-cpu
 	@$(MAKE) --no-print-directory browser
 	@echo "make test: all checks passed"
 

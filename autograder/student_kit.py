@@ -15,8 +15,8 @@ writes
     build/student-kit/llmrl-course-kit.zip       reproducible: fixed times and owners)
 
 The kit holds no solution, no hidden test, no source notebook and nothing of autograder/: the release
-notebooks are nbgrader's student versions, and the wheel holds lib/llmrl only (its .py files and
-lab19's stored runs). autograder/tests/kit/test_student_kit.py checks both, installs the kit into a
+notebooks are nbgrader's student versions, and the wheel holds lib/llmrl only (its .py files,
+lab19's stored runs and the course's trained models, llmrl/models/). autograder/tests/kit/test_student_kit.py checks both, installs the kit into a
 new virtual environment outside the repository and runs every notebook up to its first task.
 """
 

@@ -39,14 +39,16 @@ def files_of(folder: Path) -> dict[str, bytes]:
 
 
 def library_files() -> list[str]:
-    """What the wheel must hold of lib/llmrl: its tracked .py files and lab19's stored runs."""
+    """What the wheel must hold of lib/llmrl: its tracked .py files, lab19's stored runs and the
+    course's trained models with their manifest (llmrl.shipped)."""
     try:
         out = subprocess.run(["git", "ls-files", "lib/llmrl"], cwd=ROOT, text=True, capture_output=True, check=True)
         tracked = out.stdout.split()
     except (OSError, subprocess.CalledProcessError):  # no git: what is on disk
         tracked = [p.relative_to(ROOT).as_posix() for p in (ROOT / "lib" / "llmrl").rglob("*")
                    if p.is_file() and "__pycache__" not in p.parts]
-    return sorted(p[len("lib/"):] for p in tracked if p.endswith(".py") or re.search(r"labs/[^/]+\.json$", p))
+    return sorted(p[len("lib/"):] for p in tracked if p.endswith(".py") or re.search(r"labs/[^/]+\.json$", p)
+                  or re.search(r"models/([^/]+\.pt|MANIFEST\.json)$", p))
 
 
 def test_the_kit_holds_exactly_what_a_student_needs(kit):

@@ -1,24 +1,77 @@
-"""Build every cached model the course uses: ``python -m llmrl.cache`` (``make warm``).
+"""The course's models: check the shipped ones, or rebuild them (instructors).
 
-The labs load TinyLM's SFT checkpoints and hw4 its character model from the cache
-(``$LLMRL_CACHE`` or ``~/.cache/llmrl``), building them on first use. The autograder builds them
-here, before it starts any student kernel: the sandbox gives kernels a read-only view of the
-cache, so a kernel can use the models but can neither build nor replace them.
+    python -m llmrl.cache                      check the shipped models against their manifest
+                                               (``make warm``; seconds: nothing is trained)
+    python -m llmrl.cache --rebuild-shipped [--out DIR] [--progress]
+                                               train them again and write them with a new manifest
+
+The labs' TinyLM checkpoints (teacher, student, sft) and hw4's character model ship with the
+library (:mod:`llmrl.shipped`): the labs and the grader's kernels read them from the installed
+package, so nothing needs to be built before a kernel starts. Only other configurations (lab21's
+students of another width or a weaker snapshot) are trained on first use into the cache
+(``$LLMRL_CACHE`` or ``~/.cache/llmrl``).
+
+``--rebuild-shipped`` runs the course's SFT recipe and the character model's pretraining (a few
+minutes on one core), scans the SFT snapshots, picks the student and the sft model closest to the
+published calibration (:func:`llmrl.shipped.choose`) and writes the four files and
+``MANIFEST.json`` into ``--out`` (default: the package's ``models/`` folder). It prints the
+calibration of what it wrote. The result is another release of the models: on another CPU the bits
+and possibly the chosen steps differ, so commit it together with ``checkpoints.STUDENT_STEP`` /
+``SFT_STEP`` (when the steps moved), the regenerated notebooks and lab19's stored runs (README,
+"The course's models").
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
+from pathlib import Path
 
 
 def warm(progress: bool = False) -> None:
-    from .checkpoints import COURSE_SNAPSHOTS, load_checkpoint
-    from .hw4.charlm import load_base_model
+    """Check every shipped model (sha256 against the manifest); raises ShippedModelError."""
+    from .shipped import verify
 
-    for name in COURSE_SNAPSHOTS:
-        load_checkpoint(name, progress=progress)
-    load_base_model(progress=progress)
+    verify()
+
+
+def _table(blob: dict) -> str:
+    lines = [f"{'model':<11} {'step':>5} {'MB':>5}  sha256            calibration"]
+    for name, e in blob["models"].items():
+        cal = ", ".join(f"{k} {v:g}" for k, v in e["calibration"].items())
+        lines.append(f"{name:<11} {e['step']:>5} {e['bytes'] / 1e6:5.2f}  {e['sha256'][:16]}  {cal}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m llmrl.cache", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rebuild-shipped", action="store_true", help="train the shipped models again")
+    parser.add_argument("--out", type=Path, default=None, help="where --rebuild-shipped writes (default: the package)")
+    parser.add_argument("--progress", action="store_true", help="show progress bars")
+    args = parser.parse_args(argv)
+    from . import checkpoints, shipped
+
+    if not args.rebuild_shipped:
+        if args.out is not None:
+            parser.error("--out goes with --rebuild-shipped")
+        try:
+            shipped.verify()
+        except shipped.ShippedModelError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        print(_table(shipped.manifest()))
+        return 0
+    blob = shipped.rebuild(args.out, progress=args.progress)
+    print(_table(blob))
+    print(f"built with torch {blob['built']['torch']} on {blob['built']['cpu_capability']}; "
+          f"written to {args.out or shipped.MODELS_DIR}")
+    steps = {"student": blob["models"]["student"]["step"], "sft": blob["models"]["sft"]["step"]}
+    if steps != {"student": checkpoints.STUDENT_STEP, "sft": checkpoints.SFT_STEP}:
+        print(f"the chosen steps moved: set STUDENT_STEP = {steps['student']} and SFT_STEP = {steps['sft']} in "
+              "lib/llmrl/checkpoints.py (lib/tests/test_calibration.py checks that they agree)")
+    return 0
 
 
 if __name__ == "__main__":
-    warm(progress="--progress" in sys.argv[1:])
+    sys.exit(main())

@@ -1,19 +1,24 @@
-"""Supervised fine-tuning of TinyLM and the cached checkpoints every lab starts from.
+"""Supervised fine-tuning of TinyLM and the checkpoints every lab starts from.
 
-Three checkpoints come from one SFT run (one schedule, snapshots along the way):
+Three checkpoints come from one SFT run of the course's recipe (``COURSE_SFT``), snapshots along
+the way:
 
-* ``student``: about 50% greedy and 30% sampled accuracy (lab21), taken at the first check from
-  step 100 on (every 5 steps) where greedy accuracy on a fixed set reaches 45%;
-* ``sft``: about 80% greedy, 55% at T=1 (lab11, lab19), the first check where it reaches 83%;
-* ``teacher``: after all 1,200 steps, about 100% greedy (lab21).
+* ``teacher``: after all 1,200 steps, about 100% greedy (lab21);
+* ``student``: about 50% greedy, 30% sampled at T = 1 and a KL to the teacher of about 1.98 nats
+  per token (lab21);
+* ``sft``: about 80% greedy, 55% at T = 1, below 30% at T = 2 (lab11, lab19).
 
-Accuracy jumps within a few dozen steps somewhere between steps 250 and 480 (where depends on the
-seed and the machine's arithmetic), so the two early snapshots are defined by the accuracy the
-published results calibrate, not by a fixed step; each records the step it was taken at.
+These three ship with the library (:mod:`llmrl.shipped`, ``lib/llmrl/models/``): trained once and
+frozen, because the same run on another CPU rounds differently and lands its accuracy jump dozens
+of steps away. ``COURSE_SNAPSHOTS`` holds the steps the shipped snapshots were taken at (chosen by
+their calibration, see :func:`llmrl.shipped.choose`); the manifest records them too and a test
+keeps the two in step.
 
-They are created on first use in a cache folder (``$LLMRL_CACHE``, else ``~/.cache/llmrl``), under a
-file name keyed by a hash of everything that determines them, written atomically, verified by a
-checksum when loaded, and rebuilt when missing, stale or corrupted. Delete the folder at any time.
+Any other configuration (lab21's students of another width, a weaker snapshot taken at the first
+check where greedy accuracy crosses a threshold) is trained here on first use and kept in a cache
+folder (``$LLMRL_CACHE``, else ``~/.cache/llmrl``), under a file name keyed by a hash of everything
+that determines it, written atomically, verified by a checksum when loaded, and rebuilt when
+missing, stale or corrupted. Delete that folder at any time.
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ from .tinylm import TinyLM, TinyLMConfig
 from .utils import check_fields, set_threads
 
 FORMAT_VERSION = 1
+# The SFT steps of the shipped student and sft snapshots (llmrl.shipped: chosen by their calibration
+# on the instructors' machine; models/MANIFEST.json records the same steps).
+STUDENT_STEP, SFT_STEP = 285, 362
 
 
 def _field(default, doc: str):
@@ -180,10 +188,15 @@ def sft_train(cfg: SFTConfig = SFTConfig(), snapshots: dict[str, Snapshot] | Non
     return model, taken, losses
 
 
-# The course's one SFT run and the snapshots the labs use.
+# The course's one SFT run and the steps of its shipped snapshots (lib/llmrl/models/MANIFEST.json;
+# chosen on the instructors' machine by llmrl.shipped.choose, closest to the published calibration).
 COURSE_SFT = SFTConfig()
-COURSE_SNAPSHOTS = {"student": Snapshot(100, 0.45, every=5), "sft": Snapshot(100, 0.83, every=5),
-                    "teacher": Snapshot(1200)}
+COURSE_SNAPSHOTS = {"student": Snapshot(STUDENT_STEP), "sft": Snapshot(SFT_STEP), "teacher": Snapshot(1200)}
+
+
+def is_course(cfg: SFTConfig, snapshots: dict | None) -> bool:
+    """Whether (cfg, snapshots) is the course's run, whose checkpoints ship with the library."""
+    return cfg == COURSE_SFT and (snapshots is None or snapshots == COURSE_SNAPSHOTS)
 
 
 def cache_dir() -> Path:
@@ -233,11 +246,29 @@ def load_state(path: Path, expect_key: str):
 
 def load_checkpoint(name: str, cfg: SFTConfig = COURSE_SFT, snapshots: dict[str, Snapshot] | None = None,
                     progress: bool = True, with_meta: bool = False):
-    """A fresh TinyLM in eval mode holding the named checkpoint, building the cache if needed.
+    """A fresh TinyLM in eval mode holding the named checkpoint.
 
-    ``with_meta=True`` returns (model, meta) where meta records the SFT step it was taken at.
+    The course's checkpoints (the default ``cfg`` and ``snapshots``) come from the library's shipped
+    files (:mod:`llmrl.shipped`, sha256-checked; a damaged file raises ShippedModelError). Any other
+    configuration is trained on first use and cached (``progress`` shows that run's bar).
+    ``with_meta=True`` returns (model, meta): meta records the SFT step it was taken at and its sha256.
     """
-    snapshots = COURSE_SNAPSHOTS if snapshots is None else snapshots
+    if is_course(cfg, snapshots):
+        if name not in COURSE_SNAPSHOTS:
+            raise ValueError(f"unknown checkpoint {name!r}; known: {sorted(COURSE_SNAPSHOTS)}")
+        from . import shipped
+        meta, state = shipped.load_state(name)
+        meta = dict(meta, source="shipped")
+    else:
+        meta, state = _cached(name, cfg, snapshots or COURSE_SNAPSHOTS, progress)
+    model = TinyLM(cfg.model)
+    model.load_state_dict(state)
+    model.eval()
+    return (model, meta) if with_meta else model
+
+
+def _cached(name: str, cfg: SFTConfig, snapshots: dict[str, Snapshot], progress: bool):
+    """(meta, state) of a checkpoint of another run than the course's, trained into the cache once."""
     if name not in snapshots:
         raise ValueError(f"unknown checkpoint {name!r}; known: {sorted(snapshots)}")
     key = _key(cfg, snapshots)
@@ -254,11 +285,7 @@ def load_checkpoint(name: str, cfg: SFTConfig = COURSE_SFT, snapshots: dict[str,
         if loaded is None:  # the cache folder is not writable or was removed under us
             step, st = taken[name]
             loaded = ({"name": name, "step": step}, st)
-    meta, state = loaded
-    model = TinyLM(cfg.model)
-    model.load_state_dict(state)
-    model.eval()
-    return (model, meta) if with_meta else model
+    return dict(loaded[0], source="cache"), loaded[1]
 
 
 def teacher() -> TinyLM:

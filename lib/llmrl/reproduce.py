@@ -201,8 +201,8 @@ def _claims() -> list[Claim]:
     S = ("lab11/sweep",)
     add("lab11.greedy-accuracy", "lab11", "The SFT TinyLM's accuracy with greedy decoding.", "about 0.80", S,
         lambda r: r["lab11/sweep"]["accuracy"]["0"], near(0.80, 0.05, ACC_ABOUT),
-        known="the SFT checkpoint is the first snapshot whose greedy accuracy on the SFT check set reaches "
-              "83% (checkpoints.COURSE_SNAPSHOTS); on these evaluation problems that snapshot can score higher")
+        known="the shipped sft model (llmrl.shipped, SFT step 362) is the snapshot nearest 80% greedy and 55% "
+              "at T = 1 whose lab19 proxy run shows the published hack; it scores 0.84 (step 363, at 0.80, does not hack)")
     add("lab11.accuracy-T1", "lab11", "Its accuracy when sampling at T = 1.", "about 0.55", S,
         lambda r: r["lab11/sweep"]["accuracy"]["1"], near(0.55, 0.05, ACC_ABOUT))
     add("lab11.accuracy-T2", "lab11", "Its accuracy at T = 2.", "below 0.30", S,

@@ -25,7 +25,7 @@ def cache(tmp_path, monkeypatch):
 
 def test_checkpoint_is_cached_and_reloaded(cache, monkeypatch):
     m1, meta = C.load_checkpoint("early", TINY, TINY_SNAPS, progress=False, with_meta=True)
-    assert meta["step"] == 10
+    assert meta["step"] == 10 and meta["source"] == "cache"  # not the course's run: trained here
     files = sorted(p.name for p in cache.glob("*.pt"))
     assert len(files) == 2  # one SFT run wrote both snapshots
     calls = []

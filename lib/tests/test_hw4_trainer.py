@@ -176,9 +176,11 @@ def test_cli_overrides_and_errors(capsys):
 @pytest.mark.slow
 def test_grpo_fixes_format_copy_on_a_tiny_budget(impl, tmp_path):
     """The pretrained base model answers "Answer: N" greedily (exact match ~0); 15 GRPO steps at the
-    default settings must make the tag win. Measured here: eval 1.0 from step 5 on, rollout reward
-    about 0.55 at steps 1-2 and 0.9-1.05 at steps 12-15. The thresholds leave room for other seeds
-    and machines (8 x 6 rollouts per step are noisy): eval above 0.8, reward up by at least 0.25."""
+    default settings must make the tag win. Measured from the shipped model (llmrl.shipped): eval
+    1.0 at step 15 (and from step 5 on in a 40-step run), rollout reward 0.655 at steps 1-2 and 1.025
+    at steps 12-15. The thresholds leave room for other seeds and machines (8 x 6 rollouts per step
+    are noisy, and a CPU that rounds differently takes another path through them; the emulated CPUs
+    of docs/reproducibility.md gave @HW4EMU@): eval above 0.8, reward up by at least 0.25."""
     cfg = default_config("format_copy", "grpo", steps=15, eval_every=15)
     res = train(cfg, impl, backend=CharBackend(progress=False), run_dir=tmp_path, progress=False)
     rewards = [r["reward_mean"] for r in res.records[1:]]
@@ -202,3 +204,22 @@ def test_ablation_sweep_goes_through_the_runner_and_resumes(impl, tmp_path):
     built = []
     again = sweep(impl, tmp_path, base, axes, progress=False, backend_factory=lambda: built.append(1) or tiny_backend())
     assert not built and [r["final_reward"] for r in again] == [r["final_reward"] for r in rows]  # nothing rerun
+
+
+@pytest.mark.slow
+def test_grpo_and_reinforce_learn_math_toy(impl, tmp_path):
+    """math_toy at the notebook's budget (30 steps), from the shipped character model. Published
+    (hw4's EXPECTED): base 0.27, GR-REINFORCE 0.8, GRPO 0.95. Measured here: base 0.273 (35 of 128),
+    GRPO 0.977 and GR-REINFORCE 0.992 at step 30, GRPO ahead at step 10 (0.91 against 0.51).
+    The base model is fixed, so its score moves only at a near-tie of two logits (+-0.02: 2-3 of the
+    128 problems); the runs are 8 x 8 samples a step and a CPU that rounds differently takes another
+    path through them, so the trained scores get 0.1 below the published ones."""
+    got = {}
+    for algo in ("grpo", "reinforce"):
+        torch.manual_seed(0)
+        cfg = default_config("math_toy", algo)  # the notebook's run (evaluated every 5 steps)
+        got[algo] = train(cfg, impl, backend=CharBackend(progress=False), run_dir=tmp_path / algo, progress=False)
+    evals = {a: {r["step"]: r["eval_exact_match"] for r in res.records if "eval_exact_match" in r} for a, res in got.items()}
+    assert evals["grpo"][0] == pytest.approx(0.27, abs=0.02) and evals["reinforce"][0] == evals["grpo"][0]
+    assert evals["grpo"][30] >= 0.95 - 0.1 and evals["reinforce"][30] >= 0.8 - 0.1, evals
+    assert evals["grpo"][10] > evals["reinforce"][10], evals  # the clipped, normalised update learns faster

@@ -108,19 +108,25 @@ def test_temperature_sweep_shapes_and_greedy_is_one_answer(sft):
 @pytest.mark.slow
 def test_experiment1_matches_the_handout(sweep):
     E = lab11.EXPECTED
-    # The sft checkpoint is taken when greedy accuracy on the check set first reaches 83%, so on the
-    # 200 evaluation problems it sits near 0.80 (0.805 measured); +-0.05 is 2.5 binomial s.e. at n=200.
+    # The sft model is the shipped one (llmrl.shipped: SFT step 362, the snapshot nearest 80% greedy /
+    # 55% at T = 1 whose lab19 proxy run shows the published hack). It is fixed, so these numbers do
+    # not move with the machine's rounding beyond a near-tie or two (a greedy answer flips only where
+    # two logits tie to ~1e-6; a sampled one only where its uniform draw lies within ~1e-6 of a
+    # boundary of the cumulative distribution). The bounds are therefore about the published "about":
+    # greedy 0.845 here on these 200 problems (0.841 on the 1,000 of its calibration), 0.045 above
+    # "about 80%": +-0.05 is 1.8 binomial s.e. at n = 200 (s.e. 0.028), the closest snapshot to 0.80
+    # (step 363, 0.804) does not hack in lab19.
     assert abs(lab11.sweep_value(sweep, "accuracy", 0.0) - E["greedy_accuracy"]) <= 0.05
-    # T = 1: the handout's "about 55%" came from another checkpoint; ours gives 0.52. +-0.08 allows
-    # for the snapshot's calibration (how sharp the SFT model is varies with the step it is taken at).
+    # T = 1: "about 55%"; 0.574 here (1,600 samples, s.e. 0.012). +-0.08 allows for the snapshot's
+    # calibration (how sharp the SFT model is varies from step to step: 0.52-0.57 among its neighbours).
     assert abs(lab11.sweep_value(sweep, "accuracy", 1.0) - E["accuracy_T1"]) <= 0.08
-    # T = 2: a hard bound in the handout ("below 30%"); 0.24 measured.
+    # T = 2: a hard bound ("below 30%"); 0.244 measured.
     assert lab11.sweep_value(sweep, "accuracy", 2.0) < E["accuracy_T2_below"]
     # accuracy falls and diversity rises with T, as the handout's panel shows
     assert np.all(np.diff(sweep["accuracy"]) < 0.02)
     assert np.all(np.diff(sweep["distinct_answers"]) > 0)
     assert lab11.sweep_value(sweep, "distinct_answers", 0.0) == E["distinct_greedy"]
-    # "climbs from 1 to about 5" at T = 2; 5.9 measured. +-1.5: the count among 8 samples depends on
+    # "climbs from 1 to about 5" at T = 2; 6.02 measured. +-1.5: the count among 8 samples depends on
     # how flat the model's digits are at T = 2, which again varies with the snapshot.
     assert abs(lab11.sweep_value(sweep, "distinct_answers", 2.0) - E["distinct_T2"]) <= 1.5
 

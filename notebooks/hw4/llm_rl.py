@@ -742,7 +742,7 @@ print(make_backend("char", progress=True).describe())  # builds the cached base 
 # %% [markdown]
 # ### The format_copy runs
 
-# %%
+# %% tags=["nbval-mask-numbers"]
 torch.manual_seed(0)
 fc = {algo: run("format_copy", algo) for algo in ("grpo", "reinforce")}
 for algo, recs in fc.items():
@@ -751,7 +751,7 @@ for algo, recs in fc.items():
           f"final rollout reward {recs[-1]['reward_mean']:.3f}")
 print("expected:", {k: v for k, v in EXPECTED.items() if k.startswith("format")})
 
-# %%
+# %% tags=["nbval-mask-numbers"]
 # A correct set of functions lifts format_copy's reward far above where it starts within these
 # steps, with either algorithm; a run that stays low points to the shift, the mask or the
 # advantages, and then to the update itself. (0.8: well below the 1.1 to 1.3 that correct functions
@@ -772,7 +772,7 @@ plt.show()
 # Read the completions the policy actually wrote, next to their rewards and the advantages they
 # received. The first sampled group and a late one are shown for the GRPO run:
 
-# %%
+# %% tags=["nbval-mask-samples"]
 _gens = read_jsonl(f"{RUNS}/format_copy-grpo-seed0/generations.jsonl")
 print(plots.format_generations(_gens, steps=(_gens[0]["step"], _gens[-1]["step"])))
 
@@ -783,7 +783,7 @@ print(plots.format_generations(_gens, steps=(_gens[0]["step"], _gens[-1]["step"]
 # GRPO makes two clipped passes over every batch. Compare them on the greedy eval of held-out
 # problems, the smoother curve.
 
-# %%
+# %% tags=["nbval-mask-numbers"]
 torch.manual_seed(0)
 mt = {algo: run("math_toy", algo) for algo in ("grpo", "reinforce")}
 for algo, recs in mt.items():
@@ -795,7 +795,7 @@ print("expected:", {k: v for k, v in EXPECTED.items() if k.startswith("math")})
 fig = plots.plot_runs({f"math_toy {a}": r for a, r in mt.items()}, path="artifacts/hw4/math_toy.png")
 plt.show()
 
-# %%
+# %% tags=["nbval-mask-samples"]
 _gens = read_jsonl(f"{RUNS}/math_toy-grpo-seed0/generations.jsonl")
 print(plots.format_generations(_gens, steps=(_gens[0]["step"], _gens[-1]["step"])))
 
@@ -815,7 +815,7 @@ print(plots.format_generations(_gens, steps=(_gens[0]["step"], _gens[-1]["step"]
 # breaks the run first. **What you should find:** the reward curve tells you when a run broke, the KL
 # and clip-fraction curves tell you why; at least one knob does not degrade within the values tried.
 
-# %%
+# %% tags=["nbval-mask-numbers"]
 from llmrl.hw4.ablation import plot_sweep, sweep
 
 torch.manual_seed(0)

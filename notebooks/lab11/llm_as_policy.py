@@ -630,7 +630,7 @@ assert _ps[0, 1] == 0 and np.all(np.isfinite(_ps))
 # temperatures, with **your** `sample_with_temperature` choosing every token, and count how often
 # it is right and how many different answers the 8 samples give.
 
-# %%
+# %% tags=["nbval-mask-numbers"]
 sft_model = load_checkpoint("sft", progress=False)
 temperatures = (0.0, 1.0, 2.0) if grading_mode() else lab11.SWEEP_TEMPERATURES
 SWEEP_ARGS = dict(n_problems=20 if grading_mode() else 200, n_samples=8, seed=0)
@@ -640,7 +640,7 @@ for T, acc, d in zip(sweep["temperature"], sweep["accuracy"], sweep["distinct_an
 lab11.plot_temperature_sweep(sweep)
 plt.show()
 
-# %%
+# %% tags=["nbval-mask-numbers"]
 # The same sweep with the course's reference sampler: a correct sampler may draw its tokens in
 # another order, so the accuracies may differ by sampling noise, and by no more.
 _ref = lab11.temperature_sweep(sft_model, temperatures, **SWEEP_ARGS)
@@ -664,7 +664,7 @@ _ok = live_checks.compare_rates("Experiment 1, accuracy at each temperature", sw
 # position the responses visited. Each dot is one batch's estimate with its error bar (1.96 standard
 # errors), divided by the truth.
 
-# %%
+# %% tags=["nbval-mask-numbers"]
 KL_ARGS = dict(n_problems=4 if grading_mode() else 16, n_samples=8, n_batches=2 if grading_mode() else 16, seed=0,
                sampler=sample_with_temperature)
 YOUR_KL_FUNCTIONS = dict(response_logprobs_fn=response_logprobs, sequence_logprob_fn=sequence_logprob,
@@ -677,7 +677,7 @@ for T, row in lab11.kl_checks(kl).items():
 lab11.plot_kl_estimates(kl)
 plt.show()
 
-# %%
+# %% tags=["nbval-mask-numbers"]
 # The same batches (your sampler, same seeds) scored by the reference versions of Tasks 1a, 1b and
 # 3: every number must agree. If not, each of your three functions is tried alone to find the culprits.
 def _kl_numbers(**functions):
@@ -746,7 +746,7 @@ _ok = live_checks.compare_exact("Experiment 3, reward and KL of pi* along the fr
 # The published numbers next to yours (under autograding the experiments are shrunk, so the
 # numbers differ).
 
-# %%
+# %% tags=["nbval-mask-numbers"]
 print(lab11.expected_report(sweep, kl, frontier))
 print()
 print(lab11.summary_line(sweep, kl, frontier))
@@ -789,7 +789,7 @@ K2_GUESS = {0.25: "below", 0.5: "below", 1.5: "above", 2.0: "above"}
 # finds very unlikely (l far above 0): a positive tail, E[l^3] > 0, k2 too high.
 # END MARK SCHEME
 
-# %%
+# %% tags=["nbval-mask-numbers"]
 for T, row in lab11.kl_checks(kl).items():
     _side = "below" if row["k2_ratio"] < 1 else "above"
     print(f"T = {T:4.2f}: k2 / exact = {row['k2_ratio']:.2f} ({_side} the truth; you guessed {K2_GUESS.get(T, '?')})")

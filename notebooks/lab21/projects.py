@@ -99,7 +99,7 @@ ART = "artifacts/lab21"
 P1_STEPS = 3 if SHORT else 100
 p1 = lab21.project1(steps=P1_STEPS, seeds=SEEDS, workers=WORKERS, eval_prompts=20 if SHORT else 100)
 
-# %%
+# %% tags=["nbval-mask-numbers"]
 print(lab21.summary_table(p1, ["entropy_token_mean_nats", "pass@1", "pass@16"], EXPECTED["project1"]))
 print(f"published: entropy starts at {EXPECTED['project1']['start']['entropy_token_mean_nats']} nats/token (150 steps)")
 for arm, runs in p1.items():
@@ -182,7 +182,7 @@ plt.show()
 P2_STEPS = 3 if SHORT else 200
 p2 = lab21.project2(steps=P2_STEPS, seeds=SEEDS, workers=WORKERS, eval_prompts=20 if SHORT else 100)
 
-# %%
+# %% tags=["nbval-mask-numbers"]
 print(lab21.summary_table(p2, ["gold_pass@1", "proxy_reward_mean", "pad_share_small_sums"], EXPECTED["project2"]))
 print("published, stylish w = 1:", EXPECTED["project2"]["stylish_w1"])
 
@@ -282,7 +282,7 @@ if PITFALL is not None:
 P3_STEPS = 3 if SHORT else 150
 p3 = lab21.project3(steps=P3_STEPS, seeds=SEEDS, workers=WORKERS, eval_per_bucket=20 if SHORT else 100)
 
-# %%
+# %% tags=["nbval-mask-numbers"]
 print(lab21.summary_table(p3, [f"sampled_accuracy_{b}" for b in ("1d+1d", "2d+2d_ge100", "3d+1d")], EXPECTED["project3"]))
 for arm, runs in p3.items():
     u = runs[0]["extra"]["total_usage"]
@@ -367,7 +367,7 @@ plt.show()
 P4_STEPS = 3 if SHORT else 150
 p4 = lab21.project4(steps=P4_STEPS, seeds=SEEDS, workers=WORKERS, eval_prompts=20 if SHORT else 100)
 
-# %%
+# %% tags=["nbval-mask-numbers"]
 print(lab21.summary_table(p4, ["pass@1", "pass@16"], EXPECTED["project4"]))
 for arm, runs in p4.items():
     ev = runs[0]["evals"]
@@ -440,7 +440,7 @@ plt.show()
 P5_STEPS = 3 if SHORT else 300
 p5 = lab21.project5(steps=P5_STEPS, seeds=SEEDS, workers=WORKERS, eval_prompts=20 if SHORT else 100)
 
-# %%
+# %% tags=["nbval-mask-numbers"]
 _e = EXPECTED["project5"]
 for arm, runs in p5.items():
     x = runs[0]["extra"]

@@ -425,7 +425,7 @@ p0 = lab21.project0(
     loss_fns={"opd-sampled": opd_sampled_from_batch, "opd-full": opd_full_from_batch}, pass_at_k_fn=pass_at_k,
 )
 
-# %%
+# %% tags=["nbval-mask-numbers"]
 print(lab21.summary_table(p0, ["pass@1", "pass@8", "kl_to_teacher_exact_token_mean_nats"], EXPECTED["project0"]))
 print(f"published start: pass@1 {EXPECTED['project0']['start']['pass@1']:.2f}, "
       f"KL {EXPECTED['project0']['start']['kl_to_teacher_exact_token_mean_nats']:.2f}")
@@ -525,7 +525,7 @@ p4 = lab21.project4(arms=["mean", "maxrl"], steps=P4_STEPS, seeds=[0], eval_prom
                     eval_every=P4_STEPS, advantage_fns={"maxrl": maxrl_from_rewards}, pass_at_k_fn=pass_at_k,
                     progress=False)
 
-# %%
+# %% tags=["nbval-mask-numbers"]
 for _arm, _runs in p4.items():
     _ev, _cv = _runs[0]["evals"], _runs[0]["curve"]
     print(f"{_arm:6s} pass@1 {_ev['pass@1'][0]:.3f} -> {_ev['pass@1'][-1]:.3f} (± {_ev['pass@1_se'][-1]:.3f}), "

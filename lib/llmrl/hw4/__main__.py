@@ -6,7 +6,9 @@
     python -m llmrl.hw4 train --task math_toy --algo reinforce
 
 ``--impl PATH.ipynb`` runs them on your own functions (default: the course's reference). Rerunning a
-command continues an interrupted run from its last checkpoint; ``--fresh`` starts over.
+command continues an interrupted run from its last checkpoint; ``--fresh`` starts over. On several
+processes: ``torchrun --nproc_per_node 2 -m llmrl.hw4 train ...`` or ``accelerate launch
+--config_file configs/accelerate/ddp.yaml --num_processes 2 -m llmrl.hw4 train ...`` (docs/hw4_gpu.md).
 ``python -m llmrl.hw4 sweep`` runs the ablation study; ``python -m llmrl.hw4 pretrain`` builds the
 character model's cache. ``python -m llmrl.hw4 export-trl --task format_copy --algo grpo`` runs the same
 configuration with TRL's GRPOTrainer (docs/hw4_trl.md; ``--dry-run`` prints the mapped settings only).
@@ -139,17 +141,39 @@ def main(argv=None) -> int:
     if args.command == "train":
         cfg = config_from_args(args)
         run_dir = Path(args.run_dir or f"artifacts/hw4/runs/{cfg.task}-{cfg.algo}-seed{cfg.seed}")
-        from .trainer import train
-        t0 = time.perf_counter()
+        from .. import distributed
+        from .trainer import data_parallel_config, train
         try:
-            res = train(cfg, impl, run_dir=run_dir, resume=not args.fresh, progress=not args.no_progress)
+            group = distributed.process_group()  # torchrun / accelerate launch / mpirun: the processes of one run
+        except RuntimeError as e:
+            raise SystemExit(f"train: {e}") from None
+        try:
+            try:
+                cfg = data_parallel_config(cfg, group)
+            except ValueError as e:
+                raise SystemExit(f"train: {e}") from None
+            if group.active and group.is_main:
+                print(f"{group.world_size} processes ({group.device.type}): shares={cfg.shares}, each process "
+                      f"samples {cfg.n_prompts // group.world_size} of the {cfg.n_prompts} prompts of every step",
+                      flush=True)
+            t0, c0 = time.perf_counter(), time.process_time()
+            res = train(cfg, impl, run_dir=run_dir, resume=not args.fresh, progress=not args.no_progress, group=group)
+            seconds = time.perf_counter() - t0
+            cpu = group.all_gather_objects(time.process_time() - c0)  # every process's CPU seconds of training
         except NotImplementedError:
+            distributed.shutdown(wait=False)
             raise SystemExit(f"{impl.source}: a required function still raises NotImplementedError; "
                              f"complete the notebook's tasks first") from None
+        except BaseException:
+            distributed.shutdown(wait=False)
+            raise
+        distributed.shutdown()
         first = next(r for r in res.records if "eval_exact_match" in r)
-        print(f"{cfg.task} {cfg.algo}: {cfg.steps} steps in {time.perf_counter() - t0:.1f} s; eval exact match "
-              f"{first['eval_exact_match']:.3f} -> {res.final('eval_exact_match'):.3f}; final rollout reward "
-              f"{res.final('reward_mean'):.3f}; logs in {run_dir}")
+        if group.is_main:
+            print(f"{cfg.task} {cfg.algo}: {cfg.steps} steps in {seconds:.1f} s "
+                  f"(CPU {', '.join(f'{c:.2f}' for c in cpu)} s{' per process' if len(cpu) > 1 else ''}); eval exact match "
+                  f"{first['eval_exact_match']:.3f} -> {res.final('eval_exact_match'):.3f}; final rollout reward "
+                  f"{res.final('reward_mean'):.3f}; logs in {run_dir}")
         return 0
     if args.command == "sweep":
         from .ablation import AXES, plot_sweep, sweep

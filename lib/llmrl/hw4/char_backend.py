@@ -19,6 +19,14 @@ from . import charlm
 from .charlm import BOS, EOS, PAD, SEP
 
 
+def as_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    """A floating-point torch dtype from itself or its name ("float64", "bfloat16", ...)."""
+    value = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
+    if not isinstance(value, torch.dtype) or not value.is_floating_point:
+        raise ValueError(f"dtype must name a floating-point torch dtype (e.g. 'float32', 'float64'), got {dtype!r}")
+    return value
+
+
 def _encode(prompts) -> torch.Tensor:
     return torch.tensor([charlm.encode_prompt(p, charlm.PROMPT_WIDTH) for p in prompts], dtype=torch.long)
 
@@ -38,11 +46,13 @@ class CharBackend(TinyLMBackend):
     what = "character-model"
 
     def __init__(self, model: TinyLM | None = None, pretrain: charlm.PretrainConfig | None = None,
-                 progress: bool = True):
+                 progress: bool = True, dtype: torch.dtype | str | None = None):
         if model is None:
             model = charlm.load_base_model(pretrain or charlm.DEFAULT_PRETRAIN, progress=progress)
         if not isinstance(model, TinyLM):
             raise TypeError(f"model must be a TinyLM, got {type(model).__name__}")
+        if dtype is not None:  # e.g. "float64" for equivalence checks at double precision
+            model = model.to(as_dtype(dtype))
         if model.config.vocab_size != charlm.VOCAB_SIZE:
             raise ValueError(f"model must have vocab_size={charlm.VOCAB_SIZE}, got {model.config.vocab_size}")
         super().__init__(model, CHAR, reference="copy")

@@ -21,8 +21,11 @@ The pretraining corpus is deliberately imperfect, so that RL has something to fi
   ("Compute 7*8" -> "7*8=56") teach the arithmetic itself. RL has to learn the habit (a choice at
   the first character, so it carries over to held-out problems), not new arithmetic.
 
-The pretrained weights are cached like llmrl's SFT checkpoints (file keyed by a hash of the whole
-configuration, atomic writes, checksum, rebuilt when stale or corrupted).
+The pretrained model of the course's configuration (``DEFAULT_PRETRAIN``) ships with the library
+(:mod:`llmrl.shipped`, ``models/hw4-charlm.pt``): pretraining it on another CPU would give another
+model and other hw4 numbers. Any other configuration is pretrained on first use and cached like
+llmrl's SFT checkpoints (file keyed by a hash of the whole configuration, atomic writes, checksum,
+rebuilt when stale or corrupted).
 """
 
 from __future__ import annotations
@@ -204,26 +207,40 @@ def pretrain(cfg: PretrainConfig = PretrainConfig(), progress: bool = False) -> 
                             fused=None, progress=progress, desc="pretraining the character model")
 
 
-DEFAULT_PRETRAIN = PretrainConfig()
+# The pretraining seed of the shipped model (llmrl.shipped.choose_charlm): of seeds 0-3 on the
+# instructors' machine, seeds 1 and 2 copy all 64 format_copy eval numbers (seed 0: 55, seed 3: 58),
+# and seed 2 ends with the lower loss. Its GRPO run reaches exact match 1.0 by step 5 there.
+CHARLM_SEED = 2
+DEFAULT_PRETRAIN = PretrainConfig(seed=CHARLM_SEED)
 
 
 def load_base_model(cfg: PretrainConfig = DEFAULT_PRETRAIN, progress: bool = True) -> TinyLM:
-    """A fresh copy of the pretrained character model, training it once into the cache if needed."""
+    """A fresh copy of the pretrained character model: the shipped one for the course's
+    configuration, else pretrained once into the cache (``progress`` shows that run's bar)."""
     if not isinstance(cfg, PretrainConfig):
         raise TypeError(f"cfg must be a PretrainConfig, got {type(cfg).__name__}")
+    if cfg == DEFAULT_PRETRAIN:
+        from .. import shipped
+        state = shipped.load_state(shipped.CHARLM_NAME)[1]
+    else:
+        state = _cached(cfg, progress)
+    model = TinyLM(cfg.model)
+    model.load_state_dict(state)
+    model.eval()
+    return model
+
+
+def _cached(cfg: PretrainConfig, progress: bool) -> dict:
     key = cfg.key()
     path = cache_dir() / f"hw4-charlm-{key}.pt"
     loaded = load_state(path, key)
-    if loaded is None:
-        model, losses = pretrain(cfg, progress=progress)
-        state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        try:
-            save_state(path, state, {"key": key, "version": FORMAT_VERSION, "name": "hw4-charlm",
-                                "final_loss": losses[-1]})
-        except OSError:  # read-only cache: keep the model in memory only
-            pass
-        loaded = ({}, state)
-    model = TinyLM(cfg.model)
-    model.load_state_dict(loaded[1])
-    model.eval()
-    return model
+    if loaded is not None:
+        return loaded[1]
+    model, losses = pretrain(cfg, progress=progress)
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    try:
+        save_state(path, state, {"key": key, "version": FORMAT_VERSION, "name": "hw4-charlm",
+                                 "final_loss": losses[-1]})
+    except OSError:  # read-only cache: keep the model in memory only
+        pass
+    return state

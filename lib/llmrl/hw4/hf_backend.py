@@ -207,13 +207,17 @@ class HFBackend:
                  target_modules: Sequence[str] = LORA_TARGETS, device: str | torch.device | None = None,
                  dtype: torch.dtype | str | None = None, chat_template: bool = True,
                  system_prompt: str | None = None, fewshot: Sequence[Sequence[str]] | None = None, use_vllm: bool = False,
-                 gradient_checkpointing: bool = False, logits_dtype: torch.dtype = torch.float32,
+                 gradient_checkpointing: bool = False, logits_dtype: torch.dtype | str = torch.float32,
                  vllm_gpu_memory_utilization: float = 0.35, progress: bool = True):
         self.device = torch.device(device) if device is not None else default_device()
         if isinstance(dtype, str):
             if not hasattr(torch, dtype):
                 raise ValueError(f"dtype must name a torch dtype, got {dtype!r}")
             dtype = getattr(torch, dtype)
+        if isinstance(logits_dtype, str):  # from the command line: --backend-arg logits_dtype=float64
+            if not isinstance(getattr(torch, logits_dtype, None), torch.dtype):
+                raise ValueError(f"logits_dtype must name a torch dtype, got {logits_dtype!r}")
+            logits_dtype = getattr(torch, logits_dtype)
         if dtype is None:
             dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
         self.dtype = dtype

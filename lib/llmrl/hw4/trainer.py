@@ -21,6 +21,11 @@ with rewards and advantages in ``run_dir/generations.jsonl``; greedy eval on the
 set at step 0 and every ``eval_every`` steps; a checkpoint every ``ckpt_every`` steps, from which
 a rerun of the same command resumes (the log is cut back to the checkpoint, so no step appears
 twice and none is lost); WandB (offline by default) when ``wandb=True``.
+
+Started by ``torchrun`` or ``accelerate launch`` the run is data-parallel: each process samples
+and trains on its shares of every batch, gradients are averaged before clipping, the first process
+writes the files (:mod:`llmrl.distributed`, docs/hw4_gpu.md). ``shares`` fixes the numbers, so a
+1-process run with ``shares=2`` reproduces a 2-process run.
 """
 
 from __future__ import annotations
@@ -29,12 +34,14 @@ import hashlib
 import json
 import os
 import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
 
+from .. import distributed as dp
 from ..backend import PolicyBackend, make_backend
+from ..distributed import SINGLE, Group
 from ..trainer import History, PolicyOptimizer, RLConfig, RLRun, train_loop
 from ..utils import check_fields, set_threads
 from .impl import Impl
@@ -69,6 +76,7 @@ class HW4Config:
     seed: int = 0
     betas: tuple = (0.9, 0.95)
     weight_decay: float = 0.0
+    shares: int = 1                  # the batch in equal shares of whole prompt groups (data parallel: docs/hw4_gpu.md)
     backend: str = "char"
     backend_kwargs: dict = field(default_factory=dict)
     task_kwargs: dict = field(default_factory=dict)
@@ -81,13 +89,19 @@ class HW4Config:
             raise ValueError(f"algo must be one of {ALGOS}, got {self.algo!r}")
         check_fields(self, ints={"steps": 1, "n_prompts": 1, "group_size": 1, "ppo_epochs": 1, "minibatch_size": 1,
                                  "grad_accum_steps": 1, "eval_every": 1, "gen_every": 1, "ckpt_every": 1, "seed": 0,
-                                 "max_new_tokens": 1, "eval_limit": 1},
+                                 "max_new_tokens": 1, "eval_limit": 1, "shares": 1},
                      floats={"lr": 0.0, "temperature": 0.0, "clip_eps": 0.0, "kl_coef": 0.0, "max_grad_norm": 0.0,
                              "adv_clip": 0.0, "weight_decay": 0.0})
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.wandb_mode not in ("offline", "online", "disabled"):
             raise ValueError(f"wandb_mode must be 'offline', 'online' or 'disabled', got {self.wandb_mode!r}")
+        if self.n_prompts % self.shares:
+            raise ValueError(f"n_prompts={self.n_prompts} must be a multiple of shares={self.shares} "
+                             f"(each share holds whole prompt groups)")
+        if self.minibatch_size < self.n_prompts * self.group_size and self.minibatch_size % self.shares:
+            raise ValueError(f"minibatch_size={self.minibatch_size} must be a multiple of shares={self.shares} "
+                             f"(a minibatch takes minibatch_size / shares rows of every share)")
 
     @property
     def epochs(self) -> int:
@@ -101,6 +115,8 @@ class HW4Config:
         d = self.to_dict()
         for k in ("steps", "eval_every", "gen_every", "ckpt_every", "wandb", "wandb_mode", "wandb_project"):
             d.pop(k)
+        if d["shares"] == 1:  # the 1-process layout: keys of runs from before shares existed stay valid
+            d.pop("shares")
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -199,20 +215,43 @@ def _scored(backend, impl, ids, am, chunk: int, reference: bool) -> torch.Tensor
     return torch.cat(parts, 0)
 
 
-@torch.no_grad()
-def evaluate(backend: PolicyBackend, task: Task, limit: int | None = None, batch_size: int = 64) -> dict:
-    """Greedy decoding on the task's eval set: exact match, mean reward, mean length, completions."""
-    examples = task.eval_examples()[:limit] if limit else task.eval_examples()
+def _greedy(backend: PolicyBackend, task: Task, examples, batch_size: int) -> list[str]:
     completions = []
     for i in range(0, len(examples), batch_size):
         chunk = examples[i:i + batch_size]
         rb = backend.generate([e.prompt for e in chunk], 1, task.eval_max_new_tokens, 0.0, 1.0, None)
         completions += rb.completions
-    answers = [e.answer for e in examples]
-    rewards, _ = score(task, completions, answers)
-    em = [task.exact_match(c, a) for c, a in zip(completions, answers)]
-    return {"eval_exact_match": sum(em) / len(em), "eval_reward": rewards.mean().item(),
-            "eval_completions": completions}
+    return completions
+
+
+@torch.no_grad()
+def evaluate(backend: PolicyBackend, task: Task, limit: int | None = None, batch_size: int = 64,
+             group: Group = SINGLE) -> dict:
+    """Greedy decoding on the task's eval set: exact match, mean reward, mean length, completions.
+
+    In a data-parallel run (``group``) each process decodes a contiguous block of the eval set and
+    the totals are summed over the processes; every process returns the whole set's figures."""
+    examples = task.eval_examples()[:limit] if limit else task.eval_examples()
+    if not group.active:
+        completions = _greedy(backend, task, examples, batch_size)
+        answers = [e.answer for e in examples]
+        rewards, _ = score(task, completions, answers)
+        em = [task.exact_match(c, a) for c, a in zip(completions, answers)]
+        return {"eval_exact_match": sum(em) / len(em), "eval_reward": rewards.mean().item(),
+                "eval_completions": completions}
+    n, r, w = len(examples), group.rank, group.world_size
+    mine = examples[r * n // w:(r + 1) * n // w]
+    completions = _greedy(backend, task, mine, batch_size) if mine else []
+    totals = torch.zeros(3, dtype=torch.float64)
+    if mine:
+        answers = [e.answer for e in mine]
+        rewards, _ = score(task, completions, answers)
+        totals += torch.tensor([len(mine), sum(task.exact_match(c, a) for c, a in zip(completions, answers)),
+                                float(rewards.double().sum())], dtype=torch.float64)
+    group.all_reduce_(totals)
+    everyone = [c for part in group.all_gather_objects(completions) for c in part]
+    return {"eval_exact_match": float(totals[1] / totals[0]), "eval_reward": float(totals[2] / totals[0]),
+            "eval_completions": everyone}
 
 
 # ----------------------------------------------------------------------------- the student's pieces
@@ -268,11 +307,12 @@ def student_loss(impl: Impl, cfg: HW4Config):
     return loss
 
 
-def spine_config(cfg: HW4Config) -> RLConfig:
-    """The RL step's settings of an hw4 run. The KL penalty lives in the student's loss, so the
-    step adds none; the clip bounds only feed its clip statistics (a bound of 1 or more cannot
-    bind from below: the ratio is positive)."""
-    return RLConfig(steps=cfg.steps, n_prompts=cfg.n_prompts, group_size=cfg.group_size, lr=cfg.lr,
+def spine_config(cfg: HW4Config, processes: int = 1) -> RLConfig:
+    """The RL step's settings of an hw4 run (in one of ``processes`` data-parallel processes: its
+    share of the prompts). The KL penalty lives in the student's loss, so the step adds none; the
+    clip bounds only feed its clip statistics (a bound of 1 or more cannot bind from below: the
+    ratio is positive)."""
+    return RLConfig(steps=cfg.steps, n_prompts=cfg.n_prompts // processes, group_size=cfg.group_size, lr=cfg.lr,
                     epochs=cfg.epochs, eps_low=cfg.clip_eps if cfg.clip_eps < 1 else None, eps_high=cfg.clip_eps,
                     kl_coef=0.0, temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
                     max_grad_norm=cfg.max_grad_norm, weight_decay=cfg.weight_decay, seed=cfg.seed,
@@ -281,6 +321,30 @@ def spine_config(cfg: HW4Config) -> RLConfig:
 
 
 # ----------------------------------------------------------------------------- the run manager
+
+TINY_MODEL = "tiny-random"  # the hf backend's random-weight Qwen2 with a character tokenizer, built offline
+
+
+def build_backend(cfg: HW4Config, group: Group = SINGLE, progress: bool = True) -> PolicyBackend:
+    """The policy backend of ``cfg`` (``backend``, ``backend_kwargs``), built after seeding torch's
+    global generator with ``cfg.seed`` (a LoRA adapter's initialisation draws from it, so every
+    process of a data-parallel run builds the same one). The hf backend also takes ``model=
+    "tiny-random"`` (a random-weight Qwen2, built offline) and, in a multi-GPU run, puts each
+    process on its own GPU (``LOCAL_RANK``)."""
+    kw = dict(cfg.backend_kwargs or {})
+    torch.manual_seed(cfg.seed)
+    if cfg.backend == "hf":
+        local_rank = os.environ.get("LOCAL_RANK")
+        if "device" not in kw and local_rank is not None and torch.cuda.is_available():
+            kw["device"] = f"cuda:{int(local_rank)}"  # one GPU per process under accelerate launch / torchrun
+        if kw.get("model") == TINY_MODEL:
+            from .hf_backend import HFBackend, char_tokenizer, tiny_random_model
+            kw.pop("model")
+            tok = char_tokenizer()
+            return HFBackend(tiny_random_model(tok, seed=cfg.seed), tok, progress=progress and group.is_main, **kw)
+        kw.setdefault("progress", progress and group.is_main)
+    return make_backend(cfg.backend, **kw)
+
 
 def _policy_path(run_dir: Path, step: int) -> Path:
     return run_dir / f"policy-step{step:05d}.pt"
@@ -293,33 +357,75 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
+def data_parallel_config(cfg: HW4Config, group: Group) -> HW4Config:
+    """``cfg`` for a run on ``group``'s processes: ``shares`` 1 becomes the number of processes
+    (each holds one share); otherwise it must be a multiple of it. Refuses the launchers' sharded
+    engines (DeepSpeed, FSDP), which this trainer does not use."""
+    for var, engine in (("ACCELERATE_USE_DEEPSPEED", "DeepSpeed"), ("ACCELERATE_USE_FSDP", "FSDP")):
+        if os.environ.get(var, "").lower() == "true":
+            raise ValueError(f"the course's trainer runs plain data parallel (each process holds the model; "
+                             f"gradients are averaged); {engine} is for export-trl: python -m llmrl.hw4 "
+                             f"export-trl ... (docs/hw4_gpu.md), or launch train with configs/accelerate/ddp.yaml")
+    if not group.active:
+        return cfg
+    if cfg.shares == 1:
+        try:
+            cfg = replace(cfg, shares=group.world_size)
+        except ValueError as e:
+            raise ValueError(f"on {group.world_size} processes each process holds one share of every batch: {e}") \
+                from None
+    if cfg.shares % group.world_size:
+        raise ValueError(f"shares={cfg.shares} cannot be split over {group.world_size} processes: use a multiple "
+                         f"of {group.world_size} (or shares=1: one share per process)")
+    return cfg
+
+
 def train(config: HW4Config, impl: Impl, *, run_dir=None, backend: PolicyBackend | None = None,
-          task: Task | None = None, resume: bool = True, progress: bool = True, callback=None) -> History:
+          task: Task | None = None, resume: bool = True, progress: bool = True, callback=None,
+          group: Group | None = None) -> History:
     """Run GR-REINFORCE or GRPO; returns a History of every step's record (also in ``run_dir/metrics.jsonl``).
 
     ``impl``: the student's functions (:class:`llmrl.hw4.impl.Impl`). ``backend``/``task``: built
     from the config when None. ``run_dir``: where logs and checkpoints go (None: memory only).
     ``resume``: continue a run found in ``run_dir`` (False: start over and overwrite it).
     ``callback(record)`` is called after every step (raise from it to stop the run).
+
+    Data parallel (``group``, default: the processes ``torchrun`` / ``accelerate launch`` started,
+    :func:`llmrl.distributed.process_group`): each process samples and trains on its shares of
+    every batch (``config.shares``, set to the number of processes when 1), the gradients are
+    averaged before clipping, and the first process writes the logs and checkpoints; every process
+    returns (and passes to ``callback``) the records reduced over the processes. A 1-process run
+    with the same ``shares`` gives the same numbers (:mod:`llmrl.distributed`).
     """
     if not isinstance(config, HW4Config):
         raise TypeError(f"config must be an HW4Config, got {type(config).__name__}")
     if not isinstance(impl, Impl):
         raise TypeError(f"impl must be an llmrl.hw4.impl.Impl, got {type(impl).__name__}")
-    cfg = config
+    group = dp.process_group() if group is None else group
+    cfg = data_parallel_config(config, group)
+    main = group.is_main
     set_threads(1)
     task = task if task is not None else make_task(cfg.task, **cfg.task_kwargs)
     if backend is None:
-        backend = make_backend(cfg.backend, **cfg.backend_kwargs)
-    run = RLRun(policy=backend, task=task, config=spine_config(cfg),
-                optimizer=PolicyOptimizer(backend.trainable_parameters(), cfg.lr, cfg.betas, cfg.weight_decay),
+        backend = build_backend(cfg, group, progress=progress)
+    optimizer = PolicyOptimizer(backend.trainable_parameters(), cfg.lr, cfg.betas, cfg.weight_decay)
+    run = RLRun(policy=backend, task=task, config=spine_config(cfg, group.world_size), optimizer=optimizer,
                 generator=torch.Generator().manual_seed(cfg.seed),
                 scorer=StudentScorer(backend, impl, cfg.minibatch_size), loss_fn=student_loss(impl, cfg),
                 advantage_fn=student_advantages(impl, cfg),
                 minibatches=lambda fields, g: impl.iter_minibatches(fields, cfg.minibatch_size, g))
-    torch.manual_seed(cfg.seed)
+    if cfg.shares > 1:  # the shares of every batch (llmrl.distributed): the same numbers on any number of processes
+        shares = dp.Shares(cfg.shares, group)
+        run.task, run.policy = dp.ShareTask(task, shares), dp.ShareSampler(backend, shares)
+        run.minibatches = dp.share_minibatches(impl.iter_minibatches, shares, cfg.minibatch_size)
+        run.loss_fn = dp.share_loss(run.loss_fn, shares.per_process, clip_statistics=True)
+        run.advantage_fn = dp.gathered_advantages(run.advantage_fn, group)
+    if group.active:
+        run.optimizer = dp.DataParallelOptimizer(optimizer, group)
+        run.hooks = dp.ReducingHooks(group, run.hooks).hooks()
+    torch.manual_seed(cfg.seed + group.rank)  # dropout and other global draws: a stream per process
 
-    # -- files, resume ---------------------------------------------------------------------------
+    # -- files, resume (the first process writes; every process reads the same checkpoint) ---------
     metrics_path = gens_path = None
     history = History()
     if run_dir is not None:
@@ -327,27 +433,34 @@ def train(config: HW4Config, impl: Impl, *, run_dir=None, backend: PolicyBackend
         run_dir.mkdir(parents=True, exist_ok=True)
         metrics_path, gens_path = run_dir / "metrics.jsonl", run_dir / "generations.jsonl"
         state_path = run_dir / "trainer_state.pt"
-        if resume and state_path.exists():
-            state = torch.load(state_path, weights_only=False)
+        resuming = group.broadcast_object(bool(resume and state_path.exists()))
+        state = None
+        if resuming:
+            state = torch.load(state_path, map_location="cpu", weights_only=False)  # not onto rank 0's GPU
             if state["key"] != cfg.key():
                 raise ValueError(f"run_dir {str(run_dir)!r} holds a run with a different configuration; "
                                  f"use another run_dir or resume=False (--fresh) to overwrite it")
             backend.load(state["policy"])
-            run.optimizer.load_state_dict(state["optimizer"])
+            optimizer.load_state_dict(state["optimizer"])
             run.generator.set_state(state["generator"])
             run.step = state["step"]
-            for p in (metrics_path, gens_path):
-                _truncate_jsonl(p, run.step)
+        if main:
+            if resuming:
+                for p in (metrics_path, gens_path):
+                    _truncate_jsonl(p, run.step)
+            else:
+                for p in list(run_dir.glob("policy-step*")) + [state_path, metrics_path, gens_path]:
+                    _remove(p)
+            (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=str))
+        group.barrier()  # the files are in place before anyone reads the log or writes a checkpoint
+        if resuming:
             history.extend(read_jsonl(metrics_path))
-        else:
-            for p in list(run_dir.glob("policy-step*")) + [state_path, metrics_path, gens_path]:
-                _remove(p)
-        (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=str))
+    group.broadcast_(backend.trainable_parameters())  # every process starts from the first one's weights
     history.config, history.backend, history.run_dir = cfg, backend, run_dir
-    wb = _WandB(cfg, run_dir) if cfg.wandb else None
+    wb = _WandB(cfg, run_dir) if cfg.wandb and main else None
 
     def save_checkpoint(step):
-        if run_dir is None:
+        if run_dir is None or not main:
             return
         pol = _policy_path(run_dir, step)
         backend.save(pol)
@@ -362,14 +475,15 @@ def train(config: HW4Config, impl: Impl, *, run_dir=None, backend: PolicyBackend
     def on_step(record, batch):
         step, G = record["step"], cfg.group_size
         gens = None
-        if batch is not None and (step % cfg.gen_every == 0 or step == 1):
+        if main and batch is not None and (step % cfg.gen_every == 0 or step == 1):
             r, adv = batch.rollout, batch.advantages
             gens = [{"step": step, "prompt": r.prompts[j], "completion": r.completions[j], "answer": r.answers[j],
                      "reward": batch.rewards[j].item(), "advantage": adv[j].item(),
                      **{k: v[j].item() for k, v in batch.components.items()}} for j in range(G)]
-        _append(metrics_path, record)
-        for gen in gens or []:
-            _append(gens_path, gen)
+        if main:
+            _append(metrics_path, record)
+            for gen in gens or []:
+                _append(gens_path, gen)
         if wb is not None:
             wb.log(record, gens)
         if callback is not None:
@@ -378,12 +492,12 @@ def train(config: HW4Config, impl: Impl, *, run_dir=None, backend: PolicyBackend
             save_checkpoint(step)
 
     def eval_fn(b):
-        ev = evaluate(b, task, cfg.eval_limit)
+        ev = evaluate(b, task, cfg.eval_limit, group=group)
         ev.pop("eval_completions")
         return ev
 
     train_loop(run, cfg.steps, eval_fn=eval_fn, eval_every=cfg.eval_every, evaluate_model=backend, on_step=on_step,
-               progress=progress, desc=f"{cfg.task} {cfg.algo}", history=history)
+               progress=progress and main, desc=f"{cfg.task} {cfg.algo}", history=history)
     if wb is not None:
         wb.finish()
     return history

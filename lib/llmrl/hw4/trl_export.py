@@ -46,9 +46,8 @@ import torch
 
 from ..utils import check_int
 from .tasks import Task, make_task
-from .trainer import HW4Config, _truncate_jsonl, read_jsonl
+from .trainer import TINY_MODEL, HW4Config, _truncate_jsonl, build_backend, read_jsonl
 
-TINY_MODEL = "tiny-random"  # a random-weight Qwen2 with a character tokenizer, built offline (tests, smoke runs)
 
 
 @dataclass(frozen=True)
@@ -113,6 +112,9 @@ HYPERPARAMETERS: tuple[Mapped, ...] = (
            "minibatches are importance-weighted and clipped, the course's are not"),
     Mapped("max_new_tokens (or the task's)", "max_completion_length", "cap on sampled tokens; EOS counts in both"),
     Mapped("(truncated completions)", "mask_truncated_completions=False", "both train on completions cut at the cap"),
+    Mapped("shares", None,
+           "the course trainer's data-parallel layout (docs/hw4_gpu.md); TRL splits each rollout batch over its "
+           "processes itself, so export-trl refuses shares other than 1"),
     Mapped("seed", "seed", "TRL seeds torch's global generator; the prompts follow the course's generator"),
     Mapped("eval_every, eval_limit", None,
            "TRL evaluates by sampling on an eval_dataset; export-trl runs the course's greedy evaluation in a "
@@ -216,6 +218,9 @@ def check_exportable(cfg: HW4Config, num_processes: int = 1) -> None:
                         f"{cfg.grad_accum_steps} (TRL cannot step on a partial accumulation at the end of a pass)")
     if cfg.minibatch_size % num_processes:
         problems.append(f"minibatch_size={cfg.minibatch_size} does not split over {num_processes} processes")
+    if cfg.shares != 1:
+        problems.append(f"shares={cfg.shares} is the course trainer's data-parallel layout; TRL splits each batch "
+                        f"over its processes itself (leave shares=1)")
     if problems:
         raise ValueError("this configuration cannot be handed to TRL: " + "; ".join(problems))
 
@@ -353,20 +358,14 @@ def reward_functions(task: Task, cache_size: int = 8192) -> list[Callable]:
 
 def make_backend(cfg: HW4Config, progress: bool = True):
     """The course's HFBackend for ``cfg.backend_kwargs`` (``model``: a hub name, a directory,
-    ``smollm2-135m-instruct`` (default) or ``tiny-random``). ``use_vllm`` goes to TRL, not here."""
-    from .hf_backend import DEFAULT_MODEL, HFBackend, char_tokenizer, tiny_random_model
+    ``smollm2-135m-instruct`` (default) or ``tiny-random``), as the course's trainer builds it
+    (:func:`llmrl.hw4.trainer.build_backend`). ``use_vllm`` goes to TRL, not here."""
+    from .hf_backend import DEFAULT_MODEL
 
     kw = dict(cfg.backend_kwargs or {})
     kw.pop("use_vllm", None)
-    model = kw.pop("model", DEFAULT_MODEL)
-    local_rank = os.environ.get("LOCAL_RANK")
-    if "device" not in kw and local_rank is not None and torch.cuda.is_available():
-        kw["device"] = f"cuda:{int(local_rank)}"  # one GPU per process under accelerate launch / torchrun
-    torch.manual_seed(cfg.seed)  # the LoRA adapter's initialisation draws from torch's global generator
-    if model == TINY_MODEL:
-        tok = char_tokenizer()
-        return HFBackend(tiny_random_model(tok, seed=cfg.seed), tok, progress=progress, **kw)
-    return HFBackend(model, progress=progress, **kw)
+    kw.setdefault("model", DEFAULT_MODEL)
+    return build_backend(replace(cfg, backend="hf", backend_kwargs=kw), progress=progress)
 
 
 # ----------------------------------------------------------------------------- the run

@@ -1,0 +1,389 @@
+"""The course's trained models, shipped inside the library (``lib/llmrl/models/``).
+
+Why they ship instead of being trained on first use: training is deterministic on one machine but
+not across machines. Two CPUs that pick different kernels (AVX-512 against AVX2, MKL's code paths)
+round the last bits of a matmul or a softmax differently; over an SFT run those bits decide at
+which step accuracy jumps, so the same code and seed gave a student at SFT step 435 on one machine
+and at step 285 on another, with other numbers in every lab. The four files below were trained
+once, on the instructors' machine, and frozen: every laptop, CI runner and grader now starts from
+the same weights, so the labs' numbers differ between machines by rounding only.
+
+=================  =====================================================================
+``teacher``        TinyLM after the whole SFT run (1,200 steps): about 100% greedy (lab21)
+``student``        TinyLM early in the same run: about 50% greedy, 30% at T = 1, KL to the
+                   teacher about 1.98 nats per token (lab21)
+``sft``            TinyLM later in the run: about 80% greedy, 55% at T = 1, below 30% at
+                   T = 2 (lab11, lab19)
+``hw4-charlm``     hw4's character model after its pretraining (1,500 steps), the pretraining
+                   seed whose model copies every format_copy number (RL then only has to
+                   teach the tag, as in the published run)
+=================  =====================================================================
+
+``models/MANIFEST.json`` records each file's sha256, size, SFT step, the recipe it was trained
+with (a hash of its configuration) and its calibration measured when it was frozen, with the
+machine it was built on. Loading checks the sha256 and fails with a clear error on a changed or
+missing file; it never trains a replacement behind the user's back.
+
+Instructors rebuild them with ``python -m llmrl.cache --rebuild-shipped`` (minutes): one SFT run
+of the course's recipe, a scan of its snapshots every ``SCAN_EVERY`` steps, the student and sft
+snapshots chosen by :func:`choose` and :func:`choose_sft` (closest to the published calibration,
+:data:`TARGETS`; for the sft model, the closest whose lab19 run shows the published hack), the
+character model pretrained with each of ``CHARLM_SEEDS`` and chosen by :func:`choose_charlm`, all
+written with a new manifest. On another CPU a rebuild gives
+other bits and possibly other steps: that is a new release of the models, to be committed with the
+notebooks and stored runs regenerated on top of it (README, "The course's models").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import platform
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+MODELS_DIR = Path(__file__).with_name("models")
+MANIFEST_NAME = "MANIFEST.json"
+MANIFEST_FORMAT = 1
+TINYLM_NAMES = ("teacher", "student", "sft")
+CHARLM_NAME = "hw4-charlm"
+FILES = {"teacher": "tinylm-teacher.pt", "student": "tinylm-student.pt", "sft": "tinylm-sft.pt",
+         CHARLM_NAME: "hw4-charlm.pt"}
+
+# The published calibration each snapshot is chosen for (lab21's student, lab11's SFT model) and
+# the scale of a miss that counts as one unit in choose()'s distance: about two binomial standard
+# errors of the 1,000-problem evaluation for rates, 0.1 nats for the KL.
+TARGETS = {
+    "student": {"greedy": (0.50, 0.03), "sampled_T1": (0.30, 0.03), "kl_to_teacher": (1.98, 0.10)},
+    "sft": {"greedy": (0.80, 0.03), "sampled_T1": (0.55, 0.03)},
+}
+SFT_T2_BELOW = 0.30      # lab11: "below 30% at T = 2", a hard bound (with a margin in choose())
+# lab19 Part 2 starts from the sft model: with the proxy reward and no KL, accuracy rises from about
+# 0.52 to about 0.62, then the policy pads every answer to the 4-character maximum and accuracy falls
+# to 0. Whether (and when) a run gets there varies from snapshot to snapshot, so the sft snapshot is
+# the nearest to its calibration (at most SFT_MAX_DISTANCE) whose lab19 run (seed 0, lab19's
+# HACK_SETTINGS) shows that: start within 0.05 of 0.52, peak within 0.06 of 0.62, the last 20 steps
+# at length >= 3.9 with accuracy <= 0.03 (the bounds of lib/tests/test_lab19.py).
+LAB19_HACK = {"accuracy_start": (0.52, 0.05), "accuracy_peak": (0.62, 0.06)}
+LAB19_HACK_END = {"final_length_at_least": 3.9, "final_accuracy_at_most": 0.03}
+SFT_MAX_DISTANCE = 4.0
+SCAN_FROM, SCAN_EVERY = 100, 5
+# hw4's character model: the pretraining seeds tried, and the base model's published math score
+# (hw4's EXPECTED["math_base_eval"]; format_copy's base exact match is 0 by design).
+CHARLM_SEEDS = (0, 1, 2, 3)
+CHARLM_MATH_BASE = 0.27
+
+
+class ShippedModelError(RuntimeError):
+    """A shipped model file is missing or is not the file the manifest describes."""
+
+
+def recipe_key(cfg) -> str:
+    """A hash of a training configuration (an SFTConfig or PretrainConfig), without the torch
+    version: the shipped weights are plain tensors, valid for any torch that loads them."""
+    from .checkpoints import FORMAT_VERSION
+
+    extra = {}
+    if type(cfg).__name__ == "PretrainConfig":
+        from .hw4 import charlm
+        extra = {"easy": charlm.EASY_CORRECT, "corpus": charlm.CORPUS_VERSION, "vocab": charlm.VOCAB,
+                 "width": charlm.PROMPT_WIDTH}
+    blob = json.dumps({"cfg": asdict(cfg), "v": FORMAT_VERSION, **extra}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def manifest(models_dir: Path | None = None) -> dict:
+    """The manifest of the shipped models (raises ShippedModelError when it is missing)."""
+    path = Path(models_dir or MODELS_DIR) / MANIFEST_NAME
+    try:
+        blob = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ShippedModelError(f"{path} is missing: the llmrl package was installed without its models "
+                                "(reinstall it, or rebuild them: python -m llmrl.cache --rebuild-shipped)") from None
+    if blob.get("format") != MANIFEST_FORMAT:
+        raise ShippedModelError(f"{path} has format {blob.get('format')!r}, this llmrl reads {MANIFEST_FORMAT}")
+    return blob
+
+
+def load_state(name: str, models_dir: Path | None = None) -> tuple[dict, dict]:
+    """(manifest entry, state dict) of a shipped model, after checking its sha256."""
+    models_dir = Path(models_dir or MODELS_DIR)
+    entries = manifest(models_dir)["models"]
+    if name not in entries:
+        raise ShippedModelError(f"no shipped model {name!r}; the manifest lists {sorted(entries)}")
+    entry = entries[name]
+    path = models_dir / entry["file"]
+    try:
+        payload = path.read_bytes()
+    except FileNotFoundError:
+        raise ShippedModelError(f"{path} is missing (shipped model {name!r}): reinstall llmrl, or rebuild "
+                                "the models with python -m llmrl.cache --rebuild-shipped") from None
+    digest = hashlib.sha256(payload).hexdigest()
+    if digest != entry["sha256"]:
+        raise ShippedModelError(f"{path} is not the shipped model {name!r}: its sha256 is {digest[:16]}..., the "
+                                f"manifest says {entry['sha256'][:16]}... (a damaged or replaced file; reinstall "
+                                "llmrl, or rebuild with python -m llmrl.cache --rebuild-shipped)")
+    return dict(entry, name=name), torch.load(io.BytesIO(payload), weights_only=True)
+
+
+def verify(models_dir: Path | None = None) -> dict:
+    """Check every shipped file against the manifest; {name: sha256}. Raises ShippedModelError."""
+    return {name: load_state(name, models_dir)[0]["sha256"] for name in manifest(models_dir)["models"]}
+
+
+# ------------------------------------------------------------------------------ calibration
+
+def calibration(model, teacher=None) -> dict:
+    """The numbers the published results calibrate, on fixed problems and seeds (the same ones
+    lib/tests/test_calibration.py checks): greedy, T = 1 and T = 2 accuracy on 1,000 two-digit
+    problems, and, given a teacher, lab21 Project 0's starting point (pass@1 from 8 samples of 100
+    problems and the exact per-token KL to the teacher on them)."""
+    from .addition import TWO_DIGIT, eval_problems
+    from .evaluation import accuracy, evaluate
+
+    probs = eval_problems(1000)
+    out = {"greedy": accuracy(model, probs, 0.0), "sampled_T1": accuracy(model, probs, 1.0, 1, 0),
+           "sampled_T2": accuracy(model, probs, 2.0, 1, 0)}
+    if teacher is not None:
+        e = evaluate(model, eval_problems(100, TWO_DIGIT), n_samples=8, ks=(1,), seed=0, teacher=teacher)
+        out["project0_pass@1"] = e["pass@1"]
+        out["kl_to_teacher"] = e["kl_to_teacher_exact_token_mean_nats"]
+    return {k: round(float(v), 4) for k, v in out.items()}
+
+
+def distance(cal: dict, role: str) -> float:
+    """How far a snapshot's calibration is from the published one (0: on target; see TARGETS)."""
+    d = sum(((cal[k] - want) / scale) ** 2 for k, (want, scale) in TARGETS[role].items())
+    if role == "sft" and cal["sampled_T2"] > SFT_T2_BELOW - 0.03:  # keep a margin under the hard bound
+        d += 100.0
+    return d
+
+
+def choose(scan: list[dict], role: str) -> dict:
+    """The scanned snapshot (a row of :func:`scan_snapshots`) closest to ``role``'s targets."""
+    rows = [r for r in scan if all(k in r for k in TARGETS[role])]
+    if not rows:
+        raise ValueError(f"no scanned snapshot has the measurements {sorted(TARGETS[role])}")
+    return min(rows, key=lambda r: (distance(r, role), r["step"]))
+
+
+def train_keeping(cfg, keep, progress: bool = True) -> tuple[dict, dict]:
+    """One SFT run of ``cfg``: (final state, {step: state} for every step in ``keep``)."""
+    from .checkpoints import sft_train
+
+    keep, states = set(keep), {}
+
+    def callback(n, model, loss):
+        if n in keep:
+            states[n] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    final, _, _ = sft_train(cfg, {}, progress=progress, callback=callback)
+    return {k: v.detach().clone() for k, v in final.state_dict().items()}, states
+
+
+def measure(cfg, states: dict, teacher_state: dict, progress: bool = True) -> list[dict]:
+    """A scan row per snapshot: its step and :func:`calibration` (with the KL to the teacher, the
+    slowest measurement, only where greedy accuracy is within 0.15 of the student's target)."""
+    from .tinylm import TinyLM
+
+    teacher, model = TinyLM(cfg.model), TinyLM(cfg.model)
+    teacher.load_state_dict(teacher_state)
+    teacher.eval()
+    steps = sorted(states)
+    if progress:
+        from tqdm.auto import tqdm
+        steps = tqdm(steps, desc="measuring snapshots", leave=False)
+    rows = []
+    for n in steps:
+        model.load_state_dict(states[n])
+        model.eval()
+        cal = calibration(model)
+        if abs(cal["greedy"] - TARGETS["student"]["greedy"][0]) <= 0.15:
+            cal = calibration(model, teacher)
+        rows.append({"step": n, **cal})
+    return rows
+
+
+def lab19_hack(state: dict, cfg=None) -> dict:
+    """lab19 Part 2's proxy run without KL (seed 0) from a TinyLM state: its summary
+    (:func:`llmrl.labs.lab19.hack_summary`) and whether it shows the published hack (LAB19_HACK)."""
+    from .checkpoints import COURSE_SFT
+    from .labs import lab19
+    from .tinylm import TinyLM
+
+    cfg = cfg or COURSE_SFT
+    model = TinyLM(cfg.model)
+    model.load_state_dict(state)
+    model.eval()
+    summary = lab19.hack_summary(lab19.as_series(lab19.hacking_run(0.0, policy=model, progress=False)))
+    ok = (all(abs(summary[k] - want) <= tol for k, (want, tol) in LAB19_HACK.items())
+          and summary["final_length"] >= LAB19_HACK_END["final_length_at_least"]
+          and summary["final_accuracy"] <= LAB19_HACK_END["final_accuracy_at_most"])
+    return {**{k: round(float(v), 4) for k, v in summary.items()}, "shows_the_hack": bool(ok)}
+
+
+def choose_sft(rows: list[dict], states: dict, workers: int = 2, limit: int = 16) -> tuple[dict, list[dict]]:
+    """The sft snapshot: the nearest to its calibration (:func:`distance`, at most
+    SFT_MAX_DISTANCE) whose lab19 proxy run shows the hack. Tries the candidates in order of
+    distance, ``workers`` at a time (forked processes), at most ``limit`` of them. Returns (the
+    chosen scan row, the rows tried, each with its lab19 summary)."""
+    from multiprocessing import get_context
+
+    candidates = sorted((r for r in rows if r["step"] in states and distance(r, "sft") <= SFT_MAX_DISTANCE),
+                        key=lambda r: (distance(r, "sft"), r["step"]))[:limit]
+    tried = []
+    with get_context("fork").Pool(max(1, workers)) as pool:
+        for i in range(0, len(candidates), max(1, workers)):
+            batch = candidates[i:i + max(1, workers)]
+            for row, hack in zip(batch, pool.map(lab19_hack, [states[r["step"]] for r in batch])):
+                tried.append({"step": row["step"], "distance": round(distance(row, "sft"), 3), "lab19": hack})
+            passing = [t for t in tried if t["lab19"]["shows_the_hack"]]
+            if passing:
+                step = passing[0]["step"]
+                return next(r for r in rows if r["step"] == step), tried
+    raise RuntimeError(f"none of the {len(candidates)} sft snapshots nearest the calibration shows lab19's hack "
+                       f"(tried steps {[t['step'] for t in tried]}); look at lab19's settings")
+
+
+def scan_snapshots(cfg=None, progress: bool = True):
+    """Scan the snapshots of one SFT recipe (the course's by default) for :func:`choose`.
+
+    A coarse pass measures every ``SCAN_EVERY`` steps from ``SCAN_FROM``; a second, identical run
+    (training is deterministic on one machine: checked, the final weights must agree bit for bit)
+    measures every step within 4 of each role's three best coarse candidates. Returns (teacher
+    state, {step: state} of every measured snapshot, rows sorted by step).
+    """
+    from .checkpoints import COURSE_SFT
+
+    cfg = cfg or COURSE_SFT
+    coarse = set(range(SCAN_FROM, cfg.steps + 1, SCAN_EVERY))
+    teacher, states = train_keeping(cfg, coarse, progress)
+    rows = measure(cfg, states, teacher, progress)
+    fine = set()
+    for role in TARGETS:
+        best = sorted((r for r in rows if all(k in r for k in TARGETS[role])), key=lambda r: distance(r, role))[:3]
+        fine |= {n for r in best for n in range(r["step"] - 4, r["step"] + 5) if 1 <= n <= cfg.steps}
+    fine -= coarse
+    if fine:
+        again, more = train_keeping(cfg, fine, progress)
+        if any(not torch.equal(again[k], teacher[k]) for k in teacher):
+            raise RuntimeError("two SFT runs of one recipe ended with different weights on this machine: training "
+                               "is not deterministic here (more than one thread?), so a scanned step cannot be "
+                               "taken again")
+        rows += measure(cfg, more, teacher, progress)
+        states.update(more)
+    return teacher, states, sorted(rows, key=lambda r: r["step"])
+
+
+def _save(path: Path, state: dict) -> tuple[str, int]:
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    payload = buf.getvalue()
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(payload)
+    tmp.replace(path)
+    return hashlib.sha256(payload).hexdigest(), len(payload)
+
+
+def machine() -> dict:
+    """Where a model was built: what decides the last bits of its training arithmetic."""
+    import os
+
+    model = platform.processor() or platform.machine()
+    try:
+        model = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "mkl": bool(torch.backends.mkl.is_available()), "processor": model,
+            "ATEN_CPU_CAPABILITY": os.environ.get("ATEN_CPU_CAPABILITY"), "MKL_CBWR": os.environ.get("MKL_CBWR")}
+
+
+def rebuild(out_dir: Path | None = None, progress: bool = True) -> dict:
+    """Train, choose and write every shipped model and the manifest into ``out_dir`` (the
+    package's models folder by default). Returns the new manifest."""
+    from .checkpoints import COURSE_SFT
+    from .hw4 import charlm
+    from .tinylm import TinyLM
+
+    out_dir = Path(out_dir or MODELS_DIR)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    teacher_state, states, rows = scan_snapshots(COURSE_SFT, progress=progress)
+    teacher = TinyLM(COURSE_SFT.model)
+    teacher.load_state_dict(teacher_state)
+    teacher.eval()
+    sft_row, sft_tried = choose_sft(rows, states)
+    chosen = {"student": choose(rows, "student")["step"], "sft": sft_row["step"]}
+    entries = {}
+    for name, state, step in (("teacher", teacher_state, COURSE_SFT.steps),
+                              ("student", states.get(chosen["student"]), chosen["student"]),
+                              ("sft", states.get(chosen["sft"]), chosen["sft"])):
+        sha, size = _save(out_dir / FILES[name], state)
+        model = TinyLM(COURSE_SFT.model)
+        model.load_state_dict(state)
+        model.eval()
+        entries[name] = {"file": FILES[name], "sha256": sha, "bytes": size, "step": step,
+                         "recipe": "checkpoints.COURSE_SFT", "recipe_key": recipe_key(COURSE_SFT),
+                         "calibration": calibration(model, teacher if name != "teacher" else None)}
+    char_cfg, char_state, char_cal, char_rows = choose_charlm(progress=progress)
+    sha, size = _save(out_dir / FILES[CHARLM_NAME], char_state)
+    entries[CHARLM_NAME] = {"file": FILES[CHARLM_NAME], "sha256": sha, "bytes": size, "step": char_cfg.steps,
+                            "seed": char_cfg.seed, "recipe": "hw4.charlm.DEFAULT_PRETRAIN",
+                            "recipe_key": recipe_key(char_cfg), "calibration": char_cal}
+    blob = {"format": MANIFEST_FORMAT, "built": {**machine(), "date": datetime.now(timezone.utc).strftime("%Y-%m-%d")},
+            "choice": {"targets": {r: {k: v[0] for k, v in t.items()} for r, t in TARGETS.items()},
+                       "sft_T2_below": SFT_T2_BELOW, "scan_every": SCAN_EVERY, "scan_from": SCAN_FROM,
+                       "sft_max_distance": SFT_MAX_DISTANCE, "sft_lab19_hack": {**{k: v[0] for k, v in LAB19_HACK.items()},
+                                                                               **LAB19_HACK_END},
+                       "charlm_seeds": list(CHARLM_SEEDS), "charlm_math_base": CHARLM_MATH_BASE},
+            "models": entries, "scan": rows, "sft_lab19_tried": sft_tried, "charlm_scan": char_rows}
+    tmp = out_dir / (MANIFEST_NAME + ".tmp")
+    tmp.write_text(json.dumps(blob, indent=1) + "\n")
+    tmp.replace(out_dir / MANIFEST_NAME)
+    return blob
+
+
+def charlm_calibration(model) -> dict:
+    """hw4's starting point, greedy on the eval sets hw4's trainer uses: exact match on format_copy
+    (0: the base model answers "Answer: N" without the tag), the share of those answers whose number
+    is right whatever the format (what RL cannot teach in a few dozen steps: the copying itself),
+    and exact match on math_toy."""
+    from .hw4.char_backend import CharBackend
+    from .hw4.tasks import last_number, make_task, parse_number
+    from .hw4.trainer import evaluate
+
+    backend, out = CharBackend(model), {}
+    for name in ("format_copy", "math_toy"):
+        task = make_task(name)
+        ev = evaluate(backend, task)
+        out[f"{name}_eval_exact_match"] = round(float(ev["eval_exact_match"]), 4)
+        if name == "format_copy":
+            right = [last_number(c) == parse_number(e.answer) for c, e in zip(ev["eval_completions"], task.eval_examples())]
+            out["format_copy_number_right"] = round(sum(right) / len(right), 4)
+    return out
+
+
+def choose_charlm(seeds=None, progress: bool = True):
+    """Pretrain the character model once per seed of ``CHARLM_SEEDS`` and keep the one that copies
+    the most format_copy numbers right, then whose math_toy exact match is closest to the published
+    base model's (``CHARLM_MATH_BASE``), then with the lowest final loss. Returns (its config,
+    state, calibration, one row per seed)."""
+    from dataclasses import replace
+
+    from .hw4 import charlm
+
+    rows, best = [], None
+    for seed in (CHARLM_SEEDS if seeds is None else seeds):
+        cfg = replace(charlm.DEFAULT_PRETRAIN, seed=seed)
+        model, losses = charlm.pretrain(cfg, progress=progress)
+        cal = {"final_pretraining_loss": round(float(losses[-1]), 4), **charlm_calibration(model)}
+        rows.append({"seed": seed, **cal})
+        rank = (-cal["format_copy_number_right"], abs(cal["math_toy_eval_exact_match"] - CHARLM_MATH_BASE),
+                cal["final_pretraining_loss"])
+        if best is None or rank < best[0]:
+            best = (rank, cfg, {k: v.detach().clone() for k, v in model.state_dict().items()}, cal)
+    return best[1], best[2], best[3], rows

@@ -1,0 +1,123 @@
+"""The course's models ship with the library (llmrl.shipped): loaded from the package, checked by
+sha256, never trained behind the user's back (other configurations still go through the cache:
+test_core_train)."""
+
+import hashlib
+import json
+import shutil
+
+import pytest
+import torch
+
+from llmrl import checkpoints, shipped
+from llmrl.checkpoints import COURSE_SFT, COURSE_SNAPSHOTS, Snapshot, load_checkpoint
+from llmrl.hw4 import charlm
+
+
+@pytest.fixture()
+def empty_cache(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("LLMRL_CACHE", str(cache))
+    return cache
+
+
+def test_every_shipped_file_matches_its_manifest():
+    m = shipped.manifest()
+    assert set(m["models"]) == {"teacher", "student", "sft", "hw4-charlm"}
+    for name, e in m["models"].items():
+        data = (shipped.MODELS_DIR / e["file"]).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == e["sha256"] and len(data) == e["bytes"], name
+        assert len(data) < 2_000_000, f"{name}: {len(data)} bytes; the four files are meant to stay a few MB"
+    assert shipped.verify() == {n: e["sha256"] for n, e in m["models"].items()}
+
+
+def test_the_shipped_models_are_the_course_recipe():
+    """A changed recipe (SFT schedule, model size, the character corpus) without a rebuild would
+    leave the shipped weights describing another run than the code says."""
+    m = shipped.manifest()["models"]
+    for name in shipped.TINYLM_NAMES:
+        assert m[name]["recipe_key"] == shipped.recipe_key(COURSE_SFT), (
+            f"{name} was trained with another SFT recipe than checkpoints.COURSE_SFT: rebuild the shipped models "
+            "(python -m llmrl.cache --rebuild-shipped)")
+    assert m["hw4-charlm"]["recipe_key"] == shipped.recipe_key(charlm.DEFAULT_PRETRAIN), (
+        "hw4-charlm was pretrained with another configuration or corpus than hw4.charlm.DEFAULT_PRETRAIN: rebuild "
+        "the shipped models (python -m llmrl.cache --rebuild-shipped)")
+    assert {n: m[n]["step"] for n in shipped.TINYLM_NAMES} == {
+        "teacher": COURSE_SFT.steps, "student": checkpoints.STUDENT_STEP, "sft": checkpoints.SFT_STEP}
+    assert COURSE_SNAPSHOTS == {"student": Snapshot(checkpoints.STUDENT_STEP), "sft": Snapshot(checkpoints.SFT_STEP),
+                                "teacher": Snapshot(COURSE_SFT.steps)}
+
+
+def test_course_models_load_from_the_package_and_nothing_is_built(empty_cache):
+    for name in shipped.TINYLM_NAMES:
+        model, meta = load_checkpoint(name, progress=False, with_meta=True)
+        _, state = shipped.load_state(name)
+        assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+        assert meta["source"] == "shipped" and meta["step"] == shipped.manifest()["models"][name]["step"]
+        assert not model.training
+    base = charlm.load_base_model(progress=False)
+    assert all(torch.equal(v, shipped.load_state("hw4-charlm")[1][k]) for k, v in base.state_dict().items())
+    # the same request spelled out is still the course's
+    assert load_checkpoint("sft", COURSE_SFT, dict(COURSE_SNAPSHOTS), progress=False, with_meta=True)[1]["source"] == "shipped"
+    assert not empty_cache.exists() or not any(empty_cache.iterdir()), "the course's models were trained into the cache"
+    with pytest.raises(ValueError, match="unknown checkpoint"):
+        load_checkpoint("professor")
+
+
+def test_a_damaged_or_missing_file_is_an_error_not_a_silent_rebuild(tmp_path):
+    models = tmp_path / "models"
+    shutil.copytree(shipped.MODELS_DIR, models)
+    f = models / shipped.FILES["sft"]
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    f.write_bytes(bytes(data))
+    with pytest.raises(shipped.ShippedModelError, match="rebuild"):
+        shipped.load_state("sft", models)
+    shipped.load_state("student", models)  # the others still load
+    (models / shipped.FILES["teacher"]).unlink()
+    with pytest.raises(shipped.ShippedModelError, match="missing"):
+        shipped.load_state("teacher", models)
+    with pytest.raises(shipped.ShippedModelError, match="no shipped model"):
+        shipped.load_state("tutor", models)
+    (models / shipped.MANIFEST_NAME).unlink()
+    with pytest.raises(shipped.ShippedModelError, match="MANIFEST.json is missing"):
+        shipped.manifest(models)
+
+
+def test_choose_takes_the_snapshot_closest_to_the_published_calibration():
+    rows = [{"step": 280, "greedy": 0.36, "sampled_T1": 0.19, "sampled_T2": 0.07, "kl_to_teacher": 2.13},
+            {"step": 285, "greedy": 0.49, "sampled_T1": 0.27, "sampled_T2": 0.09, "kl_to_teacher": 1.88},
+            {"step": 290, "greedy": 0.58, "sampled_T1": 0.28, "sampled_T2": 0.09, "kl_to_teacher": 1.63},
+            {"step": 360, "greedy": 0.90, "sampled_T1": 0.57, "sampled_T2": 0.24},
+            {"step": 375, "greedy": 0.80, "sampled_T1": 0.57, "sampled_T2": 0.26},
+            {"step": 380, "greedy": 0.80, "sampled_T1": 0.55, "sampled_T2": 0.29}]  # too close to "below 30% at T=2"
+    assert shipped.choose(rows, "student")["step"] == 285
+    assert shipped.choose(rows, "sft")["step"] == 375
+    with pytest.raises(ValueError, match="no scanned snapshot"):
+        shipped.choose([{"step": 1, "greedy": 0.5}], "student")
+
+
+def test_the_manifest_records_where_and_how_the_models_were_chosen():
+    m = shipped.manifest()
+    assert {"torch", "cpu_capability", "date"} <= set(m["built"])
+    scan = {r["step"]: r for r in m["scan"]}
+    assert shipped.choose(m["scan"], "student")["step"] == m["models"]["student"]["step"]  # the rule's choice
+    # the sft model: the nearest snapshot whose lab19 run shows the hack; the nearer ones were tried and do not
+    tried = m["sft_lab19_tried"]
+    assert [t["lab19"]["shows_the_hack"] for t in tried] == [False] * (len(tried) - 1) + [True]
+    assert tried[-1]["step"] == m["models"]["sft"]["step"] and tried[-1]["distance"] <= shipped.SFT_MAX_DISTANCE
+    assert [t["distance"] for t in tried] == sorted(t["distance"] for t in tried)
+    for name in ("student", "sft"):  # the row the choice was made on is the file's own calibration
+        e = m["models"][name]
+        assert {k: scan[e["step"]][k] for k in shipped.TARGETS[name]} == {k: e["calibration"][k] for k in shipped.TARGETS[name]}
+    json.dumps(m)  # plain JSON
+
+
+def test_command_line_checks_the_shipped_models(capsys):
+    from llmrl.cache import main
+
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in ("teacher", "student", "sft", "hw4-charlm"))
+    with pytest.raises(SystemExit):
+        main(["--out", "/tmp/x"])
