@@ -22,23 +22,25 @@ export PATH := $(BIN):$(PATH)
 # Outside nbgrader the notebooks run their full experiments.
 unexport NBGRADER_EXECUTION
 
-.PHONY: help venv build execute release validate submissions autograde scores nbval \
+.PHONY: help venv build execute release validate submissions autograde feedback scores nbval \
         test test-lib test-pipeline test-fast test-kit student-kit browser chromium warm demo lab clean \
         distclean hub hub-install hub-remove test-hub catch-rates test-other-cpu reproduce
 
 help:
-	@echo "make demo        environment, build, execute, release, grade the sample submissions"
+	@echo "make demo        environment, build, execute, release, grade the sample students in build/demo-course/"
 	@echo "make test        every check (library tests, pipeline tests, validate, strict nbval)"
 	@echo "make venv        create/refresh .venv (pip install -e '.[dev,hf,trl,modal]'); fast when nothing changed"
 	@echo "make build       notebooks/A/x.py -> source/A/x.ipynb (checks the nbgrader metadata)"
 	@echo "make execute     run the source notebooks in place, storing outputs (the nbval reference)"
 	@echo "make release     nbgrader generate_assignment -> release/A/x.ipynb"
 	@echo "make validate    sources pass every test; unmodified releases fail every graded test cell"
-	@echo "make submissions write the sample submissions (autograder/samples) into submitted/"
-	@echo "make autograde   autograde submitted/, write feedback/ (no hidden tests) and grades.csv"
+	@echo "make submissions write the sample submissions (autograder/samples) into build/demo-course/submitted/"
+	@echo "make autograde   grade submitted/ (sandboxed batch): gradebook.db, feedback/, grades.csv, score table"
+	@echo "make feedback    feedback/ from the gradebook after manual grading (FORCE=1: release ungraded ones too)"
+	@echo "make scores      the score table (automatic, manual, pending, missing) and grades.csv from gradebook.db"
 	@echo "make nbval       strict nbval on the executed source notebooks"
 	@echo "make test-other-cpu  calibration, a GRPO run and lab11's nbval as another CPU computes them"
-	@echo "make grade-all   grade submitted/ in parallel (sandboxed), merge into gradebook.db, CSV, feedback"
+	@echo "make grade-all   the batch grader alone (autograder/batch.py; make autograde runs it)"
 	@echo "make corpus      grade the submission corpus (autograder/corpus) and print entry, expected, got"
 	@echo "make catch-rates how many corpus wrong answers the visible tests catch, and visible + hidden"
 	@echo "make browser     the labs in a real JupyterLab in chromium (screenshots in artifacts/browser/)"
@@ -76,11 +78,21 @@ validate: $(STAMP)
 submissions: $(STAMP)
 	$(COURSE) submissions $(A)
 
+# The sandboxed batch grader (autograder/batch.py) on submitted/; then the score table. A failed run
+# leaves no grades.csv (never one of an earlier run).
 autograde: $(STAMP)
 	$(COURSE) autograde $(A)
 
+# Feedback from the gradebook once the formgrader has the written answers' points; notebooks with
+# ungraded cells stay back unless FORCE=1 (their pages then say "awaiting grading").
+# COURSE_DIR=build/demo-course: the same on the demo course.
+FORCE ?=
+COURSE_DIR ?=
+feedback: $(STAMP)
+	$(COURSE) feedback $(A) $(if $(FORCE),--force) $(if $(COURSE_DIR),--course $(COURSE_DIR))
+
 scores: $(STAMP)
-	@$(COURSE) scores $(A)
+	@$(COURSE) scores $(A) $(if $(COURSE_DIR),--course $(COURSE_DIR))
 
 # Grading safety: parallel batch grading of submitted/ and the submission corpus (autograder/corpus).
 # make test runs the corpus too (autograder/tests/test_corpus.py, inside test-pipeline).
@@ -203,12 +215,13 @@ reproduce: $(STAMP)
 test-fast: $(STAMP)
 	$(PYTEST) -q -m "not slow" lib/tests autograder/tests
 
+# The sample students are graded in a course folder of their own (build/demo-course/, recreated on
+# every run): the instructor's gradebook.db and submitted/ are never touched.
 demo: $(STAMP)
 	$(COURSE) build $(A)
 	$(COURSE) execute $(A)
 	$(COURSE) release $(A)
-	$(COURSE) submissions $(A)
-	$(COURSE) autograde $(A)
+	$(COURSE) demo $(A)
 	@echo
 	@echo "Student notebooks: release/<assignment>/*.ipynb   reference runs: source/<assignment>/*.ipynb"
 	@echo "Plots:"; found=$$(find . -path ./$(VENV) -prune -o -path '*artifacts/*' -name '*.png' -print | sort); \
@@ -218,7 +231,7 @@ lab: $(STAMP)
 	$(BIN)/jupyter lab
 
 clean:
-	rm -rf submitted autograded feedback gradebook.db gradebook.db-journal grades.csv batch_grades.csv
+	rm -rf submitted autograded feedback gradebook.db gradebook.db-journal grades.csv batch_grades.csv build/demo-course
 	find . -path ./$(VENV) -prune -o \( -name artifacts -o -name __pycache__ -o -name .ipynb_checkpoints \) -type d -print0 | xargs -0 rm -rf
 
 distclean: clean

@@ -1032,8 +1032,11 @@ def _cells(notebook) -> list[tuple[str, dict, str]]:
         out = []
         for c in notebook["cells"]:
             src = c.get("source", "")
-            out.append((c.get("cell_type", "code"), (c.get("metadata") or {}).get("nbgrader") or {},
-                        "".join(src) if isinstance(src, list) else str(src)))
+            meta = (c.get("metadata") or {}).get("nbgrader") or {}
+            meta = meta if isinstance(meta, dict) else {}  # a hostile submission's may be a str, its
+            if not isinstance(meta.get("grade_id"), str):  # grade_id a list
+                meta = {k: v for k, v in meta.items() if k != "grade_id"}
+            out.append((c.get("cell_type", "code"), meta, "".join(src) if isinstance(src, list) else str(src)))
         return out
     if isinstance(notebook, dict):  # {grade_id: source} of solution cells
         return [("code", {"grade_id": gid, "solution": True}, src) for gid, src in notebook.items()]

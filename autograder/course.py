@@ -4,8 +4,12 @@
     python autograder/course.py execute   [ASSIGNMENT...]   run source notebooks in place (nbval reference)
     python autograder/course.py release   [ASSIGNMENT...]   nbgrader generate_assignment -> release/A/
     python autograder/course.py validate  [ASSIGNMENT...]   sources pass every test, releases fail every test cell
-    python autograder/course.py submissions [ASSIGNMENT...] write the sample submissions into submitted/
-    python autograder/course.py autograde [ASSIGNMENT...]   autograde submitted/, feedback, grades.csv, score table
+    python autograder/course.py submissions [ASSIGNMENT...] the sample students into build/demo-course/submitted/
+    python autograder/course.py autograde [ASSIGNMENT...]   the sandboxed batch on submitted/, grades.csv, score table
+    python autograder/course.py demo      [ASSIGNMENT...]   the sample students graded in build/demo-course/
+    python autograder/course.py feedback  [ASSIGNMENT...] [--force]  feedback/ from the gradebook (held until graded)
+    python autograder/course.py scores    [ASSIGNMENT...]   score table and grades.csv from the gradebook
+    (autograde, feedback, scores: --course DIR works on another course folder, e.g. build/demo-course)
 
 An assignment is a folder notebooks/<assignment>/; each <name>.py in it (jupytext percent format,
 names starting with "_" are skipped) becomes the notebook source/<assignment>/<name>.ipynb.
@@ -498,6 +502,450 @@ def sample_submissions(lab: Lab) -> dict[str, object]:
     return out
 
 
+# ----------------------------------------------------------------------------- matching a submission
+
+MAX_FILES = 40  # notebooks read per student and assignment; more are named in the notes, not read
+
+
+def _plain_name(stem: str) -> str:
+    """'Copy of LLM_as_policy (2)' -> 'llm_as_policy': what students' tools add to a name, removed."""
+    x = stem.lower()
+    x = re.sub(r"^(copy of |copy_of_)", "", x)
+    x = re.sub(r"(\s*\(\d+\)|[-_ ]copy\d*|[-_ ]v?\d+|[-_ ](final|submission|done|new|old|backup))+$", "", x)
+    return re.sub(r"[^a-z0-9]+", "_", x).strip("_")
+
+
+def match_submission(assignment: str, paths: list[Path], root: Path = ROOT) -> tuple[list[tuple[Path, str]], list[str]]:
+    """Which handed-in file is which notebook of the assignment: ([(file, notebook name)], notes).
+
+    One file per notebook. A file belongs to the notebook it shares graded cells with, whatever
+    its name ("llm_as_policy (1).ipynb", "Copy of tasks.ipynb"); among several files for one
+    notebook the file with exactly its name wins, then the one sharing the most graded cells, then
+    the newest. Every file that is not graded gets a note saying why (another copy, no notebook of
+    the assignment, not a notebook, none of the graded cells left: a tool that drops nbgrader's cell
+    metadata saved it, and nbgrader cannot grade it); the student's other notebooks are graded all
+    the same, and a notebook without a file counts as missing.
+    """
+    import difflib
+
+    import nbformat
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import grade
+
+    sources = grade.source_notebooks(assignment, root)
+    want = {name: grade._grade_ids(nbformat.read(p, as_version=4)) for name, p in sources.items()}
+    plain = {_plain_name(n): n for n in sources}
+    notes: list[str] = []
+    paths = sorted(paths, key=lambda p: p.name)
+    if len(paths) > MAX_FILES:
+        notes.append(f"{len(paths) - MAX_FILES} more notebooks not read (at most {MAX_FILES} per assignment): "
+                     + ", ".join(p.name for p in paths[MAX_FILES:][:5]) + (" ..." if len(paths) > MAX_FILES + 5 else ""))
+        paths = paths[:MAX_FILES]
+    claims: dict[str, list[tuple[tuple, Path]]] = {name: [] for name in sources}
+    for path in paths:
+        try:
+            ids = grade._grade_ids(grade._read_notebook(str(path)))
+        except PipelineError as e:
+            notes.append(f"{path.name}: not graded: {str(e).removeprefix(str(path)).strip()}")
+            continue
+        shared = {name: len(ids & w) for name, w in want.items() if ids & w}
+        if not shared:
+            close = [path.stem] if path.stem in sources else [
+                plain[m] for m in difflib.get_close_matches(_plain_name(path.stem), list(plain), n=1, cutoff=0.75)]
+            if close:
+                notes.append(f"{path.name}: not graded: by its name it is {close[0]}.ipynb, but it holds none of its "
+                             f"graded cells (saved by a tool that drops nbgrader's cell metadata?): ask for the "
+                             f"notebook as it was downloaded")
+            else:
+                notes.append(f"{path.name}: not graded: no notebook of {assignment} (it shares no graded cell with "
+                             f"{', '.join(p.name for p in sources.values())})")
+            continue
+        name = path.stem if path.stem in shared else max(shared, key=lambda n: (shared[n], n))
+        try:
+            mtime = path.lstat().st_mtime
+        except OSError:
+            mtime = 0.0
+        claims[name].append(((path.stem != name, -shared[name], -mtime, path.name), path))
+    chosen = []
+    for name in sources:
+        ranked = sorted(claims[name], key=lambda c: c[0])
+        if not ranked:
+            continue
+        best = ranked[0][1]
+        chosen.append((best, name))
+        if best.stem != name:
+            notes.append(f"{best.name}: graded as {name}.ipynb (it holds that notebook's graded cells)")
+        for _, other in ranked[1:]:
+            notes.append(f"{other.name}: not graded: another copy of {name}.ipynb ({best.name} was graded)")
+    return chosen, notes
+
+
+# ----------------------------------------------------------------------------- grade tables
+#
+# Points come apart in two kinds: *automatic* (test cells, scored by the grader) and *manual*
+# (written answers: cells that are both graded and a solution, scored by a person in the
+# formgrader). A manual cell is pending until a person has scored it; a notebook the grader held
+# for review (batch.py: an answer outside the wire format, the answer-key check) is pending too.
+# A student without a submission, or a notebook that was not handed in, is "missing", never 0.
+
+DEMO = ROOT / "build" / "demo-course"
+DEMO_MARK = ".llmrl-demo-course"  # only a folder holding this file is ever deleted by `make demo`
+GRADE_COLUMNS = ["assignment", "student_id", "last_name", "first_name", "email", "timestamp", "automatic",
+                 "automatic_max", "manual", "manual_max", "manual_pending", "late_penalty", "total", "max_score",
+                 "status", "notes"]
+
+
+def manual_cells(gb, assignment) -> set[tuple[str, str]]:
+    """(notebook, grade_id) of the manually graded cells of an assignment in the gradebook."""
+    out = set()
+    for nb in assignment.notebooks:
+        solutions = {c.name for c in nb.solution_cells}
+        out |= {(nb.name, c.name) for c in nb.grade_cells if c.name in solutions}
+    return out
+
+
+def notebook_state(nb, manual: set[tuple[str, str]]) -> dict:
+    """Points of one submitted notebook of the gradebook, automatic and manual apart."""
+    grades = list(nb.grades)
+    s = {"notebook": nb.name, "automatic": 0.0, "automatic_max": 0.0, "manual": 0.0, "manual_max": 0.0,
+         "manual_pending": 0.0, "pending_cells": [], "review": False, "late_penalty": 0.0,
+         # never scored at all: the batch records a notebook that was not handed in that way
+         "missing": bool(grades) and all(g.auto_score is None and g.manual_score is None
+                                         and not g.needs_manual_grade for g in grades)}
+    if s["missing"]:
+        for g in grades:
+            s["manual_max" if (nb.name, g.name) in manual else "automatic_max"] += g.max_score
+        return s
+    for g in grades:
+        extra = g.extra_credit or 0.0
+        if (nb.name, g.name) in manual:
+            s["manual_max"] += g.max_score
+            if g.needs_manual_grade:  # the formgrader clears it; an unchanged answer never has it (0 points)
+                s["manual_pending"] += g.max_score
+                s["pending_cells"].append(g.name)
+            else:
+                s["manual"] += (g.manual_score if g.manual_score is not None else g.auto_score or 0.0) + extra
+        else:
+            s["automatic_max"] += g.max_score
+            if g.needs_manual_grade:  # held for review: zero until a person confirms or overrides it
+                s["review"] = True
+                s["pending_cells"].append(g.name)
+            elif g.manual_score is not None:  # a reviewer's override
+                s["automatic"] += g.manual_score + extra
+            else:
+                s["automatic"] += (g.auto_score or 0.0) + extra
+    s["late_penalty"] = float(nb.late_submission_penalty or 0.0)
+    return s
+
+
+def grade_rows(root: Path = ROOT, selected: list[str] | tuple[str, ...] = (),
+               failed: dict[tuple[str, str], str] | None = None) -> list[dict]:
+    """One row per assignment and student of the gradebook (GRADE_COLUMNS, plus "notebooks").
+
+    `failed` maps (assignment, student) to why this run could not grade them: their row says so
+    instead of showing what an older run left in the gradebook."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    db = root / "gradebook.db"
+    if not db.exists():
+        return []
+    failed = failed or {}
+    rows = []
+    with Gradebook(f"sqlite:///{db}") as gb:
+        students = sorted(gb.students, key=lambda x: x.id)
+        for a in sorted(gb.assignments, key=lambda x: x.name):
+            if selected and a.name not in selected:
+                continue
+            manual = manual_cells(gb, a)
+            for st in students:
+                row = {k: "" for k in GRADE_COLUMNS}
+                row.update(assignment=a.name, student_id=st.id, last_name=st.last_name or "",
+                           first_name=st.first_name or "", email=st.email or "", notebooks=[])
+                try:
+                    sub = gb.find_submission(a.name, st.id)
+                except MissingEntry:
+                    sub = None
+                if (a.name, st.id) in failed:
+                    row.update(status="failed", notes=f"not graded: {failed[(a.name, st.id)]}")
+                    rows.append(row)
+                    continue
+                if sub is None:
+                    row.update(status="missing", notes="no submission")
+                    rows.append(row)
+                    continue
+                row["timestamp"] = str(sub.timestamp or "")
+                states = [notebook_state(nb, manual) for nb in sorted(sub.notebooks, key=lambda n: n.name)]
+                row["notebooks"] = states
+                got = [x for x in states if not x["missing"]]
+                notes = [f"{x['notebook']}.ipynb missing" for x in states if x["missing"]]
+                if not got:
+                    row.update(status="missing", notes="; ".join(notes) or "no notebook")
+                    rows.append(row)
+                    continue
+                tot = {k: sum(x[k] for x in states) for k in ("automatic_max", "manual_max")}
+                tot.update({k: sum(x[k] for x in got) for k in ("automatic", "manual", "manual_pending", "late_penalty")})
+                review = any(x["review"] for x in got)
+                pending = [c for x in got for c in x["pending_cells"]]
+                row.update({k: f"{v:g}" for k, v in tot.items()})
+                row["max_score"] = f"{tot['automatic_max'] + tot['manual_max']:g}"
+                if tot["late_penalty"]:
+                    notes.append(f"late penalty -{tot['late_penalty']:g}")
+                if review:
+                    status = "review"
+                    notes.append("automatic points held for review (batch_grades.csv says why): "
+                                 + ", ".join(c for x in got if x["review"] for c in x["pending_cells"]))
+                elif pending:
+                    status = "awaiting grading"
+                    notes.append(f"{len(pending)} written answer(s) to grade in the formgrader: " + ", ".join(pending))
+                else:
+                    status = "graded"
+                    total = tot["automatic"] + tot["manual"] - tot["late_penalty"]
+                    row["total"] = f"{max(total, 0.0):g}"
+                row.update(status=status, notes="; ".join(notes))
+                rows.append(row)
+        known = {(r["assignment"], r["student_id"]) for r in rows}
+        for (a, student), why in sorted(failed.items()):  # failed before the gradebook ever saw them
+            if (a, student) not in known and (not selected or a in selected):
+                row = {k: "" for k in GRADE_COLUMNS}
+                row.update(assignment=a, student_id=student, status="failed", notes=f"not graded: {why}",
+                           notebooks=[])
+                rows.append(row)
+    return rows
+
+
+def write_grades_csv(root: Path = ROOT, failed: dict[tuple[str, str], str] | None = None,
+                     path: Path | None = None) -> Path:
+    """grades.csv from the gradebook (atomically): automatic and manual points apart, status."""
+    import csv
+    import io
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import files
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=GRADE_COLUMNS, extrasaction="ignore")
+    w.writeheader()
+    w.writerows(grade_rows(root, failed=failed))
+    target = path or root / "grades.csv"
+    files.atomic_write_text(target, buf.getvalue())
+    return target
+
+
+from nbgrader.plugins import ExportPlugin  # noqa: E402  (nbgrader is imported above, by _speedups)
+
+
+class GradesCsv(ExportPlugin):
+    """`nbgrader export` (autograder/nbgrader_config.py: ExportApp.plugin_class): the course's grades.csv."""
+
+    def export(self, gradebook) -> None:
+        db = Path(gradebook.engine.url.database)
+        write_grades_csv(db.parent, path=Path(self.to) if self.to else None)
+
+
+def _cell(points: str, of: str) -> str:
+    return f"{points} / {of}"
+
+
+def score_table(labs: list[Lab], root: Path = ROOT, failed: dict | None = None) -> str:
+    """The gradebook as a text table: automatic and manual points apart, pending and missing marked."""
+    header = ("assignment", "student", "automatic", "manual (written)", "total", "status")
+    rows = [header]
+    for r in grade_rows(root, assignments(labs), failed):
+        if r["status"] in ("missing", "failed"):
+            rows.append((r["assignment"], r["student_id"], r["status"], "-", "-", r["notes"] and
+                         f"{r['status']}: {r['notes']}" or r["status"]))
+            continue
+        auto = _cell(r["automatic"], r["automatic_max"]) if r["status"] != "review" else f"held / {r['automatic_max']}"
+        if float(r["manual_max"] or 0) == 0:
+            manual = "-"
+        elif float(r["manual_pending"] or 0) > 0:
+            done = float(r["manual_max"]) - float(r["manual_pending"])
+            manual = (f"pending / {r['manual_max']}" if done == 0 else
+                      f"{r['manual']} + {r['manual_pending']} pending / {r['manual_max']}")
+        else:
+            manual = _cell(r["manual"], r["manual_max"])
+        total = _cell(r["total"], r["max_score"]) if r["total"] != "" else "pending"
+        status = r["status"] + (f": {r['notes']}" if r["notes"] else "")
+        rows.append((r["assignment"], r["student_id"], auto, manual, total, status))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1] for r in rows)
+
+
+# ----------------------------------------------------------------------------- feedback
+
+def feedback(labs: list[Lab], force: bool = False, root: Path = ROOT) -> dict:
+    """Feedback HTML from the gradebook as it is now (manual grades from the formgrader included)
+    into feedback/<student>/<assignment>/: a notebook with something no person has graded yet (a
+    written answer, a notebook held for review) is held back, and an older copy of it taken out,
+    unless `force`; its page then says "awaiting grading" for those cells. Returns
+    {"released": [...], "held": [...], "problems": [...]} (student/assignment/notebook)."""
+    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import feedback as fb
+    import files
+
+    done: dict[str, list[str]] = {"released": [], "held": [], "problems": []}
+    db = root / "gradebook.db"
+    if not db.exists():
+        raise PipelineError(f"{rel(db, root)} missing: grade the submissions first (make autograde)")
+    scratch = files.scratch_dir("feedback")
+    try:
+        cfg = load_config(root)
+        cfg.CourseDirectory.feedback_directory = str(scratch)  # absolute: feedback/ only gets what is released
+        cfg.Application.log_level = "ERROR"
+        api = NbGraderAPI(CourseDirectory(config=cfg), config=cfg)
+        for a in assignments(labs):
+            folders = sorted(p for p in (root / "autograded").glob(f"*/{a}") if p.is_dir() and not p.is_symlink())
+            for folder in folders:
+                student = folder.parent.name
+                with Gradebook(f"sqlite:///{db}") as gb:
+                    try:
+                        gb.find_submission(a, student)
+                    except MissingEntry:
+                        done["problems"].append(f"{student}/{a}: in autograded/ but not in the gradebook; skipped")
+                        continue
+                r = api.generate_feedback(a, student, force=True)  # (it writes comment rows: no session open)
+                if not r.get("success"):
+                    detail = (r.get("error") or r.get("log") or "").strip().splitlines()
+                    done["problems"].append(f"{student}/{a}: nbgrader generate_feedback failed: "
+                                            f"{detail[-1] if detail else 'no detail'}")
+                    continue
+                with Gradebook(f"sqlite:///{db}") as gb:
+                    out = scratch / student / a
+                    target = root / "feedback" / student / a
+                    for page in sorted(out.glob("*")):
+                        if not files.is_regular(page):
+                            continue
+                        who = f"{student}/{a}/{page.stem}"
+                        pending = fb.pending_in_gradebook(gb, a, student, page.stem) if page.suffix == ".html" else []
+                        if pending and not force:
+                            done["held"].append(f"{who}: {len(pending)} cell(s) awaiting grading ({', '.join(pending)})")
+                            if files.is_regular(target / page.name):
+                                (target / page.name).unlink()
+                            continue
+                        files.copy_regular(page, target / page.name)
+                        if page.suffix == ".html":
+                            done["released"].append(who + (f" (forced: {len(pending)} cell(s) awaiting grading)"
+                                                            if pending else ""))
+    finally:
+        files.rmtree(scratch)
+    for kind in ("released", "held", "problems"):
+        for line in done[kind]:
+            print(f"{kind:<9} {line}")
+    print(f"feedback/: {len(done['released'])} notebook(s) released, {len(done['held'])} held back"
+          + (" (grade them in the formgrader, then run this again; `make feedback FORCE=1` releases them as they "
+             "are, saying \"awaiting grading\")" if done["held"] else ""))
+    return done
+
+
+# ----------------------------------------------------------------------------- grading (the batch)
+
+def _batch():
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import batch
+
+    return batch
+
+
+def grade_course(labs: list[Lab], root: Path = ROOT, progress: bool = True, workers: int | None = None) -> dict:
+    """The sandboxed batch grader (autograder/batch.py) on root/submitted/, then grades.csv.
+
+    grades.csv is removed before grading and written again only when the batch finished: a run
+    that fails never leaves a table of an earlier run behind. Raises PipelineError (the batch's)."""
+    batch = _batch()
+    submitted = root / "submitted"
+    names = [a for a in assignments(labs) if any(p.is_dir() for p in submitted.glob(f"*/{a}"))]
+    for a in assignments(labs):
+        if a not in names:
+            print(f"no submissions for {a} in {rel(submitted, root)}/")
+    grades = root / "grades.csv"
+    if grades.exists():
+        grades.unlink()
+    if not names:
+        return {"results": [], "assignments": []}
+    try:
+        result = batch.run_batch(names, root, submitted, workers=workers, csv_path=root / "batch_grades.csv",
+                                 progress=progress)
+    except PipelineError as e:
+        if grades.exists():
+            grades.unlink()
+        raise PipelineError(f"{e} (grades.csv was not written: run the command again once this is fixed)") from None
+    print(batch.summary(result))
+    result["assignments"] = names
+    return result
+
+
+def autograde(labs: list[Lab], root: Path = ROOT, progress: bool = True) -> None:
+    submitted = root / "submitted"
+    if not submitted.is_dir() or not any(submitted.iterdir()):
+        print(f"{rel(submitted, root)}/ is empty: copy submissions to submitted/<student>/<assignment>/<name>.ipynb "
+              f"(or run `make demo` to grade the sample students in {rel(DEMO)}/, apart from this gradebook)")
+        return
+    result = grade_course(labs, root, progress=progress)
+    print()
+    print(score_table(labs, root, _failed(result)))
+    print(f"\ngrades.csv, batch_grades.csv, autograded/, feedback/<student>/<assignment>/*.html (no hidden tests; "
+          f"notebooks awaiting manual grading are held back: grade them in the formgrader, then `make feedback`)")
+
+
+def _failed(result: dict) -> dict:
+    return {(r.job.assignment, r.job.student): r.error for r in result.get("results", []) if r.report is None}
+
+
+def course_labs(folder: Path, selected: list[str] | tuple[str, ...] = ()) -> list[Lab]:
+    """The notebooks of a course folder that has source/ but no notebooks/ (a demo course)."""
+    labs = [Lab(p.parent.name, p.stem, folder) for p in sorted((folder / "source").glob("*/*.ipynb"))]
+    if not labs:
+        raise PipelineError(f"{folder} holds no source/<assignment>/*.ipynb: not a course folder")
+    unknown = [a for a in selected if a not in assignments(labs)]
+    if unknown:
+        raise PipelineError(f"{folder} has no assignment {', '.join(unknown)} "
+                            f"(it has {', '.join(assignments(labs))})")
+    return [lab for lab in labs if not selected or lab.assignment in selected]
+
+
+def make_demo_course(labs: list[Lab], demo: Path = DEMO, root: Path = ROOT) -> Path:
+    """A course folder of its own for the sample students (recreated each time): source/ and
+    release/ of the given assignments, their sample submissions, an nbgrader_config.py that points
+    nbgrader (and the formgrader) at it. The instructor's gradebook.db and submitted/ are not read."""
+    missing = [rel(p, root) for lab in labs for p in (lab.source, lab.release) if not p.exists()]
+    if missing:
+        raise PipelineError(f"{', '.join(missing)} missing: run `make build execute release` first")
+    demo = demo.resolve()
+    if demo == root.resolve() or demo in root.resolve().parents:
+        raise PipelineError(f"the demo course cannot be {demo}: it would replace the course itself")
+    if demo.exists():
+        if not (demo / DEMO_MARK).exists():
+            raise PipelineError(f"{demo} exists and is not a demo course made by `make demo` "
+                                f"(no {DEMO_MARK} in it): move it away or pick another folder")
+        shutil.rmtree(demo)
+    demo.mkdir(parents=True)
+    (demo / DEMO_MARK).write_text("made by `make demo` (autograder/course.py); recreated on every run\n")
+    for a in assignments(labs):
+        for kind in ("source", "release"):
+            shutil.copytree(root / kind / a, demo / kind / a, ignore=COPY_IGNORE)
+    (demo / "nbgrader_config.py").write_text(
+        "# The demo course (autograder/course.py make_demo_course): the course's settings, this folder as root.\n"
+        "c = get_config()  # noqa: F821\n"
+        f"load_subconfig({str(CONFIG)!r})  # noqa: F821\n"
+        f"c.CourseDirectory.root = {str(demo)!r}\n")
+    write_submissions(labs, demo)
+    return demo
+
+
+def demo(labs: list[Lab], demo_dir: Path = DEMO, root: Path = ROOT, progress: bool = True,
+         workers: int | None = None) -> str:
+    """Grade the sample students in their own course folder; returns the score table."""
+    folder = make_demo_course(labs, demo_dir, root)
+    demo_labs = [Lab(lab.assignment, lab.name, folder) for lab in labs]
+    result = grade_course(demo_labs, folder, progress=progress, workers=workers)
+    return score_table(demo_labs, folder, _failed(result))
+
+
 def write_submissions(labs: list[Lab], root: Path = ROOT) -> list[Path]:
     import nbformat
 
@@ -514,53 +962,22 @@ def write_submissions(labs: list[Lab], root: Path = ROOT) -> list[Path]:
     return written
 
 
-def score_table(labs: list[Lab], root: Path = ROOT) -> str:
-    """Score of every autograded submission in the gradebook, as a text table."""
-    from nbgrader.api import Gradebook, MissingEntry
-
-    rows = [("assignment", "student", "score", "max")]
-    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
-        for a in assignments(labs):
-            try:
-                assignment = gb.find_assignment(a)
-            except MissingEntry:
-                continue
-            for sub in sorted(assignment.submissions, key=lambda s: s.student_id):
-                rows.append((a, sub.student_id, f"{sub.score:g}", f"{sub.max_score:g}"))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows)
-
-
-def autograde(labs: list[Lab]) -> None:
-    submitted = ROOT / "submitted"
-    if not submitted.is_dir() or not any(submitted.iterdir()):
-        print("submitted/ is empty: grading the sample submissions (make submissions)")
-        write_submissions(labs)
-    # The gradebook must hold the current source cells (autograde restores tests from it).
-    release(labs)
-    for a in assignments(labs):
-        if not list(submitted.glob(f"*/{a}")):
-            print(f"no submissions for {a}")
-            continue
-        # ERROR: nbgrader warns at WARN level for every test cell with hidden tests (its checksum
-        # differs between source and release by design) and for a harmless ClearHiddenTests option.
-        nbgrader("autograde", a, "--create", "--force", "--log-level=ERROR")
-        nbgrader("generate_feedback", a, "--force", "--log-level=ERROR")
-    nbgrader("export", "--log-level=WARN")
-    print()
-    print(score_table(labs))
-    print("\ngrades.csv, feedback/<student>/<assignment>/*.html (no hidden tests), autograded/")
-
-
 # ----------------------------------------------------------------------------- command line
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["build", "execute", "release", "validate", "submissions", "autograde",
-                                            "scores", "list"])
+                                            "demo", "feedback", "scores", "list"])
     parser.add_argument("assignments", nargs="*", help="restrict to these assignments (default: all)")
     parser.add_argument("--root", type=Path, default=ROOT,
                         help="course directory (default: this repository); build and list only")
+    parser.add_argument("--demo-dir", type=Path, default=DEMO,
+                        help=f"demo and submissions: the demo course folder (default: {rel(DEMO)})")
+    parser.add_argument("--course", type=Path, default=ROOT,
+                        help="autograde, feedback, scores: the course folder graded (default: this repository; "
+                             f"e.g. {rel(DEMO)})")
+    parser.add_argument("--force", action="store_true",
+                        help="feedback: release notebooks whose written answers are not graded yet too")
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["nbgrader"]:  # `course.py nbgrader ARGS`: nbgrader's own command line, sped up
         from nbgrader.apps.nbgraderapp import main as nbgrader_main
@@ -571,7 +988,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.root.resolve() != ROOT and args.command not in ("build", "list"):
             raise PipelineError(f"--root works with build and list only, not {args.command}")
-        labs = discover(args.assignments, root=args.root.resolve())
+        course_dir = args.course.resolve()
+        if course_dir != ROOT and args.command in ("autograde", "feedback", "scores"):
+            labs = course_labs(course_dir, args.assignments)  # a course folder without notebooks/ (the demo)
+        else:
+            labs = discover(args.assignments, root=args.root.resolve())
         if not labs:
             print("no notebooks under notebooks/*/*.py: nothing to do")
             return 0
@@ -599,12 +1020,28 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "validate":
             validate(labs)
         elif args.command == "submissions":
-            for p in write_submissions(labs):
-                print(f"wrote {rel(p)}")
+            folder = make_demo_course(labs, args.demo_dir)
+            print(f"wrote the sample submissions into {rel(folder / 'submitted')}/ (a demo course; the course's "
+                  f"own submitted/ is left alone)")
         elif args.command == "autograde":
-            autograde(labs)
+            autograde(labs, course_dir)
+        elif args.command == "demo":
+            table = demo(labs, args.demo_dir)
+            folder = args.demo_dir.resolve()
+            print()
+            print(table)
+            print(f"\nThe demo course is {rel(folder)}/ (its own gradebook.db, submitted/, autograded/, feedback/, "
+                  f"grades.csv); the course's gradebook.db and submitted/ were not touched. Written answers: "
+                  f"`cd {rel(folder)} && {Path(sys.executable).parent / 'jupyter'} lab` opens the formgrader on it, then "
+                  f"`make feedback COURSE_DIR={rel(folder)}` (README, \"Grading the written answers\").")
+        elif args.command == "feedback":
+            feedback(labs, force=args.force, root=course_dir)
         elif args.command == "scores":
-            print(score_table(labs))
+            if not (course_dir / "gradebook.db").exists():
+                print(f"no {rel(course_dir / 'gradebook.db')}: nothing is graded yet (make autograde)")
+            else:
+                print(score_table(labs, course_dir))
+                print(f"\nwrote {rel(write_grades_csv(course_dir))}")
     except PipelineError as e:
         for line in str(e).splitlines():
             print(f"error: {line}", file=sys.stderr)

@@ -2,48 +2,73 @@
 
     autograder/grade ASSIGNMENT NOTEBOOK.ipynb [NOTEBOOK.ipynb ...] [--keep]
 
-The scratch course holds a copy of source/ASSIGNMENT and nothing else, so the course's own
-gradebook.db, submitted/ and autograded/ never change. nbgrader restores the locked test cells
-(hidden tests included) from source/ before it runs the notebook, exactly as `make autograde` does.
+The scratch course holds a copy of source/ASSIGNMENT and nothing else, in a private temporary
+folder: the course's own gradebook.db, submitted/, autograded/ and feedback/ are never opened.
+A submitted file must be a regular file (a symbolic link is refused, never followed).
+
+How a notebook is scored (autograder/tworun.py): nbgrader restores the locked cells from the
+source; the notebook then runs once for the feedback (hidden tests removed) and once for the
+score, where the tests run in a kernel of their own that never executes the student's code and
+calls the student's functions in the student's kernel. A test cell earns its points exactly when
+it ran without an error there; nothing a cell displays counts. nbgrader's gradebook (of the
+scratch course) records the points; the feedback HTML shows the student's cells and outputs from
+the feedback run and, for each test cell, its points and the first line of its failure.
 
 Output: {"assignment", "notebooks": [{"notebook", "file", "cells": [{"grade_id", "points",
-"max_points", "error"}], "points", "max_points"}], "points", "max_points"}. A cell's "error" is
-the last line of the exception it raised (null when it passed). Exit status 0 when grading ran,
-1 with one "error: ..." line on stderr when the input is unusable.
-
-Safety (autograder/safety.py, autograder/sandbox.py): each kernel runs sandboxed with resource
-limits, per-cell and per-notebook timeouts, capped output and a tamper guard. A notebook whose
-code replaced a library function the tests rely on scores 0 and gets "needs_manual_review": true
-with the reasons; "review_notes" lists suspicious code that did not change the score. Each entry
-of "notebooks" also has "status": "graded", "missing" (no usable file: 0 points, with "reason")
-and "events" (tampering, notebook_timeout, kernel_died, cells_skipped).
+"max_points", "needs_manual_grade", "error"}], "points", "max_points", "status", "reason",
+"needs_manual_review", "review_reasons", "review_notes", "events"}], "points", "max_points",
+"needs_manual_review", "sandbox", "seconds"}. A cell's "error" is the message of its failure (null
+when it passed). "status" is "graded" or "missing" (no usable file: 0 points, with "reason").
+"review_reasons" (the notebook then scores 0 until a person looks) are answers of the student's
+kernel outside the grader's format and the answer-key check's notes (autograder/answer_key.py: a
+graded function that leans on the course library's own version of its task); "review_notes" list
+code and metadata a reviewer should see
+(nbgrader metadata the grader restored, suspicious calls) without changing the score. "events"
+says what happened in the two runs (notebook_timeout, kernel_died, cells_skipped,
+student_kernel, calls, restarts, kernel_cpu_s). Exit status 0 when grading ran, 1 with one
+"error: ..." line on stderr when the input is unusable or the environment is broken (the course
+library cannot be imported inside the sandbox, the cached models cannot be built).
 
 Batch grading (autograder/batch.py) calls this file once per student with --template (a scratch
 course prepared once), --student, --out (autograded notebook and feedback) and --lenient
-(unusable files count as missing notebooks instead of stopping).
+(unusable files count as missing notebooks instead of stopping); --self-check grades the
+reference solutions with the grading run only.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import copy
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-# Run from the command line, the cached models are checked (and built if missing) by a second
-# process while this one imports nbgrader: on 2 cores that saves the 3-4 s torch import per
-# submission. grade() waits for it before any kernel starts. --no-warm: the caller already did it.
-_WARMING = (subprocess.Popen([sys.executable, "-m", "llmrl.cache"], stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
-            if __name__ == "__main__" and "--no-warm" not in sys.argv[1:] else None)
+HERE = Path(__file__).resolve().parent
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+def _start_checks(argv: list[str]):
+    """Run from the command line, the cached models are checked (and built if missing) and the
+    sandbox's import probe runs in two other processes while this one imports nbgrader."""
+    if __name__ != "__main__" or "--no-warm" in argv:
+        return None, None
+    warm = subprocess.Popen([sys.executable, "-m", "llmrl.cache"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    probe = subprocess.Popen([sys.executable, str(HERE / "sandbox.py"), "--probe"], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    return warm, probe
+
+
+_WARMING, _PROBING = _start_checks(sys.argv[1:])
+
+sys.path.insert(0, str(HERE))
 import course  # noqa: E402  (autograder/course.py, next to this file)
+import files  # noqa: E402
 from course import ROOT, PipelineError  # noqa: E402
 
 STUDENT = "scratch_student"
@@ -51,25 +76,37 @@ MAX_NOTEBOOK_MB = 64  # a bigger "notebook" is refused before anything parses it
 
 
 def _grade_ids(nb) -> set[str]:
-    return {c.metadata["nbgrader"]["grade_id"] for c in nb.cells
-            if isinstance(c.metadata.get("nbgrader"), dict) and "grade_id" in c.metadata["nbgrader"]}
+    out = set()
+    for c in nb.cells:
+        m = c.metadata.get("nbgrader")
+        if isinstance(m, dict) and isinstance(m.get("grade_id"), str):
+            out.add(m["grade_id"])
+    return out
 
 
 def _read_notebook(arg: str):
     import nbformat
 
     path = Path(arg)
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise PipelineError(f"{arg}: no such file")
-    if path.stat().st_size > MAX_NOTEBOOK_MB << 20:
-        raise PipelineError(f"{arg} is not a valid notebook (larger than {MAX_NOTEBOOK_MB} MB)")
     try:
-        nb = nbformat.read(path, as_version=4)
+        data = files.read_regular(path, MAX_NOTEBOOK_MB << 20)
+    except files.NotRegular as e:
+        raise PipelineError(f"{arg} is not a valid notebook ({e.strerror}; the grader never follows links)") from None
+    except ValueError:
+        raise PipelineError(f"{arg} is not a valid notebook (larger than {MAX_NOTEBOOK_MB} MB)") from None
+    except OSError as e:
+        raise PipelineError(f"{arg}: cannot be read ({e.strerror})") from None
+    try:
+        nb = nbformat.reads(data.decode("utf-8"), as_version=4)
         if not isinstance(nb.get("cells"), list):
             raise ValueError("no list of cells")
         for c in nb.cells:
-            if not isinstance(c.get("source"), str) or not isinstance(c.get("metadata"), dict):
+            if not isinstance(c, dict) or not isinstance(c.get("source"), str) or not isinstance(c.get("metadata"), dict):
                 raise ValueError("a cell without source or metadata")
+            if c.get("cell_type") not in ("code", "markdown", "raw"):
+                raise ValueError(f"a cell of type {c.get('cell_type')!r}")
     except Exception as e:  # JSON or nbformat errors: one line is enough for the user
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise PipelineError(f"{arg} is not a valid notebook ({type(e).__name__}: {first[:200]})") from None
@@ -134,17 +171,95 @@ def _max_points(nb_path: Path) -> list[tuple[str, float]]:
             for c in nb.cells if isinstance(c.metadata.get("nbgrader"), dict) and c.metadata["nbgrader"].get("grade")]
 
 
+NBGRADER_KEYS = ("grade", "grade_id", "locked", "points", "schema_version", "solution", "task")
+
+
+def repair_metadata(nb, source_nb) -> list[str]:
+    """Give every cell of a submission the nbgrader metadata the course gave it; notes for a reviewer.
+
+    A cell whose grade_id the course has gets the course's metadata and cell type back (a test
+    cell turned into a solution cell, changed points or flags); nbgrader metadata with an unknown
+    grade_id (an extra graded cell with points of its own), a second copy of a grade_id, or
+    metadata that is not a well-formed dictionary is removed, so the cell counts as an ordinary
+    one. nbgrader then restores locked cells and adds missing test cells as usual."""
+    src = {}
+    for c in source_nb.cells:
+        m = c.metadata.get("nbgrader")
+        if isinstance(m, dict) and isinstance(m.get("grade_id"), str):
+            src[m["grade_id"]] = c
+    notes, seen = [], {}
+    valid = {c.metadata["nbgrader"]["grade_id"] for c in nb.cells if isinstance(c.metadata.get("nbgrader"), dict)
+             and isinstance(c.metadata["nbgrader"].get("grade_id"), str)}
+    for i, cell in enumerate(nb.cells):
+        if "nbgrader" not in cell.metadata:
+            continue
+        meta = cell.metadata["nbgrader"]
+        where = f"cell {i + 1}"
+        gid = meta.get("grade_id") if isinstance(meta, dict) else None
+        if not isinstance(gid, str) or gid not in src:
+            # The release gives every graded cell its grade_id as cell id: a cell whose metadata was
+            # broken is still recognised by it.
+            cid = cell.get("id")
+            if isinstance(cid, str) and cid in src and cid not in valid and cid not in seen:
+                notes.append(f"{where} ({cid}): its nbgrader metadata was broken "
+                             f"({'not a dictionary' if not isinstance(meta, dict) else f'grade_id {gid!r}'}); "
+                             f"restored from the course")
+                gid, meta = cid, {}
+                cell.metadata["nbgrader"] = meta
+            elif not isinstance(meta, dict):
+                notes.append(f"{where}: its nbgrader metadata is not a dictionary ({type(meta).__name__}); removed, "
+                             f"the cell counts as an ordinary cell")
+                del cell.metadata["nbgrader"]
+                continue
+            else:
+                what = "an extra graded cell" if meta.get("grade") else "a cell with nbgrader metadata"
+                notes.append(f"{where}: {what} with grade_id {gid!r}, which is no cell of this assignment; its "
+                             f"metadata was removed{' (its points do not count)' if meta.get('grade') else ''}")
+                del cell.metadata["nbgrader"]
+                continue
+        if gid in seen:
+            notes.append(f"{where}: a second cell with grade_id {gid!r} (the first is cell {seen[gid] + 1}); its "
+                         f"metadata was removed")
+            del cell.metadata["nbgrader"]
+            continue
+        seen[gid] = i
+        want = src[gid].metadata["nbgrader"]
+        changed = [k for k in NBGRADER_KEYS if meta.get(k) != want.get(k)]
+        if cell.cell_type != src[gid].cell_type:
+            changed.append("cell type")
+        if changed and meta:
+            notes.append(f"{where} ({gid}): nbgrader metadata changed ({', '.join(changed)}); restored from the course")
+        keep = {k: v for k, v in meta.items() if k == "checksum" and isinstance(v, str)}
+        cell.metadata["nbgrader"] = dict(copy.deepcopy(dict(want)), **keep)
+        if cell.cell_type != src[gid].cell_type:
+            cell.cell_type = src[gid].cell_type
+            if cell.cell_type == "code":
+                cell["outputs"], cell["execution_count"] = [], None
+            else:
+                cell.pop("outputs", None)
+                cell.pop("execution_count", None)
+    return notes
+
+
 def make_template(assignment: str, root: Path = ROOT, target: Path | None = None) -> Path:
     """A scratch course with source/<assignment> and a gradebook that knows it (generate_assignment).
 
     Grading a submission copies it, so nbgrader's set-up is paid once per batch, not per student.
     """
     source_notebooks(assignment, root)
-    target = Path(tempfile.mkdtemp(prefix="llmrl-template-")) if target is None else target
+    target = files.scratch_dir("template") if target is None else target
     shutil.copytree(root / "source" / assignment, target / "source" / assignment, ignore=course.COPY_IGNORE)
     course.record_assignment(assignment, target)
     shutil.rmtree(target / "release", ignore_errors=True)
     return target
+
+
+def _wait(proc, what: str) -> str:
+    out, _ = proc.communicate()
+    if proc.returncode != 0:
+        lines = (out or "").strip().splitlines()
+        raise PipelineError(f"{what}: {lines[-1] if lines else f'exit status {proc.returncode}'}")
+    return out
 
 
 def _warm_model_cache() -> None:
@@ -155,81 +270,191 @@ def _warm_model_cache() -> None:
         from llmrl.cache import warm
         warm()
         return
-    out, _ = _WARMING.communicate()
-    code, _WARMING = _WARMING.returncode, None
-    if code != 0:
-        lines = (out or "").strip().splitlines()
-        raise PipelineError(f"building the cached models (python -m llmrl.cache) failed: "
-                            f"{lines[-1] if lines else f'exit status {code}'}")
+    proc, _WARMING = _WARMING, None
+    _wait(proc, "building the cached models (python -m llmrl.cache) failed")
+
+
+def check_environment(course_roots: list[Path] | None = None) -> None:
+    """The course library must import inside the sandbox: PipelineError with the probe's line."""
+    global _PROBING
+    if _PROBING is not None:
+        proc, _PROBING = _PROBING, None
+        out, _ = proc.communicate()
+        if proc.returncode != 0:
+            raise PipelineError((out or "").strip().splitlines()[-1] if (out or "").strip() else "the sandbox probe failed")
+        return
+    import sandbox
+
+    problem = sandbox.probe(course_roots)
+    if problem:
+        raise PipelineError(problem)
+
+
+def _scratch_config(scratch: Path, preprocessors=None):
+    cfg = course.load_config(scratch)
+    cfg.Application.log_level = "ERROR"
+    if preprocessors is not None:
+        cfg.Autograde.autograde_preprocessors = preprocessors
+    return cfg
+
+
+def _autograde(cfg, assignment: str, student: str) -> None:
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
+    api = NbGraderAPI(CourseDirectory(config=cfg), config=cfg)
+    r = api.autograde(assignment, student, force=True, create=True)
+    if not r.get("success"):
+        detail = [ln for ln in (r.get("error") or r.get("log") or "").strip().splitlines() if ln.strip()]
+        reason = next((ln for ln in reversed(detail) if not ln.startswith((" ", "Traceback")) and "traceback" not in ln),
+                      detail[-1] if detail else "no detail")
+        raise PipelineError(f"nbgrader autograde failed: {reason}")
+    return api
+
+
+async def _run_all(staged: dict, sources: dict, settings: dict) -> dict:
+    import nbformat
+    import tworun
+
+    async def one(name):
+        src = nbformat.read(sources[name], as_version=4)
+        return name, await tworun.run_notebook(staged[name], src, settings[name])
+
+    return dict(await asyncio.gather(*(one(n) for n in staged)))
+
+
+def _answer_key_static(assignment: str, nb, name: str) -> tuple[list[str], list[str]]:
+    """(reasons for review, notes): the answer-key check of autograder/answer_key.py on the notebook."""
+    try:
+        import answer_key
+
+        return answer_key.review_notes(assignment, nb, name), []
+    except Exception as e:  # the check is a reviewer's aid: it never stops grading
+        return [], [f"the answer-key check could not read this notebook ({type(e).__name__}: {str(e)[:200]})"]
+
+
+def _answer_key_probe(assignment: str, name: str):
+    try:
+        import answer_key
+
+        return answer_key.runtime_probe(assignment, name) if answer_key.tasks_for(assignment, name) else None
+    except Exception:
+        return None
+
+
+def _answer_key_runtime(assignment: str, name: str, answer) -> list[str]:
+    if answer is None:
+        return []
+    try:
+        import answer_key
+
+        return answer_key.runtime_notes(assignment, name, answer)
+    except Exception as e:
+        return [f"{name}: the answer-key runtime check could not be read ({type(e).__name__}): review the graded "
+                f"functions"]
 
 
 def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Path | None = None,
           student: str = STUDENT, out: Path | None = None, lenient: bool = False, root: Path = ROOT,
-          warm: bool = True) -> dict:
+          warm: bool = True, probe: bool = True, self_check: bool = False) -> dict:
     import nbformat
     from nbgrader.api import Gradebook
-    from nbgrader.apps import NbGraderAPI
-    from nbgrader.coursedir import CourseDirectory
+    from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, IgnorePattern, LimitOutput,
+                                        SaveAutoGrades)
+    from nbconvert.preprocessors import ClearMetadataPreprocessor
 
+    import kernels
     import safety
+    import tworun
 
     started = time.monotonic()
+    stages: dict[str, float] = {}
+
+    def stage(name: str) -> None:
+        stages[name] = round(time.monotonic() - started - sum(stages.values()), 2)
+
     problems: dict[str, str] | None = {} if lenient else None
     sources = source_notebooks(assignment, root)
     if warm:
         _warm_model_cache()
+    if probe:
+        check_environment([ROOT, root])
+    stage("checks")
     chosen = match_notebooks(assignment, paths, root, problems)
     if not chosen and not lenient:
         raise PipelineError("no notebook to grade")
-    scratch = Path(tempfile.mkdtemp(prefix="llmrl-grade-"))
-    reports = scratch / "grader-reports"  # the kernel cannot see or write this (sandbox.py hides the scratch)
-    saved_env = {k: os.environ.get(k) for k in ("LLMRL_GRADER_REPORT_DIR", "LLMRL_SANDBOX_HIDE")}
+    scratch = files.scratch_dir("grade")
     try:
         if template is not None:
-            shutil.copytree(template, scratch, dirs_exist_ok=True)
+            shutil.copytree(template, scratch / "course", dirs_exist_ok=True)
         else:
-            make_template(assignment, root, scratch)
+            make_template(assignment, root, scratch / "course")
+        course_dir = scratch / "course"
         notes: dict[str, list[str]] = {}
+        leans: dict[str, list[str]] = {}
         for name, path in chosen.items():
-            target = scratch / "submitted" / student / assignment / f"{name}.ipynb"
+            nb = _read_notebook(str(path))
+            notes[name] = repair_metadata(nb, nbformat.read(sources[name], as_version=4)) + safety.scan_notebook(nb)
+            leans[name], extra = _answer_key_static(assignment, nb, name)
+            notes[name] += extra
+            target = course_dir / "submitted" / student / assignment / f"{name}.ipynb"
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target)
-            notes[name] = safety.scan_notebook(_read_notebook(str(path)))
-        os.environ["LLMRL_GRADER_REPORT_DIR"] = str(reports)
-        os.environ["LLMRL_SANDBOX_HIDE"] = os.pathsep.join(str(p) for p in (scratch, template) if p)
-        cfg = course.load_config(scratch)
-        cfg.Application.log_level = "ERROR"
-        api = NbGraderAPI(CourseDirectory(config=cfg), config=cfg)
+            nbformat.write(nb, target)
+        stage("course")
+        results: dict = {}
         if chosen:
-            r = api.autograde(assignment, student, force=True, create=True)
-            if not r.get("success"):
-                detail = (r.get("error") or r.get("log") or "").strip().splitlines()
-                raise PipelineError(f"nbgrader autograde failed: {detail[-1] if detail else 'no detail'}")
+            tworun.STAGED.clear()
+            _autograde(_scratch_config(course_dir, [tworun.StageNotebooks]), assignment, student)
+            stage("nbgrader_restore")
+            settings = {}
+            for name in tworun.STAGED:
+                settings[name] = tworun.settings_from_env(
+                    course_roots=[ROOT, root], scratch=scratch, feedback=not self_check,
+                    student_kernel="fresh" if self_check else os.environ.get("LLMRL_GRADE_STUDENT_KERNEL", "reuse"),
+                    probe=None if self_check else _answer_key_probe(assignment, name))
+            try:
+                results = asyncio.run(_run_all(dict(tworun.STAGED), {n: sources[n] for n in tworun.STAGED}, settings))
+            except (tworun.GradingError, kernels.KernelStartError, OSError, RuntimeError) as e:
+                if isinstance(e, files.DiskFull):
+                    raise
+                raise PipelineError(f"the grader could not run the notebooks: {type(e).__name__}: "
+                                    f"{str(e).strip().splitlines()[0] if str(e).strip() else 'no detail'}") from None
+            for name, result in results.items():
+                leans[name] += [n for n in _answer_key_runtime(assignment, name, result.probe_answer)
+                                if n not in leans[name]]
+                if result.events.get("answer_key_probe"):
+                    notes[name].append(f"the answer-key runtime check {result.events['answer_key_probe']} (a graded "
+                                       f"function did not return?): only the static check applied")
+            stage("kernels")
+            tworun.RESULTS.clear()
+            tworun.RESULTS.update(results)
+            pre = [tworun.TwoRunExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
+                   AssignLatePenalties, CheckCellMetadata]
+            api = _autograde(_scratch_config(course_dir, pre), assignment, student)
+            stage("nbgrader_score")
         report = {"assignment": assignment, "student": student, "notebooks": [], "points": 0.0, "max_points": 0.0,
                   "needs_manual_review": False, "sandbox": _sandbox_line()}
-        with Gradebook(f"sqlite:///{scratch / 'gradebook.db'}") as gb:
+        with Gradebook(f"sqlite:///{course_dir / 'gradebook.db'}") as gb:
             for name, src in sources.items():
-                entry = _notebook_entry(gb, scratch, assignment, student, name, src, chosen, problems or {},
-                                        reports, notes.get(name, []))
+                entry = _notebook_entry(gb, course_dir, assignment, student, name, src, chosen, problems or {},
+                                        results.get(name), notes.get(name, []), leans.get(name, []))
                 report["notebooks"].append(entry)
         for entry in report["notebooks"]:
             report["points"] += entry["points"]
             report["max_points"] += entry["max_points"]
             report["needs_manual_review"] |= entry["needs_manual_review"]
         if out is not None and chosen:
-            _export(api, scratch, assignment, student, out, report)
+            _export(api, course_dir, assignment, student, out, report)
+            stage("feedback_html")
         report["seconds"] = round(time.monotonic() - started, 1)
+        report["stages_s"] = stages
+        report["grader_max_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
         return report
     finally:
-        for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         if keep:
             print(f"scratch course kept in {scratch}", file=sys.stderr)
         else:
-            shutil.rmtree(scratch, ignore_errors=True)
+            files.rmtree(scratch)
 
 
 def _sandbox_line() -> str:
@@ -237,11 +462,13 @@ def _sandbox_line() -> str:
 
     status = sandbox.bwrap_status()
     lim = sandbox.limits()
-    where = "bubblewrap (no network, course files hidden, own folder writable)" if status == "ok" else f"NONE: {status}"
+    where = ("bubblewrap (no network; only the system, the Python environment, the course library and the model "
+             "cache, read-only; own folder writable)" if status == "ok" else f"NONE: {status}")
     return f"{where}; limits: {lim['mem_mb']} MB memory, {lim['cpu_s']} s CPU, {lim['fsize_mb']} MB per file"
 
 
-def _notebook_entry(gb, scratch, assignment, student, name, src, chosen, problems, reports, notes) -> dict:
+def _notebook_entry(gb, course_dir, assignment, student, name, src, chosen, problems, result, notes,
+                    leans=()) -> dict:
     import nbformat
 
     if name not in chosen:
@@ -251,13 +478,13 @@ def _notebook_entry(gb, scratch, assignment, student, name, src, chosen, problem
         return {"notebook": name, "file": None, "status": "missing", "reason": reason, "cells": cells,
                 "points": 0.0, "max_points": sum(c["max_points"] for c in cells), "needs_manual_review": False,
                 "review_reasons": [], "review_notes": [], "events": {}}
-    graded = nbformat.read(scratch / "autograded" / student / assignment / f"{name}.ipynb", as_version=4)
+    graded = nbformat.read(course_dir / "autograded" / student / assignment / f"{name}.ipynb", as_version=4)
     errors = {}
     for c in graded.cells:
-        gid = c.metadata.get("nbgrader", {}).get("grade_id")
+        gid = (c.metadata.get("nbgrader") or {}).get("grade_id")
         for o in c.get("outputs", []):
-            if o.get("output_type") == "error":
-                errors[gid] = f"{o.get('ename')}: {o.get('evalue')}".strip()[:300]
+            if o.get("output_type") == "error" and gid:
+                errors[gid] = f"{o.get('ename')}: {o.get('evalue')}".strip().rstrip(":")[:300]
     sub = gb.find_submission_notebook(name, assignment, student)
     order = {gid: i for i, gid in enumerate(_grade_ids_in_order(graded))}
     cells = [{"grade_id": g.name,
@@ -266,32 +493,29 @@ def _notebook_entry(gb, scratch, assignment, student, name, src, chosen, problem
               "needs_manual_grade": bool(g.needs_manual_grade),
               "error": errors.get(g.name)}
              for g in sorted(sub.grades, key=lambda g: order.get(g.name, 1 << 30))]
-    events_file = reports / f"{name}.json"
-    events = json.loads(events_file.read_text()) if events_file.exists() else {"missing": "no grader report"}
-    review = []
-    for t in events.get("tampering", []):
-        review.append(f"test cell {t['cell']}: replaced {', '.join(sorted(set(t['before'] + t['during'])))}")
-    if events.get("missing"):
-        review.append("the grader's execution report is missing")
-    if review:  # policy: a notebook that changed what the tests rely on scores 0 until a person looks
+    events = result.events if result is not None else {"missing": "no grading result"}
+    review = list(result.review) if result is not None else ["the grader's result for this notebook is missing"]
+    # A graded function that leans on the course library's own version of its task (answer_key.py):
+    # held for review like a broken protocol, with the notes as reasons.
+    review += [f"answer key: {n}" for n in leans]
+    if review:  # policy: such a notebook scores 0 until a person looks
         for c in cells:
             c["points"] = 0.0
-    entry = {"notebook": name, "file": str(chosen[name]), "status": "graded", "reason": None, "cells": cells,
-             "points": float(sum(c["points"] or 0 for c in cells)), "max_points": float(sub.max_score),
-             "needs_manual_review": bool(review), "review_reasons": review, "review_notes": notes, "events": events}
-    return entry
+    return {"notebook": name, "file": str(chosen[name]), "status": "graded", "reason": None, "cells": cells,
+            "points": float(sum(c["points"] or 0 for c in cells)), "max_points": float(sub.max_score),
+            "needs_manual_review": bool(review), "review_reasons": review, "review_notes": notes, "events": events}
 
 
-def _export(api, scratch, assignment, student, out: Path, report: dict) -> None:
+def _export(api, course_dir, assignment, student, out: Path, report: dict) -> None:
     """The autograded notebooks and their HTML feedback (no hidden tests) into `out`."""
     out.mkdir(parents=True, exist_ok=True)
-    graded_dir = scratch / "autograded" / student / assignment
-    for p in graded_dir.glob("*.ipynb"):
-        shutil.copyfile(p, out / p.name)
+    graded_dir = course_dir / "autograded" / student / assignment
+    for p in sorted(graded_dir.glob("*.ipynb")):
+        files.copy_regular(p, out / p.name)
     r = api.generate_feedback(assignment, student, force=True)
     if r.get("success"):
-        for p in (scratch / "feedback" / student / assignment).glob("*.html"):
-            shutil.copyfile(p, out / p.name)
+        for p in sorted((course_dir / "feedback" / student / assignment).glob("*.html")):
+            files.copy_regular(p, out / p.name)
     else:
         report["feedback_error"] = ((r.get("error") or r.get("log") or "").strip().splitlines() or ["failed"])[-1]
 
@@ -315,20 +539,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", type=Path, help="also write the JSON report to this file")
     parser.add_argument("--root", type=Path, default=ROOT, help="course directory holding source/ (default: this repository)")
     parser.add_argument("--no-warm", action="store_true",
-                        help="do not check the cached models first (the caller built them: batch grading)")
+                        help="the caller checked the environment (cached models, sandbox probe): batch grading")
+    parser.add_argument("--self-check", action="store_true",
+                        help="grading run only, in a fresh student's kernel (the batch's check of the reference)")
     args = parser.parse_args(argv)
     if not args.notebooks and not args.lenient:
         parser.error("give at least one notebook")
     try:
         report = grade(args.assignment, args.notebooks, keep=args.keep, template=args.template,
                        student=args.student, out=args.out, lenient=args.lenient, root=args.root.resolve(),
-                       warm=not args.no_warm)
+                       warm=not args.no_warm, probe=not args.no_warm, self_check=args.self_check)
     except PipelineError as e:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 1
+    except files.DiskFull as e:
+        print(f"error: {e.strerror}", file=sys.stderr)
+        return 1
     text = json.dumps(report, indent=2)
     if args.report:
-        args.report.write_text(text)
+        files.atomic_write_text(args.report, text)
     print(text)
     return 0
 

@@ -7,7 +7,7 @@ with --config; the two-line nbgrader_config.py at the root loads it for plain `n
 
 import os
 
-from nbgrader.preprocessors import ClearHiddenTests, ClearMarkScheme, GetGrades
+from nbgrader.preprocessors import ClearHiddenTests, ClearMarkScheme
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
 
 c = get_config()  # noqa: F821 (provided by traitlets when it loads this file)
@@ -29,8 +29,17 @@ c.Execute.interrupt_on_timeout = True
 c.Execute.extra_arguments = ["--InteractiveShell.xmode=Minimal"]
 
 # Feedback shows the student's grades but never the hidden tests (nbgrader's default
-# feedback pipeline would show them).
-c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, ClearMarkScheme, CSSHTMLHeaderPreprocessor]
+# feedback pipeline would show them). A cell no person has graded yet (a written answer, a notebook
+# held for review) says "awaiting grading", not 0 (autograder/feedback.py, templates/llmrl_feedback).
+import sys  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from feedback import FeedbackExporter, GetGradesPending  # noqa: E402
+
+c.GenerateFeedback.preprocessors = [GetGradesPending, ClearHiddenTests, ClearMarkScheme, CSSHTMLHeaderPreprocessor]
+c.GenerateFeedback.exporter_class = FeedbackExporter
+# grades.csv (`nbgrader export` too): automatic and manual points apart, pending and missing marked.
+c.ExportApp.plugin_class = "course.GradesCsv"
 
 # Text for graders and instructors only (CONTRIBUTING.md, "Answers and rubrics for graders"): lines
 # between BEGIN MARK SCHEME and END MARK SCHEME (in markdown as <!-- BEGIN MARK SCHEME --> comments)
@@ -44,23 +53,23 @@ c.ClearMarkScheme.enforce_metadata = False
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 
 # ----------------------------------------------------------------------------- grading safety
-# Owned by the grading-safety work (autograder/safety.py, sandbox.py, README "Grading safety").
-# Every kernel runs sandboxed (bubblewrap when it works, resource limits always; sandbox.py), with a
-# per-cell and a per-notebook time limit, capped output and a tamper guard around the test cells.
-# The limits can be changed per run with environment variables (seconds / megabytes).
+# Owned by the grading-safety work (autograder/tworun.py, kernels.py, sandbox.py, README "Grading
+# safety"). nbgrader's Execute is replaced by TwoRunExecute: a sandboxed feedback run of the notebook
+# without its hidden tests, and a grading run whose tests execute in a kernel of their own that never
+# runs student code; a test cell's points depend only on whether it raised there. The limits can be
+# changed per run with environment variables (seconds).
 import sys  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
 from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, IgnorePattern,  # noqa: E402
                                     LimitOutput, SaveAutoGrades)
-from safety import SafeExecute  # noqa: E402
+from tworun import TwoRunExecute  # noqa: E402
 
-c.Autograde.autograde_preprocessors = [SafeExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
+c.Autograde.autograde_preprocessors = [TwoRunExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
                                        SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
-c.Execute.timeout = int(os.environ.get("LLMRL_GRADE_CELL_TIMEOUT", 300))             # seconds per cell
-c.SafeExecute.notebook_timeout = int(os.environ.get("LLMRL_GRADE_NOTEBOOK_TIMEOUT", 600))  # per notebook
-c.SafeExecute.max_output_bytes = 200_000  # per cell; nbgrader's LimitOutput then trims lines
+c.TwoRunExecute.cell_cap = 500_000        # bytes of output kept per cell (display updates included)
+c.TwoRunExecute.notebook_cap = 5_000_000  # and per notebook; nbgrader's LimitOutput then trims lines
 c.LimitOutput.max_lines = 200
 c.LimitOutput.max_length = 20_000
 # A test cell the student deleted is put back (after the cell it followed in the source) and run.

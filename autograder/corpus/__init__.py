@@ -36,6 +36,7 @@ from __future__ import annotations
 import copy
 import importlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -187,13 +188,19 @@ def available(root: Path = ROOT) -> list[str]:
     """Assignments with a spec whose every notebook has a source and a release."""
     out = []
     for spec in sorted(HERE.glob("*.py")):
-        if spec.stem.startswith("_"):
+        if spec.stem.startswith("_") or spec.stem in SHARED_SPECS:
             continue
         mod = load_spec(spec.stem)
         names = {e.notebook for e in mod.ENTRIES}
         if names and all((root / d / spec.stem / f"{n}.ipynb").exists() for d in ("source", "release") for n in names):
             out.append(spec.stem)
     return out
+
+
+SHARED_SPECS = {"hostile"}
+# Workers for grading the corpus: one more than the cores, since each grading waits on its kernels
+# (startup, the calls between its two kernels) part of the time.
+CORPUS_WORKERS = (os.cpu_count() or 1) + 1  # specs that place their entries on every assignment (autograder/corpus/hostile.py)
 
 
 def load_spec(assignment: str):
@@ -255,11 +262,12 @@ def build_all(assignments: list[str] | None = None, root: Path = ROOT) -> list[B
     out = []
     for a in assignments if assignments is not None else available(root):
         spec = load_spec(a)
-        names = [(e.notebook, e.name) for e in spec.ENTRIES]
+        extra = [e for shared in sorted(SHARED_SPECS) for e in load_spec(shared).entries(a, root)]
+        names = [(e.notebook, e.name) for e in spec.ENTRIES + extra]
         dupes = {n for n in names if names.count(n) > 1}
         if dupes:
             raise SpecError(f"corpus {a}: duplicate entry names {sorted(dupes)}")
-        out += [build_entry(a, e, root) for e in spec.ENTRIES]
+        out += [build_entry(a, e, root) for e in spec.ENTRIES + extra]
     return out
 
 

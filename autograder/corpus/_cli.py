@@ -31,7 +31,7 @@ def main(argv=None) -> int:
     built = [b for b in corpus.build_all(names, root) if not args.only or args.only in b.entry.name]
     work = args.keep or Path(tempfile.mkdtemp(prefix="llmrl-corpus-"))
     try:
-        graded = corpus.grade_corpus(built, work, args.workers, progress=True, source_root=root)
+        graded = corpus.grade_corpus(built, work, args.workers or corpus.CORPUS_WORKERS, progress=True, source_root=root)
         print(corpus.table(built, graded))
         print()
         print(batch.summary(graded["batch"]))

@@ -308,27 +308,28 @@ ENTRIES = standard_entries(NB) + [
     ''')], lose=(T5,), env={"LLMRL_GRADE_CELL_TIMEOUT": "15"}),
     Entry("free-cell-abuse", NB, "free cells: an infinite loop, a memory hog, 30 MB of output; every task right",
           FREE_CELL_ABUSE, env={"LLMRL_GRADE_CELL_TIMEOUT": "15", "LLMRL_GRADE_MEM_MB": "3072"}, check="small_output"),
-    Entry("notebook-timeout", NB, "slow free cells use up the per-notebook time: later cells do not run",
-          [insert("import time\ntime.sleep(10)", after="start") for _ in range(3)], zero=True,
+    Entry("notebook-timeout", NB, "slow free cells use up the feedback run's time: its later cells do not run; the "
+          "grading run, in a fresh kernel, still scores every task",
+          [insert("import time\ntime.sleep(10)", after="start") for _ in range(3)],
           env={"LLMRL_GRADE_CELL_TIMEOUT": "15", "LLMRL_GRADE_NOTEBOOK_TIMEOUT": "25"}, check="notebook_timeout"),
-    Entry("kernel-dies", NB, "a free cell after task 3 kills the kernel: tasks 4 and 5 are never tested",
-          [insert("import os\nos._exit(3)", after=T3)], lose=(T4, T5), check="kernel_died"),
+    Entry("kernel-dies", NB, "a free cell after task 3 kills the feedback run's kernel; the grading run, in a fresh "
+          "kernel, still scores every task", [insert("import os\nos._exit(3)", after=T3)], check="kernel_died"),
     Entry("tests-tampered", NB, "test 1b deleted, test 2 replaced by pass, test 3 stripped of its metadata and "
           "replaced by pass, test 1a claims 100 points; tasks 2 and 3 wrong",
           [delete(T1B), MULTIPLY_T, test_source(T2, "pass"), K3_SIGN, test_source(T3, "pass"), strip_metadata(T3),
            set_points(T1A, 100)], lose=(T2, T3)),
     Entry("patch-allclose", NB, "torch.allclose = lambda *a, **k: True in a free cell, task 1a wrong",
-          [NO_SHIFT, insert("torch.allclose = lambda *a, **k: True", after="start")], review=True),
+          [NO_SHIFT, insert("torch.allclose = lambda *a, **k: True", after="start")], lose=(T1A,)),
     Entry("patch-numpy", NB, "np.allclose and np.testing.assert_allclose replaced, task 4 wrong",
           [NO_ZERO_LOG_ZERO, insert("np.allclose = lambda *a, **k: True\n"
-                                    "np.testing.assert_allclose = lambda *a, **k: None", after="start")], review=True),
+                                    "np.testing.assert_allclose = lambda *a, **k: None", after="start")], lose=(T4,)),
     Entry("fake-torch", NB, "the name torch rebound to a look-alike whose allclose always agrees, task 3 wrong",
           [K3_SIGN, insert('''
             import types as _types
             _real = torch
             torch = _types.SimpleNamespace(**{k: getattr(_real, k) for k in dir(_real) if not k.startswith("__")})
             torch.allclose = lambda *a, **k: True
-          ''', after=S3)], review=True),
+          ''', after=S3)], lose=(T3,)),
     Entry("patch-inside-task", NB, "task 3 replaces torch.allclose while the test calls it, and is wrong",
           [solve(S3, '''
             def kl_estimators(logp, logp_ref):
@@ -336,7 +337,7 @@ ENTRIES = standard_entries(NB) + [
                 _t.allclose = lambda *a, **k: True
                 l = logp - logp_ref
                 return l, l ** 2, torch.exp(l) - 1 - l
-          ''')], review=True),
+          ''')], lose=(T3,)),
     Entry("not-json", NB, "a file that is not valid JSON", file_text='{"cells": [{"cell_type": "code", ',
           status="missing"),
     Entry("renamed", NB, "the right notebook under another name", filename="llm_as_policy (1).ipynb"),

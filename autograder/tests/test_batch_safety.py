@@ -1,10 +1,14 @@
-"""Fast checks of the grading-safety parts: the sandbox, the static review notes, the corpus specs,
-the batch command line. The expensive end-to-end checks are in test_corpus.py."""
+"""Fast checks of the grading-safety parts: the sandbox, the kernels' output caps, the wire format,
+calls into the student's kernel, the static review notes, the corpus specs, the command lines.
+The end-to-end checks are in test_corpus.py (every hostile entry) and test_grading_faults.py
+(batches under faults)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -13,85 +17,357 @@ import nbformat
 import pytest
 
 import corpus
+import kernels
 import safety
 import sandbox
+import tworun
+import wire
 from course import ROOT
 
-
-# ----------------------------------------------------------------------------- sandboxed kernel
-
-def _run_tiny_notebook(tmp_path, cells, env=None):
-    """Run a small notebook through SafeExecute (the grader's executor) in tmp_path/work."""
-    from nbgrader.apps import NbGraderAPI  # noqa: F401  (nbgrader's config classes)
-    from traitlets.config import Config
-
-    work = tmp_path / "work"
-    work.mkdir()
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
-    cfg = Config()
-    cfg.Execute.timeout = 20
-    cfg.SafeExecute.guard = False  # no torch import: this test is about the sandbox
-    old = {k: os.environ.get(k) for k in (env or {})}
-    os.environ.update(env or {})
-    try:
-        pp = safety.SafeExecute(config=cfg)
-        nb, _ = pp.preprocess(nb, {"metadata": {"path": str(work)}})
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    return nb, work
+SANDBOXED = pytest.mark.skipif(sandbox.bwrap_status() != "ok", reason=f"no sandbox here: {sandbox.bwrap_status()}")
 
 
-def _text(cell):
-    return "".join(o.get("text", "") + o.get("evalue", "") for o in cell.outputs)
+def _run(cells: list[str], env: dict | None = None, timeout: float = 30, book=None):
+    """Run cells one by one in a sandboxed grading kernel; (replies, outputs per cell, work folder)."""
+    async def go():
+        k = kernels.Kernel("test", env=env)
+        book_ = book or kernels.Outputs()
+        await k.start()
+        try:
+            replies, outs = [], []
+            for code in cells:
+                sink = book_.cell()
+                replies.append(await k.execute(code, timeout=timeout, sink=sink))
+                outs.append(sink.outputs)
+            return replies, outs, k.work
+        finally:
+            await k.shutdown()
+    return asyncio.run(go())
 
 
-@pytest.mark.skipif(sandbox.bwrap_status() != "ok", reason=f"no sandbox here: {sandbox.bwrap_status()}")
-def test_sandboxed_kernel_sees_no_course_files_has_no_network_and_writes_only_its_folder(tmp_path):
-    secret = tmp_path / "secret.txt"  # a scratch course's hidden file: under /tmp, hidden with it
+def _text(outputs) -> str:
+    return "".join(o.get("text", "") + str(o.get("evalue", "")) + str(o.get("data", {}).get("text/plain", ""))
+                   for o in outputs)
+
+
+# ----------------------------------------------------------------------------- the sandbox
+
+@SANDBOXED
+def test_sandboxed_kernel_sees_only_the_system_the_environment_the_library_and_the_cache(tmp_path):
+    secret = tmp_path / "secret.txt"
     secret.write_text("hidden")
-    nb, work = _run_tiny_notebook(tmp_path, [
-        f"import os, socket\nprint(sorted(os.listdir({str(ROOT)!r})))",
+    replies, outs, work = _run([
+        f"import os\nprint(sorted(os.listdir({str(ROOT)!r})))",
         f"print(open({str(secret)!r}).read())",
         f"open({str(ROOT / 'gradebook.db')!r}, 'w')",
-        "socket.create_connection(('1.1.1.1', 53), timeout=3)",
+        "import socket; socket.create_connection(('1.1.1.1', 53), timeout=3)",
         "open('mine.txt', 'w').write('ok'); print(open('mine.txt').read())",
         "import llmrl; print('library ok')",
         "import subprocess; print(subprocess.run(['mount', '-o', 'remount,rw', '/'], capture_output=True).returncode)",
+        "print((sorted(os.listdir('/')), sorted(os.listdir('/etc'))))",
+        "print(os.path.exists('/home'), sorted(os.listdir(os.path.expanduser('~root/.cache'))) "
+        "if os.path.exists(os.path.expanduser('~root/.cache')) else [], "
+        "[p for p in os.listdir('/tmp') if not os.getcwd().startswith('/tmp/' + p)])",
+        "print(sorted(os.environ))",
+        f"print(os.listdir({os.environ.get('LLMRL_CACHE') or str(Path.home() / '.cache' / 'llmrl')!r}) != [])",
     ])
-    outs = [_text(c) for c in nb.cells]
-    assert outs[0].strip() == str(sorted(sandbox.VISIBLE)), outs[0]
-    assert "FileNotFoundError" in outs[1] or "No such file" in outs[1], outs[1]
-    assert "Read-only" in outs[2], outs[2]
-    assert "unreachable" in outs[3] or "OSError" in outs[3] or "Errno" in outs[3], outs[3]
-    assert outs[4].strip() == "ok" and (work / "mine.txt").read_text() == "ok"
-    assert "library ok" in outs[5]
-    assert outs[6].strip() != "0", "the kernel could remount the file system"
+    text = [_text(o) for o in outs]
+    assert text[0].strip() == str(sorted(p.name for p in (ROOT / "lib", ROOT / ".venv") if p.exists())), text[0]
+    assert "No such file" in text[1], text[1]
+    assert "Read-only" in text[2] or "No such file" in text[2], text[2]
+    assert "unreachable" in text[3] or "Errno" in text[3], text[3]
+    assert text[4].strip() == "ok" and (work / "mine.txt").read_text() == "ok" if work.exists() else True
+    assert "library ok" in text[5]
+    assert text[6].strip() != "0", "the kernel could remount the file system"
+    top, etc = eval(text[7])  # noqa: S307 (two lists printed by the kernel above)
+    assert "home" not in top and "srv" not in top and "opt" not in top, top
+    assert set(etc) <= set(sandbox.ETC), etc
+    in_home = [sandbox.cache_dir().name] if sandbox.cache_dir().parent == Path("/root/.cache") else []
+    assert text[8].strip() == f"False {in_home} []", text[8]  # no /home; of ~/.cache the model cache only
+    names = eval(text[9])  # noqa: S307
+    leaked = [n for n in names if n not in sandbox.ENV_KEEP and n not in (
+        "HOME", "TMPDIR", "MPLCONFIGDIR", "IPYTHONDIR", "LLMRL_CACHE", "PYTHONDONTWRITEBYTECODE", "MPLBACKEND",
+        "JPY_PARENT_PID", "JPY_SESSION_NAME", "PWD", "PYDEVD_USE_FRAME_EVAL", "CLICOLOR", "FORCE_COLOR", "TERM",
+        "PAGER", "GIT_PAGER", "LLMRL_SANDBOX_COURSES", "CLICOLOR_FORCE")]
+    assert leaked == [], f"the kernel sees the grader's environment: {leaked}"
+    assert "True" in text[10], "the model cache must be readable"
 
 
-def test_without_bwrap_the_kernel_still_runs_with_limits_and_a_warning(tmp_path, capfd):
+@SANDBOXED
+def test_other_course_folders_and_home_are_not_visible():
+    replies, outs, _ = _run(["import glob; print(glob.glob('/work/*/source/*/*.ipynb'), glob.glob('/home/*'), "
+                             f"glob.glob({str(ROOT)!r} + '/source/*'))"])
+    assert _text(outs[0]).strip() == "[] [] []", _text(outs[0])
+
+
+def test_without_bwrap_the_kernel_still_runs_with_limits_and_a_warning(capfd):
     sandbox.bwrap_status.cache_clear()
     try:
-        nb, _ = _run_tiny_notebook(tmp_path, [
-            "import resource; print(resource.getrlimit(resource.RLIMIT_AS)[0] >> 20)",
-        ], env={"LLMRL_SANDBOX": "0", "LLMRL_GRADE_MEM_MB": "3000"})
+        replies, outs, _ = _run(["import resource; print(resource.getrlimit(resource.RLIMIT_AS)[0] >> 20)"],
+                                env={"LLMRL_SANDBOX": "0", "LLMRL_GRADE_MEM_MB": "3000"})
     finally:
         sandbox.bwrap_status.cache_clear()
-    assert _text(nb.cells[0]).strip() == "3000"
+    assert _text(outs[0]).strip() == "3000"
     assert "WITHOUT a sandbox" in capfd.readouterr().err
 
 
-def test_bwrap_command_hides_the_course_and_binds_two_folders(tmp_path):
-    argv = sandbox.bwrap_argv(tmp_path / "w", tmp_path / "rt", [tmp_path])
+def test_bwrap_command_starts_from_an_empty_root_and_binds_two_folders_writable(tmp_path):
+    argv = sandbox.bwrap_argv(tmp_path / "w", tmp_path / "rt")
     text = " ".join(argv)
-    assert f"--tmpfs {ROOT}" in text and "--unshare-all" in text and "--cap-drop ALL" in text
+    assert "--ro-bind / /" not in text and "--bind / /" not in text
+    assert "--unshare-all" in text and "--cap-drop ALL" in text and "--ro-bind /usr /usr" in text
     assert f"--ro-bind {ROOT / 'lib'} {ROOT / 'lib'}" in text
     assert f"--bind {tmp_path / 'w'} {tmp_path / 'w'}" in text and f"--bind {tmp_path / 'rt'} {tmp_path / 'rt'}" in text
-    assert f"--remount-ro {ROOT}" in text and "--remount-ro /tmp" in text
+    assert "--remount-ro /" in text and f"{ROOT} " not in text.replace(f"{ROOT}/", "")
+
+
+def test_a_python_path_that_would_show_the_course_is_refused(monkeypatch):
+    sandbox._exposed.cache_clear()
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    try:
+        with pytest.raises(sandbox.SandboxError, match="holds the course's"):
+            sandbox.exposed([ROOT])
+    finally:
+        sandbox._exposed.cache_clear()
+
+
+@SANDBOXED
+def test_the_probe_says_why_the_course_library_does_not_import(tmp_path):
+    shadow = tmp_path / "shadow" / "llmrl"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('this llmrl is broken')\n")
+    proc = subprocess.run([sys.executable, str(ROOT / "autograder" / "sandbox.py"), "--probe"], capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(tmp_path / "shadow")))
+    assert proc.returncode == 1
+    assert "cannot be imported inside the grading sandbox" in proc.stdout and "this llmrl is broken" in proc.stdout
+    ok = subprocess.run([sys.executable, str(ROOT / "autograder" / "sandbox.py"), "--probe"], capture_output=True,
+                        text=True, timeout=300)
+    assert ok.returncode == 0, ok.stdout
+
+
+# ----------------------------------------------------------------------------- output caps
+
+def test_display_updates_count_against_the_cell_that_owns_the_display():
+    book = kernels.Outputs(cell_cap=1000, notebook_cap=5000)
+    first = book.cell()
+    first.handle("display_data", {"data": {"text/plain": "x"}, "metadata": {}, "transient": {"display_id": "d"}})
+    later = book.cell()
+    for _ in range(20):
+        later.handle("update_display_data", {"data": {"text/plain": "y" * 900}, "metadata": {},
+                                             "transient": {"display_id": "d"}})
+    later.handle("update_display_data", {"data": {"text/plain": "z" * 5000}, "metadata": {},
+                                         "transient": {"display_id": "d"}})
+    assert first.used <= 1000 and book.total <= 5000
+    assert first.outputs[0]["data"]["text/plain"] == "y" * 900
+    assert "dropped" in first.outputs[-1]["text"]
+
+
+def test_streams_merge_clear_output_frees_the_budget_and_errors_are_always_kept():
+    book = kernels.Outputs(cell_cap=100, notebook_cap=1000)
+    c = book.cell()
+    c.handle("stream", {"name": "stdout", "text": "a" * 60})
+    c.handle("stream", {"name": "stdout", "text": "b" * 30})
+    assert len(c.outputs) == 1 and c.used == 90
+    c.handle("clear_output", {"wait": False})
+    assert c.outputs == [] and c.used == 0 and book.total == 0
+    c.handle("stream", {"name": "stdout", "text": "c" * 200})
+    c.handle("error", {"ename": "ValueError", "evalue": "boom", "traceback": ["x" * 500]})
+    assert c.outputs[-1]["output_type"] == "error" and c.outputs[-1]["ename"] == "ValueError"
+
+
+@SANDBOXED
+def test_a_100_mb_message_does_not_reach_the_graders_memory():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    replies, outs, _ = _run(["import sys; sys.stdout.write('x' * 100_000_000); sys.stdout.flush()",
+                             "print('still talking')"])
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mb < 60, f"the grader grew by {grown_mb:.0f} MB"
+    assert replies[0].ok and replies[1].ok
+    assert "still talking" in _text(outs[1]), "the output channel did not come back after the oversized message"
+
+
+# ----------------------------------------------------------------------------- the wire format
+
+def _answer(value, **extra) -> bytes:
+    enc = wire.Encoder([])
+    header = {"ok": True, "value": enc.node(value, top=True), **extra}
+    return wire.pack(header, enc.buffers)
+
+
+def test_the_wire_brings_values_back_as_exact_builtin_types():
+    import numpy as np
+    import torch
+
+    class MyTensor(torch.Tensor):
+        pass
+
+    class MyFloat(float):
+        def __eq__(self, other):
+            return True
+
+    value = (torch.arange(4.0).as_subclass(MyTensor), np.arange(3).view(np.ndarray), MyFloat(1.5), np.float32(2.5),
+             {"k": [1, True, None, "s", b"b", 1 + 2j]}, torch.tensor([True, False]), torch.ones(2, dtype=torch.bfloat16))
+    header, buffers = wire.validate(_answer(value))
+    out = wire.Decoder(buffers).value(header["value"])
+    assert type(out) is tuple and type(out[0]) is torch.Tensor and torch.equal(out[0], torch.arange(4.0))
+    assert type(out[1]) is np.ndarray and type(out[2]) is float and out[2] == 1.5
+    assert type(out[3]) is np.float32 and type(out[4]["k"][1]) is bool and out[4]["k"][5] == 1 + 2j
+    assert out[5].dtype == torch.bool and out[6].dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda h: h["value"].update(dtype="object"), "dtype"),
+    (lambda h: h["value"].update(shape=[5]), "holds"),
+    (lambda h: h.update(value={"t": "pickle", "v": "..."}), "unknown value kind"),
+    (lambda h: h.update(extra=1), "unknown header fields"),
+    (lambda h: h.update(value={"t": "list", "v": [h["value"], h["value"]]}), "used twice"),
+])
+def test_the_wire_refuses_what_is_not_the_format(change, words):
+    import torch
+
+    header, buffers = wire.unpack(_answer(torch.ones(4)))
+    header = json.loads(json.dumps(header))
+    change(header)
+    header.pop("buflens")
+    data = wire.pack(header, [bytes(b) for b in buffers])
+    with pytest.raises(wire.WireError, match=words):
+        wire.validate(data)
+
+
+def test_the_wire_refuses_deep_nesting_and_huge_headers():
+    deep = {"t": "none"}
+    for _ in range(wire.LIMITS["depth"] + 5):
+        deep = {"t": "list", "v": [deep]}
+    with pytest.raises(wire.WireError, match="nested"):
+        wire.validate(wire.pack({"ok": True, "value": deep}, []))
+    with pytest.raises(wire.WireError):
+        wire.validate(b"not a message at all")
+
+
+def test_exceptions_come_back_as_the_nearest_builtin_class():
+    class MyError(ValueError):
+        pass
+
+    e = wire.rebuild_exception(wire.exception(MyError("bad temperature")))
+    assert type(e) is ValueError and "bad temperature" in str(e)
+    assert type(wire.rebuild_exception(wire.exception(NotImplementedError()))) is NotImplementedError
+    assert type(wire.rebuild_exception({"t": "exc", "types": ["SystemExit", "BaseException"], "msg": "x"})) is RuntimeError
+
+
+# ----------------------------------------------------------------------------- calls into the student's kernel
+
+def _grade_tiny(solution: str, test: str, free: list[str] = (), settings: dict | None = None):
+    """Run a two-cell notebook (solution, test) through the feedback and grading runs."""
+    src = nbformat.v4.new_notebook()
+    meta_sol = {"nbgrader": {"grade": False, "grade_id": "sol", "locked": False, "schema_version": 3,
+                             "solution": True, "task": False}}
+    meta_test = {"nbgrader": {"grade": True, "grade_id": "test", "locked": True, "points": 1, "schema_version": 3,
+                              "solution": False, "task": False}}
+    src.cells = [nbformat.v4.new_code_cell("import torch, numpy as np"),
+                 nbformat.v4.new_code_cell(solution, metadata=meta_sol),
+                 nbformat.v4.new_code_cell(test, metadata=meta_test)]
+    sub = nbformat.from_dict(json.loads(json.dumps(src)))
+    for code in free:
+        sub.cells.insert(2, nbformat.v4.new_code_cell(code))
+    s = tworun.Settings(**({"cell_timeout": 30, "notebook_timeout": 120} | (settings or {})))
+    return asyncio.run(tworun.run_notebook(sub, src, s))
+
+
+@pytest.mark.slow
+def test_calls_keep_the_semantics_tests_rely_on():
+    solution = '''
+def f(x, g=None, out=None):
+    """doubles x; draws with g; raises for negative; writes into out; a generator when x is an int"""
+    if isinstance(x, int):
+        return (i for i in range(x))
+    if (x < 0).any():
+        raise ValueError("negative input")
+    if out is not None:
+        out += 1
+    noise = torch.rand(x.shape, generator=g) if g is not None else 0
+    return x * 2 + 0 * noise, torch.rand(1).item()
+'''
+    test = '''
+x = torch.tensor([1.0, 2.0], requires_grad=True)
+y, r = f(x)
+y.sum().backward()
+assert torch.equal(x.grad, torch.tensor([2.0, 2.0])), x.grad
+assert type(y) is torch.Tensor and y.requires_grad
+g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+f(torch.ones(2), g1)
+assert not torch.equal(g1.get_state(), g2.get_state()), "the generator's state must come back advanced"
+torch.manual_seed(0); a = f(torch.ones(1))[1]
+torch.manual_seed(0); b = f(torch.ones(1))[1]
+assert a == b, "the global random state must travel with the call"
+buf = torch.zeros(2)
+f(torch.ones(2), out=buf)
+assert torch.equal(buf, torch.ones(2)), "an argument changed in place must come back changed"
+try:
+    f(torch.tensor([-1.0]))
+except ValueError as e:
+    assert "negative" in str(e)
+else:
+    raise AssertionError("no ValueError")
+assert list(f(3)) == [0, 1, 2]
+with torch.no_grad():
+    assert not f(torch.ones(1, requires_grad=True))[0].requires_grad
+'''
+    r = _grade_tiny(solution, test)
+    assert r.verdicts == {"test": None}, r.verdicts
+    assert r.review == []
+
+
+@pytest.mark.slow
+def test_a_call_that_hangs_or_kills_the_kernel_fails_that_test_and_the_next_calls_still_work():
+    solution = '''
+import os, time
+def f(x):
+    if x == "hang":
+        while True:
+            time.sleep(0.01)
+    if x == "die":
+        os._exit(3)
+    return x
+'''
+    test = '''
+try:
+    f("hang")
+except Exception:
+    raise AssertionError("the grader's timeout was caught as an ordinary exception")
+'''
+    r = _grade_tiny(solution, test, settings={"cell_timeout": 5})
+    assert r.verdicts["test"].startswith("StudentTimeout"), r.verdicts
+    r = _grade_tiny(solution, "f('die')\n")
+    assert r.verdicts["test"].startswith("StudentKernelDied"), r.verdicts
+    r = _grade_tiny(solution, "try:\n    f('die')\nexcept BaseException:\n    pass\nassert f(5) == 5\n")
+    assert r.verdicts["test"] is None and r.events["restarts"] == 1, (r.verdicts, r.events)
+
+
+@pytest.mark.slow
+def test_an_answer_outside_the_format_fails_and_flags_the_notebook_for_review():
+    # the student's function replaces the grader's serve function in its own kernel (after the first call)
+    solution = ("def f(x):\n    import sys\n"
+                "    sys.modules['_llmrl_remote'].serve = lambda text: 'bm90IGEgbWVzc2FnZQ=='\n    return x")
+    r = _grade_tiny(solution, "assert f(1) == 1\nassert f(2) == 2")
+    assert r.verdicts["test"].startswith("StudentProtocolError"), r.verdicts
+    assert r.review and "outside the grader's format" in r.review[0]
+
+
+def test_setup_cells_are_chosen_by_what_the_tests_read():
+    src = nbformat.v4.new_notebook()
+    src.cells = [nbformat.v4.new_code_cell("import math\nimport numpy as np"),
+                 nbformat.v4.new_code_cell("model = train_for_an_hour()"),
+                 nbformat.v4.new_code_cell("SCALE = math.pi"),
+                 nbformat.v4.new_code_cell("_x = 1", metadata={"tags": ["grader-setup"]})]
+    assert tworun.setup_cells(src, {"SCALE"}) == [0, 2, 3]
+    assert tworun.setup_cells(src, {"model"}) == [1, 3]
+    assert tworun.names("def f():\n    return g(y)\nz = 1\nfor i in range(3): pass")[:2] == (
+        {"f", "z", "i"}, {"g", "y", "range"})
+
+
+def test_hidden_tests_are_removed_for_the_feedback_run():
+    code = "a = 1\n### BEGIN HIDDEN TESTS\nassert secret()\n### END HIDDEN TESTS\nb = 2"
+    assert tworun.strip_hidden(code) == "a = 1\nb = 2"
 
 
 # ----------------------------------------------------------------------------- static review notes
@@ -156,6 +432,18 @@ def test_each_task_has_two_wrong_answers_that_lose_it():
             assert tests == [] or "rewritten" in names, f"{lab}/{nb}: no correct answer written differently"
 
 
+def test_each_class_of_issue_13_has_two_hostile_entries():
+    hostile = corpus.load_spec("hostile")
+    built = [b for b in corpus.build_all() if b.entry.name.startswith("h") and b.entry.name[1].isdigit()]
+    for cls in "1234567":
+        names = {b.entry.name for b in built if b.entry.name.startswith(f"h{cls}-")}
+        assert len(names) >= 2, f"class {cls}: only {sorted(names)}"
+    assert set(hostile.PLACES) | set(hostile.EVERYWHERE) == {b.entry.name for b in built}
+    controls = {(b.assignment, b.entry.notebook) for b in corpus.build_all() if b.entry.name == "wrong-control"}
+    dressed = {(b.assignment, b.entry.notebook) for b in built if b.entry.name.startswith(hostile.CONTROLLED)}
+    assert controls == dressed
+
+
 # ----------------------------------------------------------------------------- command lines
 
 def test_batch_refuses_an_unknown_assignment():
@@ -171,3 +459,29 @@ def test_grade_refuses_an_oversized_file(tmp_path):
     proc = subprocess.run([str(ROOT / "autograder" / "grade"), corpus.available()[0], str(big)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "larger than" in proc.stderr
+
+
+def test_grade_refuses_a_notebook_that_is_a_symbolic_link(tmp_path):
+    link = tmp_path / "llm_as_policy.ipynb"
+    link.symlink_to(ROOT / "source" / "lab11" / "llm_as_policy.ipynb")  # the solutions, if it were followed
+    proc = subprocess.run([str(ROOT / "autograder" / "grade"), "lab11", str(link)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 1 and "symbolic link" in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow
+def test_a_submission_leaning_on_the_library_is_held_for_review_with_the_answer_keys_notes(tmp_path):
+    """The grader runs the answer-key check (autograder/answer_key.py), static and at run time."""
+    from corpus._leans import LEANS
+
+    entry = LEANS["lab11"][0]
+    built = corpus.build_entry("lab11", entry)
+    path = tmp_path / f"{entry.notebook}.ipynb"
+    path.write_text(next(iter(built.files.values())))
+    proc = subprocess.run([str(ROOT / "autograder" / "grade"), "lab11", str(path)], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    nb = json.loads(proc.stdout)["notebooks"][0]
+    reasons = [r for r in nb["review_reasons"] if r.startswith("answer key: ")]
+    assert nb["needs_manual_review"] and nb["points"] == 0
+    assert any("(seen at run time)" in r for r in reasons) and any("delegates to" in r for r in reasons), reasons

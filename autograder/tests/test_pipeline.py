@@ -146,6 +146,47 @@ def test_sources_score_full_marks_and_releases_zero(assignment):
     assert before == after, "autograder/grade changed the course's gradebook.db"
 
 
+def test_grade_never_writes_the_course_gradebook_even_through_links_a_kernel_plants(tmp_path):
+    """A kernel that puts links named like nbgrader's outputs (and the gradebook) into its folder:
+    the grader never reads or writes there, so nothing outside the scratch course changes."""
+    lab = LABS[0]
+    db = ROOT / "gradebook.db"
+    made = not db.exists()
+    if made:
+        db.write_bytes(b"a stand-in for the course's gradebook")
+    canary = ROOT / ".grade-canary"
+    try:
+        before = hashlib.sha256(db.read_bytes()).hexdigest()
+        nb = course.sample_submissions(lab)["reference"]
+        attack = nbformat.v4.new_code_cell(
+            "import os\n"
+            f"for name, target in [({lab.name + '.ipynb'!r}, {str(db)!r}), ({lab.name + '.html'!r}, {str(db)!r}),\n"
+            f"                     ('gradebook.db', {str(db)!r}), ('x.html', {str(canary)!r})]:\n"
+            "    if os.path.lexists(name):\n"
+            "        os.remove(name)\n"
+            "    os.symlink(target, name)\n"
+            "print(sorted(os.listdir('.')))")
+        nb.cells.insert(1, attack)
+        path = tmp_path / f"{lab.name}.ipynb"
+        nbformat.write(nb, path)
+        out = tmp_path / "out"
+        proc = subprocess.run([str(GRADE), lab.assignment, str(path), "--out", str(out)], capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        report = json.loads(proc.stdout)
+        nb_report = next(n for n in report["notebooks"] if n["notebook"] == lab.name)
+        assert all(c["points"] == c["max_points"] for c in nb_report["cells"] if not c["needs_manual_grade"])
+        assert hashlib.sha256(db.read_bytes()).hexdigest() == before, "the course's gradebook.db changed"
+        assert not canary.exists()
+        assert sorted(p.name for p in out.iterdir()) == [f"{lab.name}.html", f"{lab.name}.ipynb"]
+        assert all(p.is_file() and not p.is_symlink() for p in out.iterdir())
+    finally:
+        if made:
+            db.unlink()
+        if canary.exists():
+            canary.unlink()
+
+
 SAMPLES = sorted(course.SAMPLES.glob("*/*/*.py"))
 
 

@@ -62,6 +62,12 @@ CHANGED = {
     # hw4's entropy was the mean of the minibatches' token means, now the token mean of the whole
     # batch (the labs' reduction): the same quantity, weighted by tokens; they differ by ~1e-4
     "hw4_format_copy": {"entropy_nats": 1e-2},
+    # issue 17: a group whose G rewards are all equal now gets advantages of exactly zero. With the
+    # KL penalty in the reward, a group of identical completions has equal shaped rewards, but the
+    # float mean of 8 equal values is not always that value to the last bit, so before the change
+    # such a group got advantages of +-1e-7 and counted as a group with a gradient; this count
+    # (and nothing else, to 1e-4) moved
+    "lab19.hacking_beta0.05": {"frac_zero_advantage_groups": None},
 }
 
 
