@@ -135,9 +135,15 @@ warm: $(STAMP)
 # The course's numbers as another CPU computes them (docs/reproducibility.md): torch's portable
 # kernels instead of AVX2 / AVX-512, MKL's code path for any x86-64 and numpy without its AVX
 # dispatch. Under it: a check that the emulation changes the bits, the shipped models' calibration
-# against their manifest, hw4's short GRPO run, and lab11 under strict nbval (about 3 min at load 2).
+# against their manifest, the pinned RL steps (spine equivalence), lab11's experiments 1-2 against the
+# published numbers, lab19's live starts against its stored runs, hw4's short GRPO run, and lab11
+# under strict nbval.
 OTHER_CPU := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4 AVX512_ICL AVX512_SPR"
-OTHER_CPU_TESTS := lib/tests/test_other_cpu.py lib/tests/test_calibration.py \
+OTHER_CPU_TESTS := lib/tests/test_other_cpu.py lib/tests/test_calibration.py lib/tests/test_spine_equivalence.py \
+        "lib/tests/test_lab11.py::test_experiment1_matches_the_handout" \
+        "lib/tests/test_lab11.py::test_experiment2_matches_the_handout" \
+        "lib/tests/test_lab19.py::test_hacking_run_reproduces_reference_start" \
+        "lib/tests/test_lab19.py::test_entropy_run_reproduces_reference_start_and_takes_student_loss" \
         "lib/tests/test_hw4_trainer.py::test_grpo_fixes_format_copy_on_a_tiny_budget"
 test-other-cpu: $(STAMP)
 	$(OTHER_CPU) $(PYTEST) -q $(OTHER_CPU_TESTS)

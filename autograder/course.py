@@ -747,11 +747,16 @@ def _cell(points: str, of: str) -> str:
     return f"{points} / {of}"
 
 
-def score_table(labs: list[Lab], root: Path = ROOT, failed: dict | None = None) -> str:
-    """The gradebook as a text table: automatic and manual points apart, pending and missing marked."""
+def score_table(labs: list[Lab], root: Path = ROOT, failed: dict | None = None, no_submission: bool = True) -> str:
+    """The gradebook as a text table: automatic and manual points apart, pending and missing marked.
+
+    no_submission=False leaves out the students who handed in nothing for an assignment (the demo:
+    each sample student is written for one assignment)."""
     header = ("assignment", "student", "automatic", "manual (written)", "total", "status")
     rows = [header]
     for r in grade_rows(root, assignments(labs), failed):
+        if not no_submission and r["status"] == "missing" and r["notes"] == "no submission":
+            continue
         if r["status"] in ("missing", "failed"):
             rows.append((r["assignment"], r["student_id"], r["status"], "-", "-", r["notes"] and
                          f"{r['status']}: {r['notes']}" or r["status"]))
@@ -943,7 +948,7 @@ def demo(labs: list[Lab], demo_dir: Path = DEMO, root: Path = ROOT, progress: bo
     folder = make_demo_course(labs, demo_dir, root)
     demo_labs = [Lab(lab.assignment, lab.name, folder) for lab in labs]
     result = grade_course(demo_labs, folder, progress=progress, workers=workers)
-    return score_table(demo_labs, folder, _failed(result))
+    return score_table(demo_labs, folder, _failed(result), no_submission=False)
 
 
 def write_submissions(labs: list[Lab], root: Path = ROOT) -> list[Path]:

@@ -7,6 +7,11 @@ shape of the input.
 * ``"std"``: (r - mean) / (std + eps), GRPO's original normalisation (population std);
 * ``"maxrl"``: (r - p_hat) / p_hat with p_hat the group mean, MaxRL's maximum-likelihood weight;
   a group with no success (p_hat = 0) gets zero advantage.
+
+A group whose G rewards are all equal gets advantages of exactly zero (it carries no signal). The
+float mean of G equal values is not always that value to the last bit, so without this rule such
+a group's advantages would be rounding noise (~1e-7, or ~0.1 after the "std" normalisation with
+its eps of 1e-6) whenever the rewards are continuous, e.g. after a KL penalty.
 """
 
 from __future__ import annotations
@@ -50,4 +55,6 @@ def group_advantages(rewards: torch.Tensor, group_size: int | None = None, kind:
     else:
         safe = torch.where(mean > 0, mean, torch.ones_like(mean))
         adv = torch.where(mean > 0, (r - mean) / safe, torch.zeros_like(r))
+    constant = r.amax(1, keepdim=True) == r.amin(1, keepdim=True)
+    adv = torch.where(constant, torch.zeros_like(adv), adv)
     return adv.reshape(rewards.shape)

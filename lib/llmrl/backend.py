@@ -38,7 +38,8 @@ from typing import Callable, Protocol, Sequence, runtime_checkable
 import torch
 
 from . import addition
-from .sampling import Rollout, response_logits, sample_completions
+from .sampling import Rollout
+from .stacked import TinyLMStack
 from .tinylm import TinyLM
 from .utils import check_float, check_int, make_generator
 
@@ -68,20 +69,23 @@ class PolicyBackend(Protocol):
         ...
 
 
-def completion_logits(backend, rollout: Rollout, reference: bool = False) -> torch.Tensor:
+def completion_logits(backend, rollout: Rollout, reference: bool = False, n_cols: int | None = None) -> torch.Tensor:
     """[B, R, V] logits that score a rollout's completion tokens (the shift done), its groups'
     prompts encoded once where the backend can (TinyLM)."""
     return completion_logits_of(backend, rollout.input_ids, rollout.attention_mask, rollout.prompt_len,
-                                rollout.group_size, reference)
+                                rollout.group_size, reference, n_cols)
 
 
 def completion_logits_of(backend, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int,
-                         group_size: int = 1, reference: bool = False) -> torch.Tensor:
+                         group_size: int = 1, reference: bool = False, n_cols: int | None = None) -> torch.Tensor:
     """[B, R, V] logits scoring columns ``prompt_len``.. of ``input_ids`` [B, T]: the backend's own
-    ``completion_logits`` when it has one, else its full-sequence ``logits`` sliced."""
+    ``completion_logits`` when it has one, else its full-sequence ``logits`` sliced. ``n_cols``:
+    a backend that can may leave the columns from n_cols on uncomputed (zeros): no token there is
+    scored."""
     own = getattr(backend, "completion_logits", None)
     if own is not None:
-        return own(input_ids, group_size, reference, prompt_len)
+        return own(input_ids, group_size, reference, prompt_len) if n_cols is None else \
+            own(input_ids, group_size, reference, prompt_len, n_cols=n_cols)
     return backend.logits(input_ids, attention_mask, reference=reference)[:, prompt_len - 1:-1]
 
 
@@ -122,49 +126,95 @@ def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
 
 
 class TinyLMBackend:
-    """PolicyBackend over a TinyLM (CPU), the whole model trained.
+    """PolicyBackend over a TinyLM (CPU), the whole model trained; or over S TinyLMs of one
+    configuration trained together as S seeds (:mod:`llmrl.stacked`).
 
-    ``codec``: the addition task's by default. ``reference``: the frozen reference policy, a
-    model, ``"copy"`` (a frozen copy of the starting weights, made now) or None (no reference: the
-    step then tracks no KL). ``sampler(logits [B, V], temperature, generator) -> [B]`` replaces the
-    token sampler (lab11's student sampler).
+    ``model``: a TinyLM, or a sequence of S TinyLMs (the seeds: their own initial weights or copies
+    of one checkpoint). Rows of a rollout are then seed-major: seed s owns rows s*B..(s+1)*B-1,
+    ``generate`` takes S*N prompts (seed s's N prompts at s*N..) and a list of S generators, and
+    every scoring call takes and returns S*B rows. The models stay usable as TinyLMs: their
+    parameters read the trained weights (views of their seed's slice of the stack).
+
+    ``codec``: the addition task's by default. ``reference``: the frozen reference policy, a model
+    (shared by every seed), a list of S models, ``"copy"`` (frozen copies of the starting weights,
+    made now; one shared copy when every seed starts from the same weights) or None (no reference:
+    the step then tracks no KL). ``sampler(logits [B, V], temperature, generator) -> [B]`` replaces
+    the token sampler (lab11's student sampler), called per seed on its rows.
     """
 
     name = "tinylm"
     what = "TinyLM"  # how a checkpoint of this backend is called in error messages
 
-    def __init__(self, model: TinyLM, codec: Codec = ADDITION, reference: torch.nn.Module | str | None = None,
-                 sampler=None):
-        if not isinstance(model, torch.nn.Module):
-            raise TypeError(f"model must be a TinyLM (torch.nn.Module), got {type(model).__name__}")
+    def __init__(self, model: TinyLM | Sequence[TinyLM], codec: Codec = ADDITION,
+                 reference: torch.nn.Module | Sequence[torch.nn.Module] | str | None = None, sampler=None):
+        models = [model] if isinstance(model, torch.nn.Module) else list(model) if isinstance(model, (list, tuple)) else None
+        if not models or not all(isinstance(m, torch.nn.Module) for m in models):
+            raise TypeError(f"model must be a TinyLM (torch.nn.Module) or a list of them, got {type(model).__name__}")
         if not isinstance(codec, Codec):
             raise TypeError(f"codec must be an llmrl.backend.Codec, got {type(codec).__name__}")
         if sampler is not None and not callable(sampler):
             raise TypeError(f"sampler must be callable, got {type(sampler).__name__}")
-        self.model = model
         self.codec = codec
         self.sampler = sampler
         if isinstance(reference, str):
             if reference != "copy":
                 raise ValueError(f"reference must be a model, 'copy' or None, got {reference!r}")
-            reference = frozen_copy(model)
-        self.ref_model = reference
+            reference = [frozen_copy(models[0])] if _same_weights(models) else [frozen_copy(m) for m in models]
+        elif reference is not None:
+            reference = [reference] if isinstance(reference, torch.nn.Module) else list(reference)
+            if len(reference) not in (1, len(models)):
+                raise ValueError(f"reference must be one model or one per seed ({len(models)}), got {len(reference)}")
+            # a reference that is one of the trained models would follow it: freeze a copy instead
+            reference = [frozen_copy(r) if any(r is m for m in models) else r for r in reference]
+        self.models = models
+        self.stack = TinyLMStack(models)
+        self.ref_models = reference
+        self.ref_stack = None if reference is None else TinyLMStack(reference, trainable=False)
         self.device = torch.device("cpu")
         self.eos_token_id = codec.eos
         self.pad_token_id = codec.pad
         self._banned = None
         if codec.banned:
-            self._banned = torch.zeros(model.config.vocab_size, dtype=torch.bool)
+            self._banned = torch.zeros(models[0].config.vocab_size, dtype=torch.bool)
             self._banned[list(codec.banned)] = True
 
+    @property
+    def n_seeds(self) -> int:
+        return len(self.models)
+
+    @property
+    def model(self) -> TinyLM:
+        """The TinyLM (a one-seed backend)."""
+        if len(self.models) != 1:
+            raise AttributeError(f"this backend holds {len(self.models)} seeds: use .models")
+        return self.models[0]
+
+    @property
+    def ref_model(self):
+        return None if self.ref_models is None else self.ref_models[0]
+
     # -- sampling ---------------------------------------------------------------------------------
+    def _generators(self, generator) -> list[torch.Generator]:
+        if isinstance(generator, (list, tuple)):  # a one-seed backend (a teacher) may serve several seeds' streams
+            gens = list(generator)
+            if not gens or not all(isinstance(g, torch.Generator) for g in gens) or \
+                    (self.n_seeds > 1 and len(gens) != self.n_seeds):
+                raise ValueError(f"generator must be a list of {self.n_seeds if self.n_seeds > 1 else 'one or more'} "
+                                 "torch.Generator (one per seed)")
+            return gens
+        if self.n_seeds > 1:
+            raise ValueError(f"this backend holds {self.n_seeds} seeds: generator must be a list of "
+                             f"{self.n_seeds} torch.Generator, one per seed")
+        return [make_generator(generator)]
+
     @torch.no_grad()
     def generate(self, prompts: Sequence[str], group_size: int = 1, max_new_tokens: int | None = None,
-                 temperature: float = 1.0, top_p: float = 1.0, generator: torch.Generator | None = None,
+                 temperature: float = 1.0, top_p: float = 1.0, generator=None,
                  prompt_tokens: torch.Tensor | None = None) -> Rollout:
         """``group_size`` completions per prompt, rows grouped by prompt; temperature 0 is greedy.
 
-        ``prompt_tokens`` [N, P]: the prompts already encoded (skips ``codec.encode``)."""
+        With S seeds: S*N prompts, seed-major, and ``generator`` a list of S generators.
+        ``prompt_tokens`` [S*N, P]: the prompts already encoded (skips ``codec.encode``)."""
         if isinstance(prompts, str) or not len(prompts):
             raise ValueError("prompts must be a non-empty sequence of strings")
         c = self.codec
@@ -175,14 +225,17 @@ class TinyLMBackend:
         top_p = check_float("top_p", top_p)
         if not 0 < top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-        if c.prompt_len + max_new_tokens + int(c.cap_with_eos) > self.model.config.max_len:
+        max_len = self.models[0].config.max_len
+        if c.prompt_len + max_new_tokens + int(c.cap_with_eos) > max_len:
             raise ValueError(f"max_new_tokens={max_new_tokens} is too long for this model "
-                             f"(at most {self.model.config.max_len - c.prompt_len - int(c.cap_with_eos)})")
+                             f"(at most {max_len - c.prompt_len - int(c.cap_with_eos)})")
+        gens = self._generators(generator)
+        if len(prompts) % len(gens):
+            raise ValueError(f"{len(prompts)} prompts cannot be split evenly among {len(gens)} seeds")
         enc = c.encode(prompts) if prompt_tokens is None else prompt_tokens
-        out, chosen, logps = sample_completions(self.model, enc, group_size, max_new_tokens, temperature,
-                                                make_generator(generator), eos=c.eos, pad=c.pad, top_p=top_p,
-                                                banned=self._banned, sampler=self.sampler,
-                                                cap_with_eos=c.cap_with_eos, logprobs=c.cap_with_eos)
+        out, chosen, logps = self.stack.sample(enc, group_size, max_new_tokens, temperature, gens, eos=c.eos,
+                                               pad=c.pad, top_p=top_p, banned=self._banned, sampler=self.sampler,
+                                               cap_with_eos=c.cap_with_eos, logprobs=c.cap_with_eos)
         if not c.cap_with_eos:  # cut to the longest completion
             width = int(chosen.sum(1).max())
             out, chosen = out[:, :width], chosen[:, :width]
@@ -191,25 +244,27 @@ class TinyLMBackend:
         return Rollout(input_ids=torch.cat([enc, out], 1), attention_mask=torch.cat([enc != c.pad, chosen], 1).long(),
                        prompt_len=c.prompt_len, completions=c.decode(out), group_size=group_size,
                        prompts=[p for p in prompts for _ in range(group_size)], completion_mask=chosen,
-                       sample_logprobs=logps, temperature=temperature)
+                       sample_logprobs=logps, temperature=temperature, n_seeds=self.n_seeds)
 
     # -- scoring ----------------------------------------------------------------------------------
-    def _model(self, reference: bool) -> torch.nn.Module:
+    def _stack(self, reference: bool) -> TinyLMStack:
         if not reference:
-            return self.model
-        if self.ref_model is None:
+            return self.stack
+        if self.ref_stack is None:
             raise ValueError("this backend has no reference policy (build it with reference='copy')")
-        return self.ref_model
+        return self.ref_stack
 
     def completion_logits(self, input_ids: torch.Tensor, group_size: int = 1, reference: bool = False,
-                          prompt_len: int | None = None) -> torch.Tensor:
+                          prompt_len: int | None = None, n_cols: int | None = None) -> torch.Tensor:
         """[B, R, V] logits scoring the completion columns; rows in groups of ``group_size`` share
-        one prompt (it is encoded once per group)."""
+        one prompt (it is encoded once per group). ``n_cols``: only the first n_cols columns are
+        computed, the others hold zeros (for when no row has a token to score past them)."""
         P = self.codec.prompt_len if prompt_len is None else prompt_len
+        V = self.models[0].config.vocab_size
         if reference:
             with torch.no_grad():
-                return response_logits(self._model(True), input_ids, group_size, P)
-        return response_logits(self.model, input_ids, group_size, P)
+                return self._stack(True).completion_logits(input_ids, P, group_size, n_cols)[..., :V].contiguous()
+        return self.stack.completion_logits(input_ids, P, group_size, n_cols)[..., :V].contiguous()
 
     def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                reference: bool = False) -> torch.Tensor:
@@ -220,14 +275,16 @@ class TinyLMBackend:
         if attention_mask is not None and attention_mask.shape != input_ids.shape:
             raise ValueError(f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}, "
                              f"got {tuple(attention_mask.shape)}")
+        V = self.models[0].config.vocab_size
         if reference:
             with torch.no_grad():
-                return self._model(True)(input_ids.long())
-        return self.model(input_ids.long())
+                return self._stack(True).row_logits(input_ids.long())[..., :V].contiguous()
+        return self.stack.row_logits(input_ids.long())[..., :V].contiguous()
 
     # -- parameters and checkpoints ---------------------------------------------------------------
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
-        return [p for p in self.model.parameters() if p.requires_grad]
+        """The stacked weights (leading dimension: the seed), the tensors an optimizer steps."""
+        return self.stack.parameters()
 
     def train(self, mode: bool = True) -> None:
         """Nothing to switch: TinyLM has no dropout, so train and eval mode compute the same and the
@@ -251,7 +308,15 @@ class TinyLMBackend:
         self.model.load_state_dict(blob["state"])
 
     def describe(self) -> str:
-        return f"{self.name} TinyLM {self.model.num_parameters():,} parameters, vocab {self.model.config.vocab_size}"
+        seeds = f" x {self.n_seeds} seeds" if self.n_seeds > 1 else ""
+        return (f"{self.name} TinyLM {self.models[0].num_parameters():,} parameters{seeds}, "
+                f"vocab {self.models[0].config.vocab_size}")
+
+
+def _same_weights(models: Sequence[torch.nn.Module]) -> bool:
+    """Whether every model holds the same weights (seeds started from one checkpoint share one reference)."""
+    first = list(models[0].parameters())
+    return all(all(torch.equal(a, b) for a, b in zip(first, m.parameters())) for m in models[1:])
 
 
 def as_backend(policy, reference=None) -> PolicyBackend:

@@ -1,16 +1,33 @@
 """Benchmarks: ``python -m llmrl.bench`` prints one JSON object per figure.
 
 Everything is measured in the same run on one thread, and speed is reported as ratios within the
-run (the machines are shared and noisy): an RL step against the time its FLOPs would take at the
-matmul rate measured a moment before, and, when the optional ``trl`` extra is installed, TRL's
-GRPOTrainer against ours per sequence.
+run (the machines are shared and noisy): each timing is the best of ``--rounds`` alternated rounds
+(the one least disturbed by other jobs), given as wall time and as this process's CPU time, with
+the load average beside it.
 
-Figures: ``matmul_gflops``, ``rl_step_ms`` (16 prompts x 8 samples, 1 epoch), ``rl_step_flops_ms``
-and ``rl_step_vs_matmul_ratio``, ``sft_step_ms`` (batch 64), ``lab11_widget_update_s`` (a slider move redrawn), ``sft_teacher_student_s``
-(one SFT run from scratch that yields the student and the teacher), ``trl_grpo_vs_ours_per_sequence``
-(optional), ``hw4_data_parallel_wall_ratio`` (hw4's trainer on 2 CPU processes against 1 process
-over the same prompts and samples, with the CPU-time ratio that shared cores do not blur;
-``--only-dp`` runs this figure alone).
+Figures (16 prompts x 8 samples, 1 epoch, from a fresh TinyLM):
+
+* ``matmul_gflops``: the rate of a 512 x 512 x 512 fp32 matmul, one thread;
+* ``rl_step_ms``: one seed's RL step; ``rl_step_flops_ms``: the FLOPs of such a step done the plain
+  way (a KV cache in sampling, a reference forward, a training forward and backward over the whole
+  sequences) at that rate; ``rl_step_vs_matmul_ratio``;
+* ``rl_step_5seeds_ms`` (``--seeds``): five seeds stepping together (``rl_train(seeds=...)``),
+  ``rl_step_5seeds_vs_1seed_ratio`` and ``rl_step_5seeds_vs_matmul_ratio`` (against five steps' FLOPs);
+* ``baseline_rl_step_ms``: the plain-torch step of ``../shared/baseline`` (``quick_rl_bench.py``,
+  run as a subprocess before and after ours) and ``rl_step_speedup_vs_baseline``;
+* ``sft_step_ms`` (batch 64);
+* ``lab19_hacking_arm_s`` (300 steps, 1 seed and 5 seeds) and ``lab21_project0_s`` (four arms at
+  the full budget, 5 seeds), whole runs with their evaluations;
+* ``lab11_widget_update_s``, ``lab19_widget_update_s``, ``lab21_widget_update_s``: a slider move redrawn;
+* ``sft_teacher_student_s`` (one SFT run from scratch that yields the student and the teacher) and
+  ``trl_grpo_vs_ours_per_sequence`` (optional, with the ``trl`` extra).
+* ``hw4_data_parallel_wall_ratio``: hw4's trainer on 2 CPU processes against 1 process over the
+  same prompts and samples, with the CPU-time ratio that shared cores do not blur (``--only-dp``
+  runs this figure alone, ``--skip-dp`` leaves it out).
+
+``--profile`` prints instead where a step's time goes (``rl_step_profile``: ms per step in each
+stage and in the main calls inside them, for one seed and for ``--seeds`` together) and the
+operators torch runs per step (``rl_step_ops``: their count and the busiest by self time).
 """
 
 from __future__ import annotations
@@ -32,7 +49,9 @@ from .addition import PROMPT_LEN, RESPONSE_LEN
 from .checkpoints import COURSE_SFT, COURSE_SNAPSHOTS, SFTConfig, sft_train
 from .tinylm import TinyLM
 from .trainer import rl_train
-from .utils import set_threads
+from .utils import repo_root, set_threads
+
+BASELINE = Path("shared") / "baseline" / "quick_rl_bench.py"
 
 
 def emit(name: str, value, unit: str, **extra) -> dict:
@@ -41,14 +60,26 @@ def emit(name: str, value, unit: str, **extra) -> dict:
     return rec
 
 
-def matmul_gflops(n: int = 512, repeats: int = 20) -> float:
+def load() -> list[float]:
+    """The 1, 5 and 15 minute load averages (what else the machine was doing)."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def matmul_gflops(n: int = 512, repeats: int = 20) -> tuple[float, float]:
+    """(GFLOP/s by wall time, GFLOP/s by this process's CPU time) of an n x n x n fp32 matmul."""
     a, b = torch.randn(n, n), torch.randn(n, n)
     for _ in range(3):
         a @ b
-    t = time.perf_counter()
-    for _ in range(repeats):
-        a @ b
-    return 2 * n ** 3 * repeats / (time.perf_counter() - t) / 1e9
+    with Clock() as c:
+        for _ in range(repeats):
+            a @ b
+    flop = 2 * n ** 3 * repeats / 1e9
+    return flop / c.wall, flop / max(c.cpu, 1e-9)
+
+
+def best_rate(*rates: tuple[float, float]) -> tuple[float, float]:
+    """The fastest wall rate and the fastest CPU rate of several :func:`matmul_gflops`."""
+    return max(r[0] for r in rates), max(r[1] for r in rates)
 
 
 def forward_flops(model: TinyLM, n_tokens: int, context: int) -> float:
@@ -59,6 +90,9 @@ def forward_flops(model: TinyLM, n_tokens: int, context: int) -> float:
 
 
 def rl_step_flops(model: TinyLM, n_prompts: int = 16, group: int = 8) -> float:
+    """The FLOPs of one step done the plain way with a KV cache: the same yardstick as before the
+    step was made faster (the step now computes fewer: no column past the last token any row
+    scores, the old policy's log-probs taken from sampling)."""
     B = n_prompts * group
     prompt = forward_flops(model, n_prompts * PROMPT_LEN, PROMPT_LEN)
     sample = prompt + sum(forward_flops(model, B, PROMPT_LEN + i + 1) for i in range(RESPONSE_LEN - 2))
@@ -67,11 +101,34 @@ def rl_step_flops(model: TinyLM, n_prompts: int = 16, group: int = 8) -> float:
     return sample + scored + 3 * scored
 
 
-def time_rl_steps(model, steps: int, **kw) -> float:
-    rl_train(copy.deepcopy(model), steps=3, progress=False, **kw)  # warm-up
-    t = time.perf_counter()
-    rl_train(copy.deepcopy(model), steps=steps, progress=False, **kw)
-    return (time.perf_counter() - t) / steps * 1000
+class Clock:
+    """Wall and CPU seconds of a block."""
+
+    def __enter__(self):
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall, self.cpu = time.perf_counter() - self.wall, time.process_time() - self.cpu
+
+
+def time_rl_steps(model, steps: int, seeds=None, **kw) -> tuple[float, float]:
+    """(wall ms, CPU ms) per step of ``steps`` RL steps (after 3 warm-up steps)."""
+    rl_train(copy.deepcopy(model), steps=3, progress=False, seeds=seeds, **kw)
+    with Clock() as c:
+        rl_train(copy.deepcopy(model), steps=steps, progress=False, seeds=seeds, **kw)
+    return c.wall / steps * 1000, c.cpu / steps * 1000
+
+
+def best_of(rounds: int, *fns):
+    """Run the functions alternately ``rounds`` times; per function the result with the least wall time."""
+    best = [None] * len(fns)
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            r = fn()
+            if best[i] is None or r[0] < best[i][0]:
+                best[i] = r
+    return best
 
 
 def time_sft_steps(steps: int = 100) -> float:
@@ -81,23 +138,173 @@ def time_sft_steps(steps: int = 100) -> float:
     return (time.perf_counter() - t) / steps * 1000
 
 
-def widget_update_seconds() -> float:
-    """Seconds for lab11's temperature and beta widgets to redraw after a slider moves."""
+def baseline_script() -> Path | None:
+    """``../shared/baseline/quick_rl_bench.py`` seen from the repository (or ``$LLMRL_BASELINE``)."""
+    env = os.environ.get("LLMRL_BASELINE")
+    if env:
+        return Path(env)
+    root = repo_root() or Path.cwd()
+    for parent in [root, *root.parents]:
+        if (parent / BASELINE).is_file():
+            return parent / BASELINE
+    return None
+
+
+#: Runs the baseline script unchanged in its own process with its clock (``time.perf_counter``)
+#: reading that process's CPU time, so that it reports CPU ms per step like ours.
+_CPU_CLOCK = ("import runpy, sys, time; time.perf_counter = time.process_time; "
+              "sys.argv = [sys.argv[1]]; runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
+def baseline_ms(script: Path, cpu: bool = False) -> float | None:
+    """The plain-torch step's ms, from its own process (never imported): wall ms as it reports
+    them, or with ``cpu`` its process's CPU ms per step."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    cmd = [sys.executable, "-c", _CPU_CLOCK, str(script)] if cpu else [sys.executable, str(script)]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    for line in res.stdout.splitlines():
+        try:
+            return float(json.loads(line)["ms"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    print(f"baseline failed: {res.stderr[-500:]}", file=sys.stderr)
+    return None
+
+
+# ----------------------------------------------------------------------------- --profile
+
+#: What ``--profile`` times: (label, owner, attribute); nested calls are listed under their stage.
+PROFILED = (
+    ("collect", "trainer", "collect"),
+    ("  generate (sampling)", "backend", "TinyLMBackend.generate"),
+    ("score", "trainer", "score"),
+    ("  task rewards + correctness", "trainer", "task_score"),
+    ("  task correctness", "trainer", "task_correct"),
+    ("  reference log-probs", "trainer", "CompletionScorer.ref_logprobs"),
+    ("advantages", "trainer", "compute_advantages"),
+    ("update", "trainer", "update"),
+    ("  forward (training)", "trainer", "CompletionScorer.forward"),
+    ("  loss + stats", "trainer", "_minibatch_loss"),
+    ("  stats", "trainer", "_minibatch_stats"),
+    ("  backward", "trainer", "PolicyOptimizer.backward"),
+    ("  clip + AdamW", "trainer", "PolicyOptimizer.step"),
+    ("step_metrics", "trainer", "step_metrics"),
+)
+
+
+def stage_ms(model, steps: int, seeds=None) -> dict[str, float]:
+    """CPU ms per RL step (this process's, so other jobs on the machine count little) spent in each
+    of :data:`PROFILED` (patched for the run, then restored), ``step`` (the whole step) and
+    ``step_wall``."""
+    import importlib
+
+    totals, patches = {label: 0.0 for label, *_ in PROFILED}, []
+    for label, mod, attr in PROFILED:
+        owner = importlib.import_module(f"llmrl.{mod}")
+        *path, name = attr.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        fn = getattr(owner, name)
+
+        def timed(*a, _fn=fn, _label=label, **k):
+            t = time.process_time()
+            try:
+                return _fn(*a, **k)
+            finally:
+                totals[_label] += time.process_time() - t
+
+        patches.append((owner, name, fn))
+        setattr(owner, name, timed)
+    try:
+        rl_train(copy.deepcopy(model), steps=2, progress=False, seeds=seeds)
+        for k in totals:
+            totals[k] = 0.0
+        with Clock() as c:
+            rl_train(copy.deepcopy(model), steps=steps, progress=False, seeds=seeds)
+    finally:
+        for owner, name, fn in reversed(patches):
+            setattr(owner, name, fn)
+    out = {k: round(v / steps * 1000, 2) for k, v in totals.items()}
+    out["step"], out["step_wall"] = round(c.cpu / steps * 1000, 2), round(c.wall / steps * 1000, 2)
+    return out
+
+
+def op_profile(model, steps: int, seeds=None, top: int = 12) -> dict:
+    """torch.profiler over ``steps`` steps: operators per step, their self CPU ms per step, and the
+    ``top`` busiest operators (calls and self ms per step)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    rl_train(copy.deepcopy(model), steps=2, progress=False, seeds=seeds)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        rl_train(copy.deepcopy(model), steps=steps, progress=False, seeds=seeds)
+    ev = [e for e in prof.key_averages() if e.key.startswith("aten::")]
+    ev.sort(key=lambda e: -e.self_cpu_time_total)
+    calls = sum(e.count for e in ev)
+    return {"ops_per_step": round(calls / steps), "op_self_ms_per_step": round(sum(e.self_cpu_time_total for e in ev) / 1000 / steps, 2),
+            "top": [{"op": e.key, "calls_per_step": round(e.count / steps, 1),
+                     "self_ms_per_step": round(e.self_cpu_time_total / 1000 / steps, 2)} for e in ev[:top]]}
+
+
+def counted_gflop(model, steps: int, seeds=None) -> float:
+    """GFLOP per step that the step's matrix products actually do (torch's FlopCounterMode:
+    forward and backward), against :func:`rl_step_flops`'s plain-way yardstick."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        rl_train(copy.deepcopy(model), steps=steps, progress=False, seeds=seeds)
+    return counter.get_total_flops() / steps / 1e9
+
+
+def profile_main(steps: int, S: int) -> list[dict]:
+    model, out = TinyLM(), []
+    gf = best_rate(matmul_gflops(), matmul_gflops())[1]  # the CPU-time rate: the stages are CPU ms
+    for seeds in (None, list(range(S))):
+        n = 1 if seeds is None else S
+        prof = stage_ms(model, steps, seeds)
+        gflop = counted_gflop(model, 3, seeds)
+        out.append(emit("rl_step_profile", prof, "CPU ms per step", seeds=n,
+                        note="nested calls (indented) are part of the stage above them"))
+        out.append(emit("rl_step_counted_gflop", round(gflop, 3), "GFLOP per step", seeds=n,
+                        plain_way_gflop=round(n * rl_step_flops(model) / 1e9, 3),
+                        at_matmul_rate_ms=round(gflop / gf * 1000, 2), matmul_gflops=round(gf, 1),
+                        cpu_vs_counted_ratio=round(prof["step"] / (gflop / gf * 1000), 2)))
+        out.append(emit("rl_step_ops", op_profile(model, max(3, steps // 3), seeds), "per step", seeds=n,
+                        note="torch.profiler; its own overhead inflates the times"))
+    return out
+
+
+def widget_seconds(box, slider, values) -> tuple[float, float]:
+    """(wall, CPU) seconds of the fastest of the redraws after moving ``slider`` to each of
+    ``values`` (values not shown before: a widget that keeps its drawings is timed drawing)."""
+    times = []
+    for v in values:
+        with Clock() as c:
+            slider.value = v
+        times.append((c.wall, c.cpu))
+    return min(times)
+
+
+def widget_update_seconds() -> dict[str, tuple[float, float]]:
+    """(wall, CPU) seconds for each lab's widgets to redraw after a slider moves (the slowest of each lab's)."""
+    import matplotlib.pyplot as plt
+
     from .addition import eval_problems
     from .checkpoints import load_checkpoint
-    from .labs import lab11
+    from .labs import lab11, lab19, lab21
 
-    def best(box, values):
-        times = []
-        for v in values:
-            t = time.perf_counter()
-            box.slider.value = v
-            times.append(time.perf_counter() - t)
-        return min(times)
-
+    out = {}
     tw = lab11.temperature_widget(load_checkpoint("sft", progress=False), eval_problems(100))
     bw = lab11.beta_widget("hack")
-    return max(best(tw, [2.0, 0.0, 1.5]), best(bw, [0.1, 3.0, 0.6]))
+    out["lab11"] = max(widget_seconds(tw, tw.slider, [2.0, 0.0, 1.5]), widget_seconds(bw, bw.slider, [0.1, 3.0, 0.6]))
+    w19 = lab19.beta_widget()
+    out["lab19"] = widget_seconds(w19, w19.slider, list(reversed(w19.slider.options))[:3])
+    results = lab21.load_results("project2")
+    w21 = lab21.rubric_weight_widget(results)
+    w_slider = w21.children[0].children[0]
+    out["lab21"] = widget_seconds(w21, w_slider, [1.0, 1.5, 2.5])
+    plt.close("all")
+    return out
 
 
 def trl_ratio(ours_ms_per_seq: float, steps: int = 3) -> dict | None:
@@ -187,10 +394,16 @@ def data_parallel_ratio(steps: int = 20, repeats: int = 1, port: int = 8790) -> 
 
 def main(argv=None) -> list[dict]:
     ap = argparse.ArgumentParser(prog="python -m llmrl.bench", description=__doc__.splitlines()[0])
-    ap.add_argument("--rl-steps", type=int, default=30, help="timed RL steps (default 30)")
+    ap.add_argument("--rl-steps", type=int, default=30, help="timed RL steps per round (default 30)")
+    ap.add_argument("--rounds", type=int, default=2, help="alternated rounds; the best is reported (default 2)")
+    ap.add_argument("--seeds", type=int, default=5, help="seeds stepping together in the seeds figures (default 5)")
     ap.add_argument("--sft-steps", type=int, default=100, help="timed SFT steps (default 100)")
+    ap.add_argument("--skip-baseline", action="store_true", help="skip ../shared/baseline's step")
+    ap.add_argument("--skip-labs", action="store_true", help="skip the lab19 arm and lab21 Project 0 runs")
+    ap.add_argument("--skip-widgets", action="store_true", help="skip the widget redraws")
     ap.add_argument("--skip-sft-run", action="store_true", help="skip the full teacher+student SFT run")
     ap.add_argument("--skip-trl", action="store_true", help="skip the TRL comparison")
+    ap.add_argument("--profile", action="store_true", help="only where a step's time goes (stages, operators)")
     ap.add_argument("--skip-dp", action="store_true", help="skip hw4 on 2 processes against 1")
     ap.add_argument("--only-dp", action="store_true", help="only hw4 on 2 processes against 1")
     ap.add_argument("--dp-steps", type=int, default=20, help="RL steps of each data-parallel run (default 20)")
@@ -198,21 +411,64 @@ def main(argv=None) -> list[dict]:
     args = ap.parse_args(argv)
     set_threads(1)
     torch.manual_seed(0)
-    out = []
+    S = args.seeds
     if args.only_dp:
         r = data_parallel_ratio(args.dp_steps, args.dp_repeats)
         return [emit("hw4_data_parallel_wall_ratio", r.pop("ratio"), "x", target="<= 0.7", **r)]
-    gf = matmul_gflops()
-    out.append(emit("matmul_gflops", round(gf, 1), "GFLOP/s", shape="512x512x512"))
+    out = [emit("load_average", load(), "1/5/15 min", note="other jobs on the machine when the bench started")]
+    if args.profile:
+        out += profile_main(args.rl_steps, S)
+        out.append(emit("load_average_end", load(), "1/5/15 min"))
+        return out
+    script = None if args.skip_baseline else baseline_script()
+    base = [(baseline_ms(script), baseline_ms(script, cpu=True))] if script is not None else []
+    gf = best_rate(matmul_gflops(), matmul_gflops())
     model = TinyLM()
-    ms = time_rl_steps(model, args.rl_steps)
-    out.append(emit("rl_step_ms", round(ms, 2), "ms", prompts=16, group=8, epochs=1, target="<= 25"))
-    flops_ms = rl_step_flops(model) / (gf * 1e9) * 1000
-    out.append(emit("rl_step_flops_ms", round(flops_ms, 2), "ms", note="the step's FLOPs at the matmul rate"))
-    out.append(emit("rl_step_vs_matmul_ratio", round(ms / flops_ms, 2), "x", target="<= 3"))
+    (ms, cpu), (ms_s, cpu_s) = best_of(args.rounds, lambda: time_rl_steps(model, args.rl_steps),
+                                       lambda: time_rl_steps(model, args.rl_steps, seeds=list(range(S))))
+    gf = best_rate(gf, matmul_gflops())
+    out.append(emit("matmul_gflops", round(gf[0], 1), "GFLOP/s", cpu_rate=round(gf[1], 1), shape="512x512x512",
+                    note="by wall time; cpu_rate by this process's CPU time (less disturbed by other jobs)"))
+    flops = rl_step_flops(model)
+    flops_ms, flops_cpu = flops / (gf[0] * 1e9) * 1000, flops / (gf[1] * 1e9) * 1000
+    out.append(emit("rl_step_ms", round(ms, 2), "ms", cpu_ms=round(cpu, 2), prompts=16, group=8, epochs=1))
+    out.append(emit("rl_step_flops_ms", round(flops_ms, 2), "ms", cpu_ms=round(flops_cpu, 2),
+                    note="a plain step's FLOPs at the matmul rate"))
+    out.append(emit("rl_step_vs_matmul_ratio", round(ms / flops_ms, 2), "x", cpu_ratio=round(cpu / flops_cpu, 2)))
+    out.append(emit(f"rl_step_{S}seeds_ms", round(ms_s, 2), "ms", cpu_ms=round(cpu_s, 2), seeds=S))
+    out.append(emit(f"rl_step_{S}seeds_vs_1seed_ratio", round(ms_s / ms, 2), "x", cpu_ratio=round(cpu_s / cpu, 2),
+                    sequential_ratio=S, target="<= 2"))
+    out.append(emit(f"rl_step_{S}seeds_vs_matmul_ratio", round(ms_s / (S * flops_ms), 2), "x",
+                    cpu_ratio=round(cpu_s / (S * flops_cpu), 2), target="<= 2"))
+    if script is not None:
+        base.append((baseline_ms(script), baseline_ms(script, cpu=True)))
+        base = [b for b in base if None not in b]
+    if base:
+        b, b_cpu = (sum(x[i] for x in base) / len(base) for i in (0, 1))
+        out.append(emit("baseline_rl_step_ms", round(b, 2), "ms", cpu_ms=round(b_cpu, 2),
+                        runs=[[round(x, 2) for x in r] for r in base], script=str(script),
+                        note="plain-torch step, run before and after ours (wall, CPU)"))
+        out.append(emit("rl_step_speedup_vs_baseline", round(b / ms, 2), "x", cpu_ratio=round(b_cpu / cpu, 2),
+                        target=">= 4"))
+    elif not args.skip_baseline:
+        out.append(emit("baseline_rl_step_ms", None, "ms", note="../shared/baseline/quick_rl_bench.py not found"))
     out.append(emit("sft_step_ms", round(time_sft_steps(args.sft_steps), 2), "ms", batch=64))
-    out.append(emit("lab11_widget_update_s", round(widget_update_seconds(), 3), "s",
-                    note="slowest of the temperature and beta sliders, best of 3 moves", target="< 1"))
+    if not args.skip_labs:
+        from .labs import lab19, lab21
+
+        for seeds in ([0], list(range(S))):
+            with Clock() as c:
+                lab19.hacking_run(0.0, steps=300, seeds=seeds, progress=False)
+            out.append(emit("lab19_hacking_arm_s", round(c.wall, 1), "s", cpu_s=round(c.cpu, 1), steps=300,
+                            seeds=len(seeds), **({"target": "< 30 (quiet machine)"} if len(seeds) > 1 else {})))
+        with Clock() as c:
+            lab21.project0(seeds=list(range(S)), progress=False)
+        out.append(emit("lab21_project0_s", round(c.wall, 1), "s", cpu_s=round(c.cpu, 1), seeds=S,
+                        steps=lab21.PROJECTS["project0"].steps, arms=len(lab21.PROJECT0_ARMS)))
+    if not args.skip_widgets:
+        for lab, (wall, cpu) in widget_update_seconds().items():
+            out.append(emit(f"{lab}_widget_update_s", round(wall, 3), "s", cpu_s=round(cpu, 3),
+                            note="best of 3 slider moves", target="< 1"))
     if not args.skip_sft_run:
         t = time.perf_counter()
         sft_train(COURSE_SFT, COURSE_SNAPSHOTS)
@@ -227,6 +483,7 @@ def main(argv=None) -> list[dict]:
             out.append(emit("trl_grpo_vs_ours_per_sequence", None, "x", note="trl extra not installed"))
         else:
             out.append(emit("trl_grpo_vs_ours_per_sequence", round(r["ratio"], 1), "x", target=">= 20", **r))
+    out.append(emit("load_average_end", load(), "1/5/15 min"))
     return out
 
 

@@ -64,7 +64,8 @@ clip_high_of_positive_<rare|common> | step | the same among rare (probability un
 clip_low_of_negative_<rare|common> | step | the same among rare or common negative-advantage tokens
 late_clip_high_of_positive_<rare|common> | lab19 | clip_high_of_positive_<rare|common> counted from the
     second epoch on (in the first the ratio is 1)
-step_seconds | step | wall time of the step and its evaluation, seconds
+step_seconds | step | wall time of the step and its evaluation, seconds (seeds stepping together: the
+    step of all of them)
 pad_share_small_sums | lab21 Project 2, step and eval | share of completions with 3 or more digits among
     problems whose sum is below 100
 usage_<bucket> | lab21 Project 3 | share of the step's completions drawn from a difficulty bucket

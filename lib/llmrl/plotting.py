@@ -5,6 +5,7 @@ single seeds as thin lines or dots. Inputs are the ``{arm: [result per seed]}`` 
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -12,30 +13,40 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 
-def smooth(y: Sequence[float], window: int) -> np.ndarray:
-    """Trailing moving average (nan-aware) over ``window`` points; window 1 returns y."""
+def smooth(y: Sequence[float], window: int, full: bool = False) -> np.ndarray:
+    """Trailing moving average over ``window`` points, NaN entries skipped (None reads as NaN); a
+    window with no number is NaN. The first points average what there is so far, or with
+    ``full=True`` are NaN until the window is full. Window 1 returns y."""
     y = np.asarray([np.nan if v is None else v for v in y], dtype=float)
     if window <= 1 or len(y) == 0:
         return y
-    out = np.empty_like(y)
-    for i in range(len(y)):
-        seg = y[max(0, i - window + 1): i + 1]
-        seg = seg[~np.isnan(seg)]
-        out[i] = seg.mean() if len(seg) else np.nan
+    ok = ~np.isnan(y)
+    sums = np.concatenate([[0.0], np.cumsum(np.where(ok, y, 0.0))])
+    counts = np.concatenate([[0], np.cumsum(ok)])
+    i = np.arange(len(y))
+    lo = np.maximum(0, i - window + 1)
+    n = counts[i + 1] - counts[lo]
+    out = np.where(n > 0, (sums[i + 1] - sums[lo]) / np.maximum(n, 1), np.nan)
+    if full:
+        out[:window - 1] = np.nan
     return out
 
 
-def seed_band(ax, x, ys: Sequence[Sequence[float]], label: str, color=None, show_seeds: bool = True):
-    """Plot the mean of ``ys`` (one row per seed) with a min-max band; returns the line."""
+def seed_band(ax, x, ys: Sequence[Sequence[float]], label: str, color=None, show_seeds: bool = True,
+              ls: str = "-"):
+    """Plot the mean of ``ys`` (one row per seed) with a min-max band and, with ``show_seeds``,
+    every seed as a thin line (all in the line style ``ls``); returns the mean's line."""
     ys = np.asarray(ys, dtype=float)
-    mean = np.nanmean(ys, axis=0)
     n = ys.shape[0]
-    line, = ax.plot(x, mean, color=color, lw=2, label=f"{label} (n={n})" if n > 1 else label)
+    with warnings.catch_warnings():  # a step no seed has a value for yet (a smoothing window filling) stays a gap
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean, low, high = np.nanmean(ys, axis=0), np.nanmin(ys, 0), np.nanmax(ys, 0)
+    line, = ax.plot(x, mean, color=color, lw=2, ls=ls, label=f"{label} (n={n})" if n > 1 else label)
     if n > 1:
-        ax.fill_between(x, np.nanmin(ys, 0), np.nanmax(ys, 0), color=line.get_color(), alpha=0.2, lw=0)
+        ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, lw=0)
         if show_seeds:
             for row in ys:
-                ax.plot(x, row, color=line.get_color(), lw=0.6, alpha=0.5)
+                ax.plot(x, row, color=line.get_color(), lw=0.6, alpha=0.5, ls=ls)
     return line
 
 

@@ -1,11 +1,14 @@
 """One runner for arms x seeds, with one result schema: lab21's projects, lab19's stored runs, hw4's ablation.
 
 An experiment is a function ``arm_fn(arm, seed, **kwargs) -> result`` that trains one arm from a
-fresh start. :func:`run_arms` runs every (arm, seed) job, in parallel processes when
-``workers > 1`` (forked, so a notebook's lambdas and the student's functions need no pickling;
-one thread each), writes each result to ``<out_dir>/<experiment>/<arm>_seed<seed>.json`` when
-``out_dir`` is given, and returns ``{arm: [result per seed]}``. :func:`load_results` reads such a
-folder back, from any working directory (:func:`results_dir`).
+fresh start, or, marked with :func:`seeds_together`, ``arm_fn(arm, seeds, **kwargs) -> [result
+per seed]`` that trains a list of seeds as one computation (``rl_train(..., seeds=seeds)``: the
+seeds of an arm cost little more than one). :func:`run_arms` runs every (arm, seed) job (or
+(arm, seeds) job), in parallel processes when ``workers > 1`` (forked, so a notebook's lambdas and
+the student's functions need no pickling; one thread each), writes each result to
+``<out_dir>/<experiment>/<arm>_seed<seed>.json`` when ``out_dir`` is given, and returns ``{arm:
+[result per seed]}``. :func:`load_results` reads such a folder back, from any working directory
+(:func:`results_dir`).
 
 The result schema, plain JSON::
 
@@ -92,18 +95,47 @@ def _path(out_dir, experiment: str, arm: str, seed: int) -> Path:
     return Path(out_dir) / experiment / f"{arm}_seed{seed}.json"
 
 
+def seeds_together(arm_fn: Callable) -> Callable:
+    """Mark ``arm_fn(arm, seeds: list[int], **kwargs) -> [result per seed]`` as training its seeds as
+    one computation: :func:`run_arms` then gives it all of an arm's seeds at once (split among
+    ``workers`` when there are fewer arms than workers)."""
+    arm_fn.seeds_together = True
+    return arm_fn
+
+
 _JOBS: list = []  # filled before forking workers, so closures need no pickling
 
 
-def _run_job(i: int) -> dict:
-    experiment, arm_fn, arm, seed, kwargs = _JOBS[i]
-    set_threads(1)
-    torch.manual_seed(seed)
-    res = dict(arm_fn(arm, seed, **kwargs))
+def _finish(res, experiment: str, arm: str, seed: int) -> dict:
+    res = dict(res)
     for k in ("config", "curve", "evals", "extra"):
         res.setdefault(k, {})
     res.update(experiment=experiment, arm=arm, seed=seed)
     return res
+
+
+def _run_job(i: int) -> list[dict]:
+    experiment, arm_fn, arm, seeds, kwargs = _JOBS[i]
+    set_threads(1)
+    torch.manual_seed(seeds[0])
+    if getattr(arm_fn, "seeds_together", False):
+        out = list(arm_fn(arm, list(seeds), **kwargs))
+        if len(out) != len(seeds):
+            raise ValueError(f"{experiment}/{arm}: the arm function returned {len(out)} results for seeds {seeds}")
+        return [_finish(r, experiment, arm, s) for r, s in zip(out, seeds)]
+    return [_finish(arm_fn(arm, seeds[0], **kwargs), experiment, arm, seeds[0])]
+
+
+def _chunks(seeds: list[int], k: int) -> list[list[int]]:
+    """``seeds`` in ``k`` nearly equal consecutive parts."""
+    k = max(1, min(k, len(seeds)))
+    size, extra = divmod(len(seeds), k)
+    out, i = [], 0
+    for j in range(k):
+        n = size + (j < extra)
+        out.append(seeds[i:i + n])
+        i += n
+    return out
 
 
 def run_arms(experiment: str, arm_fn: Callable, arms: Sequence[str], seeds: Sequence[int] = (0,), *,
@@ -111,9 +143,12 @@ def run_arms(experiment: str, arm_fn: Callable, arms: Sequence[str], seeds: Sequ
              **kwargs) -> dict[str, list[dict]]:
     """Run ``arm_fn(arm, seed, progress=..., **kwargs)`` for every arm and seed; {arm: [result per seed]}.
 
-    ``workers > 1`` forks that many processes. ``out_dir`` writes each result as JSON under
-    ``out_dir/experiment/``. ``resume_key(arm, seed) -> str``: a job whose stored result carries
-    that ``key`` is read back instead of being run again (an interrupted sweep continues)."""
+    An arm function marked with :func:`seeds_together` is called as ``arm_fn(arm, seeds, ...)``
+    with all of an arm's seeds (those not read back), split into as many parts as there are
+    workers to spare per arm. ``workers > 1`` forks that many processes. ``out_dir`` writes each
+    result as JSON under ``out_dir/experiment/``. ``resume_key(arm, seed) -> str``: a job whose
+    stored result carries that ``key`` is read back instead of being run again (an interrupted
+    sweep continues)."""
     arms = tuple([arms] if isinstance(arms, str) else arms)
     if not arms:
         raise ValueError("arms must name at least one arm")
@@ -121,7 +156,7 @@ def run_arms(experiment: str, arm_fn: Callable, arms: Sequence[str], seeds: Sequ
     if not seeds:
         raise ValueError("seeds must hold at least one seed")
     check_int("workers", workers, minimum=1)
-    results, todo = {}, []
+    results, todo, left = {}, [], {a: [] for a in arms}
     for s in seeds:
         for a in arms:
             path = _path(out_dir, experiment, a, s) if out_dir is not None else None
@@ -133,7 +168,15 @@ def run_arms(experiment: str, arm_fn: Callable, arms: Sequence[str], seeds: Sequ
                 if old.get("key") == resume_key(a, s):
                     results[(a, s)] = old
                     continue
-            todo.append((experiment, arm_fn, a, s, dict(kwargs, progress=progress and workers == 1)))
+            left[a].append(s)
+    job_kwargs = dict(kwargs, progress=progress and workers == 1)
+    if getattr(arm_fn, "seeds_together", False):
+        per_arm = max(1, workers // max(1, sum(1 for a in arms if left[a])))
+        for a in arms:
+            if left[a]:
+                todo += [(experiment, arm_fn, a, part, job_kwargs) for part in _chunks(left[a], per_arm)]
+    else:
+        todo = [(experiment, arm_fn, a, [s], job_kwargs) for s in seeds for a in arms if s in left[a]]
     global _JOBS
     _JOBS = todo
     try:
@@ -148,7 +191,7 @@ def run_arms(experiment: str, arm_fn: Callable, arms: Sequence[str], seeds: Sequ
                 done = list(it)
     finally:
         _JOBS = []
-    for res in done:
+    for res in (r for job in done for r in job):
         if resume_key is not None:
             res["key"] = resume_key(res["arm"], res["seed"])
         results[(res["arm"], res["seed"])] = res

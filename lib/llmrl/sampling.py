@@ -33,7 +33,8 @@ class Rollout:
     float or None: the log-prob of each chosen token under the untempered policy at sampling time
     (0 where masked). prompts: B prompt texts (each repeated G times); problems: what the task
     served, one per prompt; answers: B reference answers, one per row (from ``problems`` when it
-    has ``answers``).
+    has ``answers``). n_seeds: S > 1 when the rows are S seeds' rollouts stacked seed-major (seed s
+    owns rows s*B/S..; ``problems`` is then a list of S, see :meth:`seed_view`).
     """
 
     input_ids: torch.Tensor
@@ -47,12 +48,27 @@ class Rollout:
     temperature: float = 1.0
     problems: object = None
     answers: list | None = None
+    n_seeds: int = 1
 
     def __post_init__(self):
         if self.completion_mask is None:
             self.completion_mask = self.attention_mask[:, self.prompt_len:].bool()
         if self.answers is None and self.problems is not None and hasattr(self.problems, "answers"):
             self.answers = [a for a in self.problems.answers for _ in range(self.group_size)]
+
+    def seed_view(self, s: int) -> "Rollout":
+        """Seed ``s``'s rows of a rollout of several seeds (rows seed-major; ``problems`` then holds
+        one entry per seed). The rollout itself when it holds one seed."""
+        if self.n_seeds == 1:
+            return self
+        B = len(self) // self.n_seeds
+        rows = slice(s * B, (s + 1) * B)
+        cut = lambda x: None if x is None else x[rows]  # noqa: E731
+        return Rollout(input_ids=self.input_ids[rows], attention_mask=self.attention_mask[rows],
+                       prompt_len=self.prompt_len, completions=self.completions[rows], group_size=self.group_size,
+                       prompts=cut(self.prompts), completion_mask=self.completion_mask[rows],
+                       sample_logprobs=cut(self.sample_logprobs), temperature=self.temperature,
+                       problems=None if self.problems is None else self.problems[s], answers=cut(self.answers))
 
     # the names the labs read a rollout by
     @property

@@ -11,71 +11,138 @@ from llmrl.labs import lab19
 from llmrl.losses import LossBatch, clipped_pg_loss
 
 REF = lab19.load_reference()
+SEEDS = REF["seeds"]
+#: every stored seed's summaries: {beta or "gold": [hack_summary per seed]}, {arm: [entropy_summary per seed]}
+HACK = {b: [lab19.hack_summary(r) for r in runs] for b, runs in REF["hacking_seeds"].items()}
+ENT = {a: [lab19.entropy_summary(r) for r in runs] for a, runs in REF["entropy_seeds"].items()}
+
+
+def _each(part, arm, key):
+    return np.array([s[key] for s in (HACK if part == "hack" else ENT)[arm]], dtype=float)
 
 
 # ----------------------------------------------------------------- stored runs vs the handout
+#
+# The published numbers are one run (seed 0) of the reference solution on its own model. Ours are
+# five seeds (0-4) of each run, trained together, from the shipped SFT model. Each test asks for
+# the published effect on every seed where the effect is a direction (longer, lower, above), and
+# compares the published values with seed 0 or with the mean over the seeds where they are levels;
+# the measured values of the five seeds are in the comments.
 
 def test_reference_has_every_run():
     assert set(REF["hacking"]) == {"0", "0.01", "0.02", "0.05", "gold"}
     assert set(REF["entropy"]) == set(lab19.CLIP_ARMS)
     assert all(len(r["sampled_accuracy"]) == lab19.HACK_SETTINGS["steps"] for r in REF["hacking"].values())
     assert all(len(r["entropy_token_mean_nats"]) == lab19.ENTROPY_SETTINGS["steps"] for r in REF["entropy"].values())
-    # stored in the runner's schema: one result per arm and seed
+    # stored in the runner's schema: one result per arm and seed, seeds 0-4 of every arm
+    assert SEEDS == list(lab19.REFERENCE_SEEDS)
     assert {r["arm"] for r in REF["runs"]} == set(lab19.REFERENCE_ARMS)
+    assert sorted((r["arm"], r["seed"]) for r in REF["runs"]) == sorted(
+        (a, s) for a in lab19.REFERENCE_ARMS for s in SEEDS)
+    assert all(len(runs) == len(SEEDS) for part in ("hacking_seeds", "entropy_seeds") for runs in REF[part].values())
     assert all(r["curve"]["step"] == list(range(1, len(r["curve"]["step"]) + 1)) for r in REF["runs"])
+    # the seeds are different runs (their own prompts and samples), not copies of one
+    acc = [tuple(r["sampled_accuracy"][:20]) for r in REF["hacking_seeds"]["0"]]
+    assert len(set(acc)) == len(SEEDS)
 
 
 def test_proxy_without_kl_hacks():
-    s = lab19.hack_summary(REF["hacking"]["0"])
     E = lab19.EXPECTED
-    # Accuracy first rises: handout 0.52 -> 0.62. Our SFT checkpoint samples at ~0.45 in the first
-    # steps (a different checkpoint), so we ask for a rise of at least 0.08 to a peak within 0.06 of 0.62.
-    assert s["accuracy_peak"] - s["accuracy_start"] > 0.08
-    assert s["accuracy_peak"] == pytest.approx(E["hack_accuracy_peak"], abs=0.06)
-    # The hack: length at the 4-character maximum, accuracy ~0, KL in the double digits (handout ~15;
-    # ours ~13-14 with this lr; a 3-nat band), while the proxy reward is above its value at the peak.
-    assert s["final_length"] > 3.9
-    assert s["final_accuracy"] < 0.03
-    assert s["final_kl"] == pytest.approx(E["hack_final_kl"], abs=3.0)
-    proxy = np.array(REF["hacking"]["0"]["reward_mean"], dtype=float)
-    assert s["final_proxy"] > proxy[:60].mean() + 0.15
+    length, acc, kl = (_each("hack", "0", k) for k in ("final_length", "final_accuracy", "final_kl"))
+    gold = _each("hack", "gold", "final_accuracy")
+    leashed = _each("hack", "0.05", "final_length")
+    # Every seed pads its answers: longer than every beta = 0.05 run (measured 2.96-4.0 against
+    # 2.56-2.62; the SFT model writes 2.6 characters), KL to SFT above 3 nats (3.7-16.2; leashed
+    # runs below 0.5) and accuracy at least 0.15 below its own seed's gold run (gaps 0.24-0.76;
+    # a 20-step mean of 128 samples varies by ~0.03), while the proxy reward climbs by more than
+    # 0.15 over its first 60 steps (0.19-0.28; a 20-step mean varies by ~0.02).
+    assert length.min() > leashed.max() + 0.2, (length, leashed)
+    assert kl.min() > 3.0, kl
+    assert (gold - acc).min() > 0.15, (gold, acc)
+    for seed, run, summary in zip(SEEDS, REF["hacking_seeds"]["0"], HACK["0"]):
+        proxy = np.array(run["reward_mean"], dtype=float)
+        assert summary["final_proxy"] > proxy[:60].mean() + 0.15, seed
+    # The complete hack (every response at the 4-character maximum, accuracy ~0, KL in the double
+    # digits; published: 0.0, 4.0, ~15) comes at a step that depends on the seed: by step 300 in
+    # seeds 0 and 3 (at ~250), while 1, 2 and 4 pad one character (length 3.0, KL 4-5 nats).
+    # Seed 0, the published run's seed, and at least 2 of the 5 must have completed it; KL within
+    # 3 nats of the published 15 on those (measured 16.2 on both).
+    full = (length > 3.9) & (acc < 0.03)
+    assert full[SEEDS.index(0)] and full.sum() >= 2, (length, acc)
+    assert np.all(np.abs(kl[full] - E["hack_final_kl"]) < 3.0), kl
+    # Accuracy first rises (published 0.52 -> 0.62 at step ~50): on the mean over the seeds a rise
+    # of more than 0.05 to a peak within 0.06 of 0.62 (measured 0.54 -> 0.64; one seed's rise is
+    # 0.03-0.16, so the mean's standard error is ~0.03).
+    start, peak = _each("hack", "0", "accuracy_start"), _each("hack", "0", "accuracy_peak")
+    assert peak.mean() - start.mean() > 0.05, (start, peak)
+    assert peak.mean() == pytest.approx(E["hack_accuracy_peak"], abs=0.06)
 
 
 def test_kl_penalty_prevents_the_hack():
-    k = lab19.hack_summary(REF["hacking"]["0.05"])
-    g = lab19.hack_summary(REF["hacking"]["gold"])
     E = lab19.EXPECTED
-    # beta = 0.05: no hack (length stays near the SFT model's ~2.6, KL small) and accuracy ~0.75;
-    # gold run ~0.8. Both within 0.1: 20-step means of 128 samples vary by ~0.03, and our SFT
-    # checkpoint and machine differ from the handout's.
-    assert k["final_length"] < 3.0 and k["final_kl"] < 3.0
-    assert k["final_accuracy"] == pytest.approx(E["kl005_final_accuracy"], abs=0.1)
-    assert g["final_accuracy"] == pytest.approx(E["gold_final_accuracy"], abs=0.1)
-    assert g["final_accuracy"] - k["final_accuracy"] < 0.1  # "close to the gold-reward run"
+    length, kl, acc = (_each("hack", "0.05", k) for k in ("final_length", "final_kl", "final_accuracy"))
+    gold = _each("hack", "gold", "final_accuracy")
+    # beta = 0.05, every seed: no padding (length below 2.8, the SFT model's 2.6 plus noise; measured
+    # 2.56-2.62, padded runs >= 2.96) and KL below 1 nat (0.34-0.48), and within 0.1 of its own
+    # seed's gold run ("close to the gold-reward run"; measured within 0.02).
+    assert length.max() < 2.8 and kl.max() < 1.0, (length, kl)
+    assert np.abs(gold - acc).max() < 0.1, (gold, acc)
+    # Levels, on the mean over the seeds: published ~0.75 and ~0.8, ours 0.77 and 0.76; within 0.1
+    # (another model and machine than the published one; the seeds' means vary by ~0.01).
+    assert acc.mean() == pytest.approx(E["kl005_final_accuracy"], abs=0.1)
+    assert gold.mean() == pytest.approx(E["gold_final_accuracy"], abs=0.1)
 
 
 def test_beta_sweep_is_ordered():
-    # the leash: the final KL falls as beta grows (0 -> 0.05)
-    kls = [lab19.hack_summary(REF["hacking"][b])["final_kl"] for b in ("0", "0.01", "0.02", "0.05")]
-    assert kls[0] > kls[-1]
-    assert kls[0] > 10
+    # the leash: the final KL falls as beta grows (0 -> 0.01 -> 0.02 -> 0.05) on the mean over the
+    # seeds (measured 9.1, 2.9, 1.9, 0.43), and on every seed beta = 0 ends with more KL than
+    # beta = 0.05 by more than 2 nats (3.3-15.8). Single seeds need not be ordered in between:
+    # seeds 3 and 4 still pad at beta = 0.02 (KL 3.8 and 4.4) while seeds 0-2 do not (0.4).
+    kls = [_each("hack", b, "final_kl") for b in ("0", "0.01", "0.02", "0.05")]
+    means = [k.mean() for k in kls]
+    assert means == sorted(means, reverse=True), means
+    assert (kls[0] - kls[-1]).min() > 2.0, kls
+    assert means[0] > 5.0, means
 
 
 def test_entropy_collapse_and_clip_diagnostic():
-    sym, hi, none = (lab19.entropy_summary(REF["entropy"][a]) for a in lab19.CLIP_ARMS)
     E = lab19.EXPECTED
-    # handout: 0.35 -> 0.15 in 120 steps under both clipped arms; we start at 0.35 (same SFT entropy,
-    # 0.03) and reach ~0.2 (the TOOLCHAIN prototype also stopped at ~0.20): we require a drop of at
-    # least 30% and an end within 0.08 of 0.15.
-    assert sym["entropy_start"] == pytest.approx(E["entropy_start"], abs=0.03)
-    for arm in (sym, hi):
-        assert arm["entropy_end"] < 0.7 * arm["entropy_start"]
-        assert arm["entropy_end"] == pytest.approx(E["entropy_end_clipped"], abs=0.08)
-    assert abs(sym["entropy_end"] - hi["entropy_end"]) < 0.05  # "nearly indistinguishable"
-    # the upper clip switches off most rare positive-advantage tokens (handout >90%; we count epochs
-    # 2-4 only, where clipping is possible) and few common ones (handout "almost none": < 10%)
-    assert sym["late_clip_high_of_positive_rare"] > 0.8
-    assert sym["late_clip_high_of_positive_common"] < 0.1
+    start = {a: _each("ent", a, "entropy_start") for a in lab19.CLIP_ARMS}
+    end = {a: _each("ent", a, "entropy_end") for a in lab19.CLIP_ARMS}
+    # Published: 0.35 -> 0.15 in 120 steps under both clipped arms. We start at 0.33 (seed mean; the
+    # seeds 0.32-0.35), within 0.03 of 0.35, and end at ~0.21 (0.19-0.22): every seed of both clipped
+    # arms loses at least 25% of its entropy (measured 33-43%), the seed mean at least 30% (37%),
+    # and the mean end lies within 0.08 of 0.15 (the TOOLCHAIN prototype also stopped at ~0.20).
+    assert start["symmetric"].mean() == pytest.approx(E["entropy_start"], abs=0.03)
+    for arm in ("symmetric", "clip-higher"):
+        assert (end[arm] / start[arm]).max() < 0.75, (arm, end[arm], start[arm])
+        assert end[arm].mean() < 0.7 * start[arm].mean()
+        assert end[arm].mean() == pytest.approx(E["entropy_end_clipped"], abs=0.08)
+    # "nearly indistinguishable": the two clipped arms' mean final entropies differ by less than two
+    # standard errors of their difference over the seeds (measured 0.005 against 2 x 0.006): no clear
+    # effect at this scale, and less than 0.05 in any case.
+    a, b = end["symmetric"], end["clip-higher"]
+    se = math.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b))
+    assert abs(a.mean() - b.mean()) < max(2 * se, 1e-3) and abs(a.mean() - b.mean()) < 0.05, (a, b)
+    # without an upper clip entropy stays higher (published 0.19 against 0.15) on every seed:
+    # measured 0.255-0.267 against at most 0.221 for the clipped arms
+    assert end["no upper clip"].min() > max(a.max(), b.max()), end
+    # the upper clip switches off most rare positive-advantage tokens (published >90%; we count
+    # epochs 2-4 only, where clipping is possible: 0.83-0.85 on every seed) and few common ones
+    # (published "almost none": below 10%, measured 0.04-0.06)
+    assert _each("ent", "symmetric", "late_clip_high_of_positive_rare").min() > 0.8
+    assert _each("ent", "symmetric", "late_clip_high_of_positive_common").max() < 0.1
+
+
+def test_part_values_give_every_seed_and_the_report_their_spread():
+    p2, p3 = lab19.part2_values(REF), lab19.part3_values(REF)
+    assert set(p2) | set(p3) <= set(lab19.EXPECTED)
+    assert all(len(v) == len(SEEDS) for v in {**p2, **p3}.values())
+    assert p2["hack_final_kl"] == [s["final_kl"] for s in HACK["0"]]
+    report = lab19.expected_report({**p2, **p3})
+    assert report.count(f"({len(SEEDS)} seeds)") == len(p2) + len(p3)
+    m = lab19.measured(REF)
+    assert m["hack_final_kl"] == pytest.approx(np.mean(p2["hack_final_kl"]))
 
 
 # ----------------------------------------------------------------- pieces
@@ -150,6 +217,11 @@ def test_hacking_run_takes_a_reward_function():
 def test_expected_report_lists_both_numbers():
     text = lab19.expected_report({"gao_alpha": 1.07, "hack_peak_step": 120})
     assert "gao_alpha" in text and "1.070" in text and "1.1" in text and "hack_peak_step" in text
+    # one value per seed: mean ± sample standard deviation, and how many seeds
+    text = lab19.expected_report({"hack_final_kl": [14.0, 16.0, 15.0], "gold_final_accuracy": [0.8]})
+    assert "15.000 ± 1.000 (3 seeds)" in text and "published     15.0" in text
+    assert "0.800   published" in text  # one seed: the plain number
+    assert "63.0 ± 17.0 (2 seeds)" in lab19.expected_report({"hack_peak_step": [51, 75]})  # steps: one decimal
 
 
 # ----------------------------------------------------------------- widgets (no browser)
@@ -163,16 +235,25 @@ def test_beta_figure_and_widget():
     import matplotlib.colors as mcolors
     import matplotlib.pyplot as plt
 
+    n = len(SEEDS)
     fig = lab19.beta_figure(REF, 0.02)
-    assert "beta = 0.02" in fig._suptitle.get_text()
-    assert len(fig.axes) == 4 and len(fig.axes[0].lines) == 3  # beta = 0.02, beta = 0, gold
+    title = fig._suptitle.get_text()
+    assert "beta = 0.02" in title and f"({n} seeds)" in title and "±" in title  # finals as mean ± sd
+    # every seed drawn: per run a labelled mean line and n thin unlabelled seed lines (and a band)
+    assert len(fig.axes) == 4 and len(fig.axes[0].lines) == 3 * (n + 1)
+    assert len(fig.axes[0].collections) == 3
     # the slider's colours are the notebook plot's: no KL blue (C0), a KL run orange (C1), gold green (C2)
-    colour = {ln.get_label(): mcolors.to_hex(ln.get_color()) for ln in fig.axes[0].lines}
-    assert colour == {"proxy, beta = 0.02": mcolors.to_hex("C1"), "proxy, no KL": mcolors.to_hex("C0"),
-                      "gold reward": mcolors.to_hex("C2")}, colour
+    colour = {ln.get_label(): mcolors.to_hex(ln.get_color()) for ln in fig.axes[0].lines
+              if not ln.get_label().startswith("_")}
+    assert colour == {f"proxy, beta = 0.02 (n={n})": mcolors.to_hex("C1"), f"proxy, no KL (n={n})": mcolors.to_hex("C0"),
+                      f"gold reward (n={n})": mcolors.to_hex("C2")}, colour
+    # the title's numbers are the seeds' mean ± sample standard deviation
+    kl = lab19.mean_sd([s["final_kl"] for s in HACK["0.02"]])
+    assert f"KL {kl[0]:.1f} ± {kl[1]:.1f} nats" in title, title
     plt.close(fig)
     fig = lab19.beta_figure(REF, 0.0)
-    assert {ln.get_label() for ln in fig.axes[0].lines} == {"proxy, no KL", "gold reward"}
+    assert {ln.get_label() for ln in fig.axes[0].lines if not ln.get_label().startswith("_")} == {
+        f"proxy, no KL (n={n})", f"gold reward (n={n})"}
     plt.close(fig)
     w = lab19.beta_widget(REF)
     assert list(w.slider.options) == [0.0, 0.01, 0.02, 0.05]
@@ -180,6 +261,8 @@ def test_beta_figure_and_widget():
     assert first[:4] == b"\x89PNG"
     w.slider.value = 0.05  # moving the slider redraws the image
     assert w.image.value != first
+    w.slider.value = 0.0  # and back: the first drawing again
+    assert w.image.value == first
     plt.close("all")
 
 
@@ -245,3 +328,16 @@ def test_command_line_runs_a_short_hack(capsys):
     assert set(out) >= {"accuracy_start", "final_kl", "final_length"}
     with pytest.raises(SystemExit):
         lab19.main(["entropy", "--arm", "nonsense"])
+
+
+def test_smoothing_is_a_nan_aware_trailing_mean():
+    from llmrl import plotting
+
+    y = [1.0, None, 3.0, 5.0, float("nan"), float("nan"), float("nan"), 7.0]
+    # partial windows at the start; NaN skipped; a window of NaN only stays NaN
+    got = plotting.smooth(y, 3)
+    want = [1.0, 1.0, 2.0, 4.0, 4.0, 5.0, float("nan"), 7.0]
+    assert np.allclose(got, want, equal_nan=True)
+    # lab19's: NaN until the window is full, then the same numbers
+    assert np.allclose(lab19.smooth(y, 3), [float("nan")] * 2 + want[2:], equal_nan=True)
+    assert np.array_equal(plotting.smooth([2.0, 4.0], 1), [2.0, 4.0])

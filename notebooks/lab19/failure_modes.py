@@ -63,7 +63,7 @@ from llmrl.utils import grading_mode, set_threads
 
 set_threads(1)
 EXPECTED = lab19.EXPECTED  # the published reference numbers, printed beside yours
-REFERENCE = lab19.load_reference()  # stored full-length runs of parts 2 and 3
+REFERENCE = lab19.load_reference()  # stored full-length runs of parts 2 and 3, seeds 0-4
 LIVE_STEPS = 3 if grading_mode() else 30  # steps of each live run (the stored runs are longer)
 
 # %% [markdown]
@@ -450,9 +450,12 @@ assert torch.allclose(_out, torch.tensor([-1.0])), f"log pi - log pi_ref = +2 wi
 # Three runs from the SFT checkpoint, 16 prompts with 8 samples each per step, learning rate
 # 5e-4, 300 steps: the proxy reward without a KL penalty, with $\beta = 0.05$ and, for
 # comparison, the gold (exact-match) reward. The curves are stored runs of the reference
-# code (a 300-step run takes about a minute on a quiet laptop); the cell first runs 30 steps of
-# the $\beta = 0.05$ run **with your** `kl_penalized_rewards` and draws them as a black dashed line.
-# With a correct function it lies on the orange curve (same seed, so usually exactly).
+# code for seeds 0 to 4, trained together (five seeds of a 300-step run take well under a minute
+# on a quiet laptop): the thick line is the mean over the seeds, the band runs from the lowest to
+# the highest seed and the thin lines are the single seeds. The cell first runs 30 steps of the
+# $\beta = 0.05$ run **with your** `kl_penalized_rewards` (seed 0) and draws them as
+# a black dashed line. With a correct function it lies on seed 0's thin orange line (same seed,
+# so usually exactly).
 
 # %% tags=["nbval-ignore-output"]
 live_kl = lab19.hacking_run(0.05, kl_reward_fn=kl_penalized_rewards, steps=LIVE_STEPS)
@@ -463,28 +466,29 @@ _ok = live_checks.compare_exact("Part 2, your live run's shaped rewards", live_k
                                 _stored, task="Task 2 (`kl_penalized_rewards`)", atol=1e-3)
 
 # %%
-runs = {"proxy, no KL": REFERENCE["hacking"]["0"], "proxy, beta = 0.05": REFERENCE["hacking"]["0.05"],
-        "gold reward": REFERENCE["hacking"]["gold"]}
+seeds = REFERENCE["hacking_seeds"]  # {beta or "gold": one run per stored seed}
+runs = {"proxy, no KL": seeds["0"], "proxy, beta = 0.05": seeds["0.05"], "gold reward": seeds["gold"]}
 fig = lab19.plot_hacking(runs, lab19.ARTIFACTS / "hack.png", live={"your code, beta = 0.05": live_kl})
 plt.show()
-_h, _k, _g = (lab19.hack_summary(r) for r in runs.values())
-part2 = {"hack_accuracy_start": _h["accuracy_start"], "hack_accuracy_peak": _h["accuracy_peak"],
-         "hack_peak_step": _h["peak_step"], "hack_final_accuracy": _h["final_accuracy"],
-         "hack_final_length": _h["final_length"], "hack_final_kl": _h["final_kl"],
-         "kl005_final_accuracy": _k["final_accuracy"], "gold_final_accuracy": _g["final_accuracy"]}
-print(lab19.expected_report(part2))
+# every number as the mean ± standard deviation over the stored seeds
+print(lab19.expected_report(lab19.part2_values(REFERENCE)))
 
 # %% [markdown]
-# **What happened.** Without a penalty the policy first gets better at addition (the proxy
-# rewards a correct answer too), then discovers that `85` followed by more digits still contains
-# `85` and earns the length bonus. Within a few dozen steps every response has the maximum 4
-# characters, the summed log-ratio to the SFT model is in the double digits, and exact-match
-# accuracy is zero, while the proxy reward is higher than ever. With $\beta = 0.05$ the extra
-# 0.1 to 0.2 of length bonus is not worth the several nats it takes to write unusual digits
-# after the answer, so the policy learns addition instead and ends close to the gold-reward run.
+# **What happened.** Without a penalty the policy first gets a little better at addition (the
+# proxy rewards a correct answer too), then discovers that `85` followed by more digits still
+# contains `85` and earns the length bonus. Every seed starts padding: its responses grow past the
+# SFT model's 2.6 characters, its log-ratio to the SFT model climbs to several nats and its
+# exact-match accuracy falls far below the gold-reward run's, while the proxy reward keeps rising.
+# *When* it goes all the way is a matter of the seed: in some seeds every response reaches the
+# maximum of 4 characters, the KL is in the double digits and accuracy is zero within 300 steps;
+# the others are still writing one extra digit at step 300. Seed 0 (the published run's seed)
+# is one of those that go all the way, which is why one run can make the hack look more
+# predictable than it is. With $\beta = 0.05$ the extra 0.1 to 0.2 of length bonus is not worth
+# the several nats it takes to write unusual digits after the answer: on every seed the policy
+# learns addition instead and ends close to the gold-reward run of the same seed.
 #
-# The slider shows the stored sweep $\beta \in \{0, 0.01, 0.02, 0.05\}$. Below which $\beta$ is the
-# penalty too weak to hold the policy back?
+# The slider shows the stored sweep $\beta \in \{0, 0.01, 0.02, 0.05\}$, every seed. Below which $\beta$
+# is the penalty too weak to hold the policy back, and is the answer the same for every seed?
 
 # %% tags=["nbval-ignore-output"]
 display(lab19.beta_widget(REFERENCE))
@@ -690,9 +694,9 @@ assert abs(_yours - _lib) < 1e-5, f"SFT model: your entropy {_yours:.4f}, the li
 # and common ones; it counts epochs 2 to 4, because in the first epoch the policy still equals
 # the sampling policy and nothing can be clipped.
 #
-# As in part 2 the curves are stored reference runs; the black dashed line (left panel) is 30
-# steps of the symmetric run with **your** `clipped_pg_loss`, and your `token_entropy` measures
-# the trained policy.
+# As in part 2 the curves are stored reference runs (seeds 0-4: mean, band, single seeds); the
+# black dashed line (left panel) is 30 steps of the symmetric run with **your** `clipped_pg_loss`
+# (seed 0), and your `token_entropy` measures the trained policy.
 
 # %% tags=["nbval-ignore-output"]
 from llmrl.checkpoints import load_checkpoint
@@ -709,23 +713,21 @@ _ok = live_checks.compare_exact("Part 3, entropy of the trained policy", _yours,
                                 atol=1e-5)
 
 # %%
-fig = lab19.plot_entropy(REFERENCE["entropy"], lab19.ARTIFACTS / "entropy.png",
+fig = lab19.plot_entropy(REFERENCE["entropy_seeds"], lab19.ARTIFACTS / "entropy.png",
                          live={"your code, symmetric": live_clip})
 plt.show()
-_s, _hi, _none = (lab19.entropy_summary(REFERENCE["entropy"][a]) for a in lab19.CLIP_ARMS)
-for _arm, _sum in zip(lab19.CLIP_ARMS, (_s, _hi, _none)):
-    print(f"{_arm:14s} entropy {_sum['entropy_start']:.3f} -> {_sum['entropy_end']:.3f} nats/token, "
-          f"accuracy {_sum['accuracy_start']:.2f} -> {_sum['final_accuracy']:.2f}")
-part3 = {"entropy_start": _s["entropy_start"], "entropy_end_clipped": 0.5 * (_s["entropy_end"] + _hi["entropy_end"]),
-         "entropy_end_no_upper": _none["entropy_end"],
-         "clip_high_of_positive_rare": _s["late_clip_high_of_positive_rare"],
-         "clip_high_of_positive_common": _s["late_clip_high_of_positive_common"]}
-print(lab19.expected_report(part3))
+for _arm in lab19.CLIP_ARMS:  # mean ± standard deviation over the stored seeds
+    _sum = lab19.seed_summary(lab19.entropy_summary, REFERENCE["entropy_seeds"][_arm])
+    _pm = lambda k, f: f"{_sum[k][0]:{f}} ± {_sum[k][1]:{f}}"  # noqa: E731
+    print(f"{_arm:14s} entropy {_pm('entropy_start', '.3f')} -> {_pm('entropy_end', '.3f')} nats/token, "
+          f"accuracy {_pm('accuracy_start', '.2f')} -> {_pm('final_accuracy', '.2f')}")
+print(lab19.expected_report(lab19.part3_values(REFERENCE)))
 
 # %% [markdown]
 # **What happened.** Entropy drains steadily under both clipped settings, and at this scale you
-# cannot tell the symmetric clip from clip-higher (run a few seeds before you believe a gap
-# either way). The diagnostic shows why clip-higher was proposed: the upper clip almost never
+# cannot tell the symmetric clip from clip-higher: their bands overlap and the gap between their
+# means is smaller than the spread between seeds (the table's ± is one standard deviation over the
+# five seeds). The diagnostic shows why clip-higher was proposed: the upper clip almost never
 # touches common tokens, but it silences most of the rare positive-advantage tokens, exactly the
 # exploratory choices whose probability RL would need to raise to keep entropy up. Removing the
 # upper bound entirely keeps entropy higher, but nothing stops a ratio from running away and the
@@ -749,7 +751,8 @@ print(lab19.expected_report(part3))
 #    reward differences count as much as large ones. TODO: does the hack come sooner? Think of a
 #    group in which every response is right and exactly one is padded: what advantage does the
 #    padded one get under each normalisation? Look at: the step where accuracy peaks.
-# 4. **Part 3 with other seeds, 2 epochs, or $\epsilon_\text{high} = 0.4$.** TODO: decide, before you
+# 4. **Part 3 with 2 epochs, or $\epsilon_\text{high} = 0.4$.** The stored runs show five seeds of
+#    every arm; the cell trains three seeds of each setting together. TODO: decide, before you
 #    run, how large a gap between the symmetric clip and clip-higher you would need to see before
 #    you believed it. Look at: the final entropy of every seed side by side.
 # 5. **Part 1 with another pool.** TODO: which part of the gold curve moves with the pool's seed
@@ -780,9 +783,10 @@ if RUN:
     print("exact match plus the length bonus:")
     hack_verdict(lab19.hacking_run(0.0, reward=exact_plus_length, kl_reward_fn=kl_penalized_rewards))
 # BEGIN MARK SCHEME
-# What the reference code shows (seed 0, 300 steps): neither flaw is exploited on its own. Substring
-# credit without the bonus: final accuracy 0.75, length 2.6; exact match plus the bonus: accuracy
-# 0.75, length 2.6. Only together do they pay for padding: "85" followed by digits keeps the
+# What the reference code shows (seed 0, 300 steps; seeds 1 and 2 alike): neither flaw is exploited
+# on its own. Substring credit without the bonus: final accuracy 0.70, length 2.59 (seeds 0-2:
+# 0.70-0.75, 2.58-2.62); exact match plus the bonus: accuracy 0.74, length 2.59 (0.73-0.75, 2.57-2.62).
+# Only together do they pay for padding: "85" followed by digits keeps the
 # substring credit AND earns the bonus, while under an exact checker padding loses the 1.0.
 # END MARK SCHEME
 
@@ -793,9 +797,11 @@ if RUN:
         print(f"beta = {beta}:")
         hack_verdict(lab19.hacking_run(beta, kl_reward_fn=kl_penalized_rewards))
 # BEGIN MARK SCHEME
-# What the stored runs show: beta = 0.01 is too weak (final accuracy 0.34, length 3.2, KL 6.4 nats:
-# the policy still pads most answers), beta = 0.02 already holds it (accuracy 0.74, length 2.6,
-# KL 0.6). The leash gives way between 0.01 and 0.02.
+# What the stored runs show (seed 0, then the five seeds): beta = 0.01 is too weak (seed 0: final
+# accuracy 0.43, length 3.0, KL 4.6 nats, it pads one digit; four of five seeds pad, accuracy
+# 0.57 +- 0.12 over the seeds); beta = 0.02 holds seed 0 (accuracy 0.74, length 2.6, KL 0.45) and
+# seeds 1 and 2, but seeds 3 and 4 still pad (accuracy 0.48-0.52, KL 3.8-4.4). The leash gives way
+# between 0.01 and 0.05, and where exactly depends on the seed: one seed would have said 0.02.
 # END MARK SCHEME
 
 # %%
@@ -804,21 +810,34 @@ if RUN:
     print("mean baseline (the stored run):", lab19.hack_summary(REFERENCE["hacking"]["0"])["peak_step"])
     hack_verdict(lab19.hacking_run(0.0, advantage="std"))
 # BEGIN MARK SCHEME
-# What the reference code shows: yes, sooner. Accuracy peaks at step 32 instead of 51 and then
-# falls to 0 (length 4.0, KL 16 nats). In a group where all 8 responses are right and one is padded,
+# What the reference code shows: on seed 0 a little sooner, accuracy peaks at step 29 instead of
+# 33 and then falls to 0 (length 4.0, KL 16 nats); but seeds disagree: seed 1 peaks at step 13
+# instead of 33, and seed 2, which padded with the mean baseline, does not pad within 300 steps
+# under std normalisation (length 2.7). One seed per arm cannot answer this question; the argument
+# for "sooner" is the arithmetic: in a group where all 8 responses are right and one is padded,
 # the padded one's reward is only 0.2 higher; the mean baseline turns that into an advantage of
 # 0.175, but dividing by the group's std (0.066) turns it into +2.6, as large as the advantage of a
 # right answer over a wrong one, so padding is reinforced as strongly as being correct.
 # END MARK SCHEME
 
 # %%
-RUN = False  # 4. part 3: another seed for every arm, then 2 epochs, then eps_high = 0.4
+RUN = False  # 4. part 3: 2 epochs, then eps_high = 0.4; seeds 0-2 of each, trained together
+
+
+def final_entropies(label, runs):
+    """Print every seed's final entropy (a list of runs, one per seed) and their mean ± sd."""
+    ends = [lab19.entropy_summary(r)["entropy_end"] for r in runs]
+    mean, sd = lab19.mean_sd(ends)
+    print(f"{label}: final entropy per seed {np.round(ends, 3).tolist()}, mean {mean:.3f} ± {sd:.3f}")
+
+
 if RUN:
-    for arm in lab19.CLIP_ARMS:
-        print(arm, "seed 1:", lab19.entropy_summary(lab19.entropy_run(arm, policy_loss_fn=clipped_pg_loss, seed=1)))
     for arm in ("symmetric", "clip-higher"):
-        print(arm, "2 epochs:", lab19.entropy_summary(lab19.entropy_run(arm, policy_loss_fn=clipped_pg_loss, epochs=2)))
-    print("eps_high = 0.4:", lab19.entropy_summary(lab19.entropy_run("clip-higher", policy_loss_fn=clipped_pg_loss, eps_high=0.4)))
+        final_entropies(f"{arm}, stored (4 epochs)", REFERENCE["entropy_seeds"][arm])
+        final_entropies(f"{arm}, 2 epochs", lab19.entropy_run(arm, policy_loss_fn=clipped_pg_loss, epochs=2,
+                                                                seeds=[0, 1, 2]))
+    final_entropies("eps_high = 0.4", lab19.entropy_run("clip-higher", policy_loss_fn=clipped_pg_loss, eps_high=0.4,
+                                                         seeds=[0, 1, 2]))
 
 # %%
 RUN = False  # 5. part 1 with another pool seed and a 2,000,000-response pool

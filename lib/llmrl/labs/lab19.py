@@ -29,6 +29,7 @@ from .. import overopt
 from ..losses import clipped_pg_loss
 from ..plotting import figure_png, save
 from ..rewards import exact_match, make_proxy_reward
+from ..runner import seeds_together
 from ..utils import check_float
 
 ARTIFACTS = Path("artifacts") / "lab19"
@@ -66,7 +67,8 @@ SERIES = ("sampled_accuracy", "reward_mean", "shaped_reward_mean", "completion_c
 # ----------------------------------------------------------------------------------- part 2
 
 def hacking_run(beta: float = 0.0, *, reward: str | Callable = "proxy", length_bonus: float = 0.1,
-                kl_reward_fn: Callable | None = None, policy=None, progress: bool = True, **overrides):
+                kl_reward_fn: Callable | None = None, policy=None, progress: bool = True, seeds=None,
+                **overrides):
     """RL from the SFT checkpoint against the proxy (or "gold") reward with KL coefficient ``beta``.
 
     ``reward`` may also be a function (responses [N] str, answers [N] int) -> float tensor [N]
@@ -76,7 +78,9 @@ def hacking_run(beta: float = 0.0, *, reward: str | Callable = "proxy", length_b
     is the student's ``kl_penalized_rewards``; None uses the trainer's own (k1 summed over real
     tokens). ``policy``: a TinyLM to start from instead of the SFT checkpoint (the shipped models'
     rebuild tries its candidates). ``overrides`` replace :data:`HACK_SETTINGS` or other RLConfig
-    fields. Returns a History.
+    fields. Returns a History; with ``seeds=[0, 1, 2, 3, 4]`` every seed trains its own copy of the
+    checkpoint, all seeds as one computation, and the result is one History per seed
+    (:class:`llmrl.trainer.SeedHistories`).
     """
     from ..checkpoints import load_checkpoint
     from ..trainer import RLConfig, rl_train
@@ -91,7 +95,7 @@ def hacking_run(beta: float = 0.0, *, reward: str | Callable = "proxy", length_b
     settings = {**HACK_SETTINGS, **overrides}
     policy = load_checkpoint("sft", progress=False) if policy is None else policy
     return rl_train(policy, RLConfig(kl_coef=beta, **settings), reward_fn=reward_fn,
-                    kl_reward_fn=kl_reward_fn, progress=progress)
+                    kl_reward_fn=kl_reward_fn, progress=progress, seeds=seeds)
 
 
 def _rolling(x: np.ndarray, w: int) -> np.ndarray:
@@ -105,13 +109,9 @@ def _rolling(x: np.ndarray, w: int) -> np.ndarray:
 def smooth(y, window: int = 10) -> np.ndarray:
     """Trailing mean over ``window`` steps, same length as ``y`` (NaN until the window is full; NaN
     entries are skipped inside a window)."""
-    y = np.asarray(y, dtype=float)
-    out = np.full(len(y), np.nan)
-    for i in range(window - 1, len(y)):
-        w = y[i - window + 1:i + 1]
-        if np.any(~np.isnan(w)):
-            out[i] = np.nanmean(w)
-    return out
+    from ..plotting import smooth as trailing
+
+    return trailing(y, window, full=True)
 
 
 def as_series(history, names=SERIES) -> dict[str, list]:
@@ -124,6 +124,49 @@ def as_series(history, names=SERIES) -> dict[str, list]:
 
 def _arr(series: dict, name: str) -> np.ndarray:
     return np.array([np.nan if v is None else v for v in series[name]], dtype=float)
+
+
+def seed_runs(run) -> list[dict]:
+    """A run's seeds as a list of series: a series dict or a History (one seed), or a list of them
+    / a :class:`llmrl.trainer.SeedHistories` (several seeds)."""
+    from ..trainer import History
+
+    if isinstance(run, (dict, History)):
+        return [as_series(run)]
+    runs = [as_series(r) for r in run]
+    if not runs:
+        raise ValueError("a run needs at least one seed")
+    return runs
+
+
+def seed_summary(summary, run, **kw) -> dict[str, tuple[float, float]]:
+    """{key: (mean, standard deviation over seeds)} of ``summary(series)`` (:func:`hack_summary`,
+    :func:`entropy_summary`) over the seeds of ``run``."""
+    parts = [summary(r, **kw) for r in seed_runs(run)]
+    return {k: mean_sd([p[k] for p in parts]) for k in parts[0]}
+
+
+def mean_sd(values) -> tuple[float, float]:
+    """(mean, sample standard deviation) of one number per seed; the deviation is 0 for one seed."""
+    v = np.asarray(values, dtype=float)
+    return float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else 0.0
+
+
+def _draw(ax, run, name: str, window: int, label: str, color, **line):
+    """One run's smoothed ``name`` against step: a line for one seed; for several the mean over
+    seeds, a band from the lowest to the highest seed and every seed as a thin line."""
+    from ..plotting import seed_band
+
+    runs = [r for r in seed_runs(run) if name in r]
+    if not runs:
+        return
+    n = min(len(r[name]) for r in runs)
+    ys = [smooth(_arr(r, name)[:n], window) for r in runs]
+    x = np.arange(1, n + 1)
+    if len(ys) == 1:
+        ax.plot(x, ys[0], color=color, label=label, **line)
+    else:
+        seed_band(ax, x, ys, label, color=color, ls=line.get("ls", "-"))
 
 
 def hack_summary(run, window: int = 10) -> dict[str, float]:
@@ -158,13 +201,14 @@ def late_clip_stats(epoch: int, stats: dict) -> dict:
 
 
 def entropy_run(arm: str = "symmetric", *, policy_loss_fn: Callable | None = None, policy=None,
-                progress: bool = True, **overrides):
+                progress: bool = True, seeds=None, **overrides):
     """RL with several epochs per batch under one clip setting of :data:`CLIP_ARMS`.
 
     ``policy_loss_fn`` (LossBatch) -> loss or (loss, stats) is the student's ``clipped_pg_loss``
     (None: the library's). ``overrides`` replace :data:`ENTROPY_SETTINGS` or the arm's
     ``eps_low`` / ``eps_high`` (e.g. ``eps_high=0.4``). ``policy`` (default: a fresh SFT checkpoint)
-    is trained in place. Returns a History.
+    is trained in place. Returns a History; with ``seeds=[...]`` one History per seed, every seed
+    training its own copy of ``policy``, all as one computation.
     """
     from ..checkpoints import load_checkpoint
     from ..trainer import Hooks, RLConfig, rl_train
@@ -175,7 +219,7 @@ def entropy_run(arm: str = "symmetric", *, policy_loss_fn: Callable | None = Non
     settings = {**ENTROPY_SETTINGS, "eps_low": eps_low, "eps_high": eps_high, **overrides}
     policy = load_checkpoint("sft", progress=False) if policy is None else policy
     return rl_train(policy, RLConfig(**settings), policy_loss_fn=policy_loss_fn or clipped_pg_loss,
-                    hooks=Hooks(after_minibatch=late_clip_stats), progress=progress)
+                    hooks=Hooks(after_minibatch=late_clip_stats), progress=progress, seeds=seeds)
 
 
 def entropy_inputs(model, n_prompts: int = 64, seed: int = 0):
@@ -224,33 +268,43 @@ def entropy_summary(run, window: int = 10) -> dict[str, float]:
 REFERENCE_ARMS = tuple(f"hacking/{b:g}" for b in SWEEP_BETAS) + ("hacking/gold",) + tuple(f"entropy/{a}" for a in CLIP_ARMS)
 
 
-def reference_arm(arm: str, seed: int = 0, progress: bool = False) -> dict:
-    """One stored run as a result of the runner's schema: ``hacking/<beta>``, ``hacking/gold`` or
-    ``entropy/<clip arm>``, at the full length of :data:`HACK_SETTINGS` / :data:`ENTROPY_SETTINGS`."""
+@seeds_together
+def reference_arm(arm: str, seeds=(0,), progress: bool = False) -> list[dict]:
+    """The stored runs of one arm, one result of the runner's schema per seed (all seeds trained as
+    one computation): ``hacking/<beta>``, ``hacking/gold`` or ``entropy/<clip arm>``, at the full
+    length of :data:`HACK_SETTINGS` / :data:`ENTROPY_SETTINGS`."""
     from ..runner import result_from_history
 
+    seeds = [seeds] if isinstance(seeds, int) else list(seeds)
     kind, _, name = arm.partition("/")
     if kind == "hacking":
         gold = name == "gold"
-        history = hacking_run(0.0 if gold else float(name), reward="gold" if gold else "proxy", seed=seed,
-                              progress=progress)
-        config = {**HACK_SETTINGS, "seed": seed, "beta": 0.0 if gold else float(name),
-                  "reward": "gold" if gold else "proxy"}
+        histories = hacking_run(0.0 if gold else float(name), reward="gold" if gold else "proxy", seeds=seeds,
+                                progress=progress)
+        config = {**HACK_SETTINGS, "beta": 0.0 if gold else float(name), "reward": "gold" if gold else "proxy"}
     elif kind == "entropy" and name in CLIP_ARMS:
-        history = entropy_run(name, seed=seed, progress=progress)
-        config = {**ENTROPY_SETTINGS, "seed": seed, "arm": name}
+        histories = entropy_run(name, seeds=seeds, progress=progress)
+        config = {**ENTROPY_SETTINGS, "arm": name}
     else:
         raise ValueError(f"arm must be one of {REFERENCE_ARMS}, got {arm!r}")
-    res = result_from_history(history, config, SERIES)
-    res["curve"] = {k: v if k == "step" else [None if x is None else round(x, 5) for x in v]
-                    for k, v in res["curve"].items()}  # five decimals keep the stored file small
-    return res
+    out = []
+    for seed, history in zip(seeds, histories):
+        res = result_from_history(history, {**config, "seed": seed}, SERIES)
+        res["curve"] = {k: v if k == "step" else [None if x is None else round(x, 5) for x in v]
+                        for k, v in res["curve"].items()}  # five decimals keep the stored file small
+        out.append(res)
+    return out
+
+
+
+REFERENCE_SEEDS = (0, 1, 2, 3, 4)
 
 
 def compute_reference(path: Path | str | None = REFERENCE_PATH, progress: bool = True, workers: int = 2,
-                      seeds=(0,)) -> dict:
-    """Run every full-length run of parts 2 and 3 (minutes; ``workers`` processes) and store them
-    in the runner's result schema; returns :func:`load_reference`'s view of them."""
+                      seeds=REFERENCE_SEEDS) -> dict:
+    """Run every full-length run of parts 2 and 3 for ``seeds`` (an arm's seeds as one computation,
+    ``workers`` processes; minutes) and store them in the runner's result schema; returns
+    :func:`load_reference`'s view of them."""
     from ..runner import run_arms
 
     results = run_arms("lab19", reference_arm, REFERENCE_ARMS, seeds, workers=workers, progress=progress)
@@ -271,17 +325,29 @@ def start_checkpoint() -> dict:
 
 
 def _reference_view(blob: dict) -> dict:
-    runs = [r for r in blob["runs"] if r["seed"] == 0]
+    runs = sorted(blob["runs"], key=lambda r: r["seed"])
+    seeds = sorted({r["seed"] for r in runs})
+
+    def part(kind):
+        out = {}
+        for r in runs:
+            if r["arm"].startswith(kind + "/"):
+                out.setdefault(r["arm"].split("/", 1)[1], []).append(r["curve"])
+        return out
+
+    first = [r for r in runs if r["seed"] == seeds[0]]
     return {"hack_settings": blob["settings"]["hacking"], "entropy_settings": blob["settings"]["entropy"],
-            "checkpoint": blob.get("checkpoint"),
-            "hacking": {r["arm"].split("/", 1)[1]: r["curve"] for r in runs if r["arm"].startswith("hacking/")},
-            "entropy": {r["arm"].split("/", 1)[1]: r["curve"] for r in runs if r["arm"].startswith("entropy/")},
-            "runs": blob["runs"]}
+            "checkpoint": blob.get("checkpoint"), "seeds": seeds,
+            "hacking": {r["arm"].split("/", 1)[1]: r["curve"] for r in first if r["arm"].startswith("hacking/")},
+            "entropy": {r["arm"].split("/", 1)[1]: r["curve"] for r in first if r["arm"].startswith("entropy/")},
+            "hacking_seeds": part("hacking"), "entropy_seeds": part("entropy"), "runs": blob["runs"]}
 
 
 def load_reference(path: Path | str = REFERENCE_PATH) -> dict:
-    """The stored reference runs (seed 0) by part: {"hacking": {"0", "0.01", "0.02", "0.05", "gold"},
-    "entropy": {arm}}, each a dict of per-step series; ``"runs"`` holds the runner's results."""
+    """The stored reference runs by part: {"hacking": {"0", "0.01", "0.02", "0.05", "gold"},
+    "entropy": {arm}}, each the first seed's dict of per-step series; "hacking_seeds" and
+    "entropy_seeds" hold every stored seed's (lists, "seeds" says which); ``"runs"`` holds the
+    runner's results."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run `python -m llmrl.labs.lab19 reference` to make it")
@@ -298,8 +364,34 @@ def sweep_run(reference: dict, beta: float) -> dict:
 
 # ------------------------------------------------------------------------------- reports
 
+def part2_values(reference: dict | None = None) -> dict[str, list[float]]:
+    """Part 2's numbers under the keys of :data:`EXPECTED`, one value per stored seed (lists in
+    the order of ``reference["seeds"]``): the hacking run without KL, beta = 0.05 and gold."""
+    ref = reference or load_reference()
+    hs = ref.get("hacking_seeds") or {k: [v] for k, v in ref["hacking"].items()}
+    h, k, g = ([hack_summary(r) for r in hs[arm]] for arm in ("0", "0.05", "gold"))
+    out = {f"hack_{name}": [x[name] for x in h] for name in
+           ("accuracy_start", "accuracy_peak", "peak_step", "final_accuracy", "final_length", "final_kl")}
+    out["kl005_final_accuracy"] = [x["final_accuracy"] for x in k]
+    out["gold_final_accuracy"] = [x["final_accuracy"] for x in g]
+    return out
+
+
+def part3_values(reference: dict | None = None) -> dict[str, list[float]]:
+    """Part 3's numbers under the keys of :data:`EXPECTED`, one value per stored seed."""
+    ref = reference or load_reference()
+    es = ref.get("entropy_seeds") or {k: [v] for k, v in ref["entropy"].items()}
+    sym, hi, none = ([entropy_summary(r) for r in es[a]] for a in CLIP_ARMS)
+    return {"entropy_start": [x["entropy_start"] for x in sym],
+            "entropy_end_clipped": [0.5 * (a["entropy_end"] + b["entropy_end"]) for a, b in zip(sym, hi)],
+            "entropy_end_no_upper": [x["entropy_end"] for x in none],
+            "clip_high_of_positive_rare": [x["late_clip_high_of_positive_rare"] for x in sym],
+            "clip_high_of_positive_common": [x["late_clip_high_of_positive_common"] for x in sym]}
+
+
 def measured(reference: dict | None = None) -> dict:
-    """Our numbers under the keys of :data:`EXPECTED` (part 1 exact/pool, parts 2-3 from the reference)."""
+    """Our numbers under the keys of :data:`EXPECTED`: part 1 exact/pool, parts 2-3 the mean over
+    the stored seeds (:func:`part2_values`, :func:`part3_values` give every seed's)."""
     out = {}
     e = overopt.exact_best_of_n()
     pool = overopt.pool_curves(overopt.make_pool())
@@ -312,30 +404,30 @@ def measured(reference: dict | None = None) -> dict:
     out["pool_gold_gain_n3000"] = float(pool["gold_gain"][-1])
     out["exact_gold_gain_n3000"] = float(e["gold_gain"][-1])
     ref = reference or load_reference()
-    h = hack_summary(ref["hacking"]["0"])
-    out.update({"hack_accuracy_start": h["accuracy_start"], "hack_accuracy_peak": h["accuracy_peak"],
-                "hack_peak_step": h["peak_step"], "hack_final_accuracy": h["final_accuracy"],
-                "hack_final_length": h["final_length"], "hack_final_kl": h["final_kl"],
-                "kl005_final_accuracy": hack_summary(ref["hacking"]["0.05"])["final_accuracy"],
-                "gold_final_accuracy": hack_summary(ref["hacking"]["gold"])["final_accuracy"]})
-    sym, hi, none = (entropy_summary(ref["entropy"][a]) for a in CLIP_ARMS)
-    out.update({"entropy_start": sym["entropy_start"],
-                "entropy_end_clipped": 0.5 * (sym["entropy_end"] + hi["entropy_end"]),
-                "entropy_end_no_upper": none["entropy_end"],
-                "clip_high_of_positive_rare": sym["late_clip_high_of_positive_rare"],
-                "clip_high_of_positive_common": sym["late_clip_high_of_positive_common"]})
+    for k, v in {**part2_values(ref), **part3_values(ref)}.items():
+        out[k] = float(np.mean(v))
     return out
 
 
 def expected_report(values: dict, keys=None) -> str:
-    """Lines "key: ours vs published" for the keys of :data:`EXPECTED` present in ``values``."""
+    """Lines "key: ours vs published" for the keys of :data:`EXPECTED` present in ``values``; a
+    list of values (one per seed) is given as mean ± standard deviation over the seeds."""
     lines = []
     for k in (keys or EXPECTED):
         if k not in values:
             continue
         ours, theirs = values[k], EXPECTED[k]
-        fmt = (lambda v: f"{v:8.3f}") if isinstance(ours, float) else (lambda v: f"{v!s:>8}")
-        lines.append(f"{k:32s} ours {fmt(ours)}   published {theirs!s:>8}")
+        if isinstance(ours, (list, tuple)) and len(ours) == 1:
+            ours = ours[0]
+        if isinstance(ours, (list, tuple)):
+            m, sd = mean_sd(ours)
+            d = 1 if all(isinstance(v, int) for v in ours) else 3  # a step number: one decimal
+            text = f"{m:8.{d}f} ± {sd:.{d}f} ({len(ours)} seeds)"
+        elif isinstance(ours, float):
+            text = f"{ours:8.3f}"
+        else:
+            text = f"{ours!s:>8}"
+        lines.append(f"{k:32s} ours {text}   published {theirs!s:>8}")
     return "\n".join(lines)
 
 
@@ -419,10 +511,12 @@ def bon_widget(b: float = 1.0, sigma: float = 1.0):
 
 def plot_hacking(runs: dict, path=None, live: dict | None = None, title: str = "", window: int = 10,
                  colors: dict | None = None):
-    """Accuracy, proxy reward, length and KL per step for labelled runs {label: series}; returns the figure.
+    """Accuracy, proxy reward, length and KL per step for labelled runs; returns the figure.
 
-    Run i is drawn in colour C<i> unless ``colors`` ({label: colour}) names another; ``live`` runs are
-    black dashed lines.
+    A run is one seed (a series dict or a History) or several (a list of them, a SeedHistories,
+    ``reference["hacking_seeds"][beta]``): several are drawn as their mean, a band from the lowest
+    to the highest seed and each seed thin. Run i is drawn in colour C<i> unless ``colors``
+    ({label: colour}) names another; ``live`` runs are black (dashed for one seed).
     """
     import matplotlib.pyplot as plt
 
@@ -432,17 +526,13 @@ def plot_hacking(runs: dict, path=None, live: dict | None = None, title: str = "
               ("completion_chars_mean", "response length (chars)"),
               ("kl_to_reference_k1_sum_nats", "KL to SFT (nats, k1 summed per response)")]
     for i, (label, run) in enumerate(runs.items()):
-        s = as_series(run)
         for ax, (k, name) in zip(axes, panels):
-            y = _arr(s, k)
-            ax.plot(np.arange(1, len(y) + 1), smooth(y, window), color=colors.get(label, f"C{i}"), label=label)
+            _draw(ax, run, k, window, label, colors.get(label, f"C{i}"))
             ax.set_title(f"{name}, {window}-step mean", fontsize=10)
             ax.set_xlabel("step")
     for label, run in (live or {}).items():
-        s = as_series(run)
         for ax, (k, _) in zip(axes, panels):
-            y = _arr(s, k)
-            ax.plot(np.arange(1, len(y) + 1), smooth(y, window), "k--", lw=1.2, label=label)
+            _draw(ax, run, k, window, label, "k", ls="--", lw=1.2)
     axes[0].legend(fontsize=8)
     if title:
         fig.suptitle(title)
@@ -452,24 +542,30 @@ def plot_hacking(runs: dict, path=None, live: dict | None = None, title: str = "
 
 
 def beta_figure(reference: dict, beta: float, path=None):
-    """The stored hacking run nearest ``beta`` next to the no-KL and gold runs (the slider's view)."""
-    key = min((k for k in reference["hacking"] if k != "gold"), key=lambda k: abs(float(k) - beta))
+    """The stored hacking runs nearest ``beta`` next to the no-KL and gold runs (the slider's view),
+    every stored seed shown; the title gives the final numbers as mean +- sd over the seeds."""
+    stored = reference.get("hacking_seeds") or reference["hacking"]
+    key = min((k for k in stored if k != "gold"), key=lambda k: abs(float(k) - beta))
     # the notebook's plot draws no KL in C0, beta = 0.05 in C1 and gold in C2: any chosen beta takes C1
     colors = {"proxy, no KL": "C0", "gold reward": "C2"}
     runs = {}
     if key != "0":
-        runs[f"proxy, beta = {key}"] = reference["hacking"][key]
+        runs[f"proxy, beta = {key}"] = stored[key]
         colors[f"proxy, beta = {key}"] = "C1"
-    runs["proxy, no KL"] = reference["hacking"]["0"]
-    runs["gold reward"] = reference["hacking"]["gold"]
-    s = hack_summary(reference["hacking"][key])
+    runs["proxy, no KL"] = stored["0"]
+    runs["gold reward"] = stored["gold"]
+    s = seed_summary(hack_summary, stored[key])
+    n = len(seed_runs(stored[key]))
+    pm = (lambda k, f: f"{s[k][0]:{f}} ± {s[k][1]:{f}}") if n > 1 else (lambda k, f: f"{s[k][0]:{f}}")
     return plot_hacking(runs, path, colors=colors,
-                        title=f"beta = {key}: final accuracy {s['final_accuracy']:.2f}, "
-                              f"length {s['final_length']:.2f}, KL {s['final_kl']:.1f} nats")
+                        title=f"beta = {key}" + (f" ({n} seeds)" if n > 1 else "") +
+                              f": final accuracy {pm('final_accuracy', '.2f')}, length {pm('final_length', '.2f')}, "
+                              f"KL {pm('final_kl', '.1f')} nats")
 
 
 def beta_widget(reference: dict | None = None):
-    """A slider over the stored beta sweep redrawing accuracy, reward, length and KL curves.
+    """A slider over the stored beta sweep redrawing accuracy, reward, length and KL curves (every
+    stored seed; a beta seen before is shown again without redrawing).
 
     The box has attributes ``slider``, ``image`` and ``update()``.
     """
@@ -479,9 +575,12 @@ def beta_widget(reference: dict | None = None):
     options = [float(k) for k in ref["hacking"] if k != "gold"]
     slider = w.SelectionSlider(options=options, value=options[0], description="beta", continuous_update=False)
     image = w.Image(format="png")
+    drawn: dict[float, bytes] = {}  # the stored runs do not change: each beta is drawn once
 
     def update(_=None):
-        image.value = figure_png(beta_figure(ref, slider.value))
+        if slider.value not in drawn:
+            drawn[slider.value] = figure_png(beta_figure(ref, slider.value))
+        image.value = drawn[slider.value]
 
     slider.observe(update, names="value")
     update()
@@ -491,24 +590,20 @@ def beta_widget(reference: dict | None = None):
 
 
 def plot_entropy(runs: dict, path=None, live: dict | None = None, window: int = 5):
-    """Entropy, accuracy and the upper clip's rare/common shares per step for {arm: series}."""
+    """Entropy, accuracy and the upper clip's rare/common shares per step for {arm: run} (a run is
+    one seed or several, as in :func:`plot_hacking`: several are drawn as mean, band and seeds)."""
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))
     for i, (label, run) in enumerate(runs.items()):
-        s = as_series(run)
-        ent, acc = _arr(s, "entropy_token_mean_nats"), _arr(s, "sampled_accuracy")
-        x = np.arange(1, len(ent) + 1)
-        axes[0].plot(x, smooth(ent, window), color=f"C{i}", label=label)
-        axes[1].plot(x, smooth(acc, window), color=f"C{i}", label=label)
-        if label != "no upper clip" and "late_clip_high_of_positive_rare" in s:
-            rare, common = _arr(s, "late_clip_high_of_positive_rare"), _arr(s, "late_clip_high_of_positive_common")
-            axes[2].plot(x, smooth(rare, window), color=f"C{i}", label=f"{label}: rare tokens (p < 0.5)")
-            axes[2].plot(x, smooth(common, window), "--", color=f"C{i}", label=f"{label}: common tokens")
+        _draw(axes[0], run, "entropy_token_mean_nats", window, label, f"C{i}")
+        _draw(axes[1], run, "sampled_accuracy", window, label, f"C{i}")
+        if label != "no upper clip":
+            _draw(axes[2], run, "late_clip_high_of_positive_rare", window, f"{label}: rare tokens (p < 0.5)", f"C{i}")
+            _draw(axes[2], run, "late_clip_high_of_positive_common", window, f"{label}: common tokens", f"C{i}",
+                  ls="--")
     for label, run in (live or {}).items():
-        s = as_series(run)
-        y = _arr(s, "entropy_token_mean_nats")
-        axes[0].plot(np.arange(1, len(y) + 1), smooth(y, window), "k--", lw=1.2, label=label)
+        _draw(axes[0], run, "entropy_token_mean_nats", window, label, "k", ls="--", lw=1.2)
     axes[0].set_title(f"entropy (nats per token), {window}-step mean", fontsize=10)
     axes[1].set_title(f"exact-match accuracy, {window}-step mean", fontsize=10)
     axes[2].set_title("upper clip: share of positive-advantage tokens\nswitched off in epochs 2-4, "
@@ -527,6 +622,7 @@ def main(argv=None):
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("reference", help="rerun every full-length run and rewrite lab19_reference.json")
     r.add_argument("--workers", type=int, default=2, help="parallel processes (one thread each)")
+    r.add_argument("--seeds", type=int, nargs="+", default=list(REFERENCE_SEEDS), help="seeds of every run")
     h = sub.add_parser("hack", help="one reward-hacking run")
     h.add_argument("--beta", type=float, default=0.0)
     h.add_argument("--reward", choices=("proxy", "gold"), default="proxy")
@@ -541,7 +637,7 @@ def main(argv=None):
     e.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     if a.cmd == "reference":
-        ref = compute_reference(workers=a.workers)
+        ref = compute_reference(workers=a.workers, seeds=a.seeds)
         print(expected_report(measured(ref)))
     elif a.cmd == "hack":
         run = hacking_run(a.beta, reward=a.reward, length_bonus=a.length_bonus, steps=a.steps,

@@ -34,7 +34,8 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -49,7 +50,7 @@ from ..evaluation import evaluate, pass_at_k, pass_at_k_per_problem
 from ..plotting import figure_png
 from ..rewards import Rubric, RubricItem, binary_rubric, looks_thorough, partial_credit_rubric, stylish_rubric
 from ..runner import final, load_results as _load_results, result_from_history, results_dir, run_arms, \
-    start_value, summary_table
+    seeds_together, start_value, summary_table
 from ..sampling import generate
 from ..tinylm import TinyLMConfig
 from ..trainer import Hooks, RLConfig, config_dict, rl_train
@@ -139,11 +140,31 @@ def _result(history, cfg: RLConfig, curve: Sequence[str], extra: dict | None = N
     return result_from_history(history, {**config_dict(cfg), **config}, curve, extra)
 
 
+def _train_seeds(seeds: Sequence[int], cfg: RLConfig, student, eval_fn: Callable | None = None,
+                 per_seed: Callable | None = None, **rl_kwargs):
+    """``rl_train`` of one fresh student per seed, all seeds stepping together (:mod:`llmrl.stacked`):
+    each seed's numbers are those of a run of that seed alone. ``eval_fn(model, seed)``; ``per_seed(seed)``
+    gives a seed's own stateful pieces (see :func:`llmrl.trainer.rl_train`)."""
+    def pieces(seed):
+        own = dict(per_seed(seed)) if per_seed is not None else {}
+        if eval_fn is not None:
+            own["eval_fn"] = partial(eval_fn, seed=seed)
+        return own
+
+    return rl_train([_student(student) for _ in seeds], cfg, seeds=list(seeds), per_seed=pieces, **rl_kwargs)
+
+
+def _results(histories, cfg: RLConfig, curve: Sequence[str], **config) -> list[dict]:
+    """One result per seed of a :func:`_train_seeds` run (its config with that seed)."""
+    return [_result(h, replace(cfg, seed=h.seed), curve, **config) for h in histories]
+
+
 # ------------------------------------------------------------------------------ Project 0: OPD
 PROJECT0_ARMS = ("opd-full", "sft-teacher", "opd-sampled", "rl")
 
 
-def _arm0(arm, seed, steps=200, n_prompts=8, group_size=8, lr=3e-4, loss_fns=None, student=None,
+@seeds_together
+def _arm0(arm, seeds, steps=200, n_prompts=8, group_size=8, lr=3e-4, loss_fns=None, student=None,
           eval_prompts=100, eval_samples=8, eval_every=None, max_grad_norm=None, pass_at_k_fn=None, progress=False):
     loss_fns = dict(loss_fns or {})
     settings = {"opd-full": dict(loss="opd-full"), "opd-sampled": dict(loss="opd-sampled"),
@@ -153,20 +174,20 @@ def _arm0(arm, seed, steps=200, n_prompts=8, group_size=8, lr=3e-4, loss_fns=Non
     # No gradient clipping by default (the published setup names none). The trainer's default, 1.0,
     # throttles the distillation arms: their gradient norms are 15-20, and with it opd-full ended at
     # pass@1 0.46 / KL 1.04 on seed 0 instead of 0.52 / 0.84.
-    cfg = RLConfig(steps=steps, n_prompts=n_prompts, group_size=group_size, lr=lr, seed=seed,
+    cfg = RLConfig(steps=steps, n_prompts=n_prompts, group_size=group_size, lr=lr, seed=seeds[0],
                    track_reference_kl=False, max_grad_norm=max_grad_norm, **settings[arm])
     teacher = load_teacher()
     probs = eval_problems(eval_prompts, TWO_DIGIT)
 
-    def eval_fn(m):
+    def eval_fn(m, seed):
         e = evaluate(m, probs, n_samples=eval_samples, ks=(1, eval_samples), seed=seed, teacher=teacher,
                      pass_at_k_fn=pass_at_k_fn)
         return {k: e[k] for k in ("pass@1", f"pass@{eval_samples}", "kl_to_teacher_exact_token_mean_nats",
                                   "greedy_accuracy")}
 
-    hist = rl_train(_student(student), cfg, teacher=teacher, policy_loss_fn=loss_fns.get(arm), eval_fn=eval_fn,
-                    eval_every=_eval_every(steps, eval_every), progress=progress)
-    return _result(hist, cfg, ["sampled_accuracy", "loss_mean", "teacher_logprob_token_mean", "entropy_token_mean_nats"])
+    hists = _train_seeds(seeds, cfg, student, eval_fn, teacher=teacher, policy_loss_fn=loss_fns.get(arm),
+                         eval_every=_eval_every(steps, eval_every), progress=progress)
+    return _results(hists, cfg, ["sampled_accuracy", "loss_mean", "teacher_logprob_token_mean", "entropy_token_mean_nats"])
 
 
 # ------------------------------------------------------------------------ Project 1: clip-higher
@@ -174,7 +195,8 @@ PROJECT1_ARMS = ("symmetric", "clip-higher", "no-clip")
 CLIP_BOUNDS = {"symmetric": (0.2, 0.2), "clip-higher": (0.2, 0.28), "no-clip": (None, None)}
 
 
-def _arm1(arm, seed, steps=150, epochs=4, eps_high=0.28, n_prompts=16, group_size=8, lr=3e-4,
+@seeds_together
+def _arm1(arm, seeds, steps=150, epochs=4, eps_high=0.28, n_prompts=16, group_size=8, lr=3e-4,
           eval_prompts=100, eval_samples=16, eval_every=None, student=None, progress=False):
     if arm not in CLIP_BOUNDS:
         raise ValueError(f"arm must be one of {PROJECT1_ARMS}, got {arm!r}")
@@ -182,16 +204,15 @@ def _arm1(arm, seed, steps=150, epochs=4, eps_high=0.28, n_prompts=16, group_siz
     if arm == "clip-higher":
         hi = check_float("eps_high", eps_high, minimum=0.0)
     cfg = RLConfig(steps=steps, n_prompts=n_prompts, group_size=group_size, lr=lr, epochs=epochs,
-                   eps_low=lo, eps_high=hi, seed=seed, track_reference_kl=False)
+                   eps_low=lo, eps_high=hi, seed=seeds[0], track_reference_kl=False)
     probs = eval_problems(eval_prompts, TWO_DIGIT)
 
-    def eval_fn(m):
+    def eval_fn(m, seed):
         e = evaluate(m, probs, n_samples=eval_samples, ks=(1, eval_samples), seed=seed)
         return {k: e[k] for k in ("pass@1", f"pass@{eval_samples}", "entropy_token_mean_nats")}
 
-    hist = rl_train(_student(student), cfg, eval_fn=eval_fn, eval_every=_eval_every(steps, eval_every, 6),
-                    progress=progress)
-    return _result(hist, cfg, ["entropy_token_mean_nats", "sampled_accuracy", "clip_fraction", "clip_fraction_high",
+    hists = _train_seeds(seeds, cfg, student, eval_fn, eval_every=_eval_every(steps, eval_every, 6), progress=progress)
+    return _results(hists, cfg, ["entropy_token_mean_nats", "sampled_accuracy", "clip_fraction", "clip_fraction_high",
                                "clip_fraction_low", "clip_high_of_positive", "clip_low_of_negative"])
 
 
@@ -227,27 +248,35 @@ def pad_share_small_sums(responses: Sequence[str], answers: Sequence[int]) -> fl
     return float(np.mean(small)) if small else float("nan")
 
 
-def _arm2(arm, seed, steps=200, n_prompts=16, group_size=8, lr=3e-4, reward_fns=None, pitfall=None,
+@seeds_together
+def _arm2(arm, seeds, steps=200, n_prompts=16, group_size=8, lr=3e-4, reward_fns=None, pitfall=None,
           eval_prompts=100, eval_samples=8, eval_every=None, student=None, progress=False):
     reward_fns = dict(reward_fns or {})
     reward = reward_fns[arm] if arm in reward_fns else rubric_for(arm, pitfall)
-    cfg = RLConfig(steps=steps, n_prompts=n_prompts, group_size=group_size, lr=lr, seed=seed,
+    cfg = RLConfig(steps=steps, n_prompts=n_prompts, group_size=group_size, lr=lr, seed=seeds[0],
                    track_reference_kl=False)
     probs = eval_problems(eval_prompts, TWO_DIGIT)
 
     def padding(batch):  # the training batch's share of padded answers to small sums, every step
         return {"pad_share_small_sums": pad_share_small_sums(batch.rollout.completions, batch.rollout.answers)}
 
-    def eval_fn(m):
+    def eval_fn(m, seed):
         r = generate(m, probs, eval_samples, 1.0, seed)
         return {"gold_pass@1": float(is_correct(r.responses, r.answers).float().mean()),
                 "proxy_reward_mean": float(torch.as_tensor(reward(r.responses, r.answers)).float().mean()),
                 "pad_share_small_sums": pad_share_small_sums(r.responses, r.answers)}
 
-    hist = rl_train(_student(student), cfg, reward_fn=reward, hooks=Hooks(after_score=padding), eval_fn=eval_fn,
-                    eval_every=_eval_every(steps, eval_every), progress=progress)
-    return _result(hist, cfg, ["reward_mean", "sampled_accuracy", "entropy_token_mean_nats", "pad_share_small_sums"],
+    hists = _train_seeds(seeds, cfg, student, eval_fn, reward_fn=reward, hooks=Hooks(after_score=padding),
+                         eval_every=_eval_every(steps, eval_every), progress=progress)
+    return _results(hists, cfg, ["reward_mean", "sampled_accuracy", "entropy_token_mean_nats", "pad_share_small_sums"],
                    reward=getattr(reward, "__name__", repr(reward)))
+
+
+@lru_cache(maxsize=1)
+def two_digit_share_large() -> float:
+    """The share of 2-digit + 2-digit training problems whose sum has 3 digits (20,000 drawn with
+    seed 0; computed once: the widget asks for it at every point of its curves)."""
+    return float(np.mean([a >= 100 for a in sample_problems(20000, TWO_DIGIT, 0).answers]))
 
 
 def honest_vs_pad(w: float, accuracy_small: float, accuracy_large: float | None = None,
@@ -262,9 +291,7 @@ def honest_vs_pad(w: float, accuracy_small: float, accuracy_large: float | None 
     w = check_float("w", w, minimum=0.0)
     p_s = check_float("accuracy_small", accuracy_small, minimum=0.0)
     p_l = p_s if accuracy_large is None else check_float("accuracy_large", accuracy_large, minimum=0.0)
-    if share_large is None:
-        share_large = float(np.mean([a >= 100 for a in sample_problems(20000, TWO_DIGIT, 0).answers]))
-    q = check_float("share_large", share_large, minimum=0.0)
+    q = check_float("share_large", two_digit_share_large() if share_large is None else share_large, minimum=0.0)
     large = p_l * 1.0 + w  # 3-digit answers earn the style credit whether right or not
     honest = (1 - q) * p_s + q * large
     pad = (1 - q) * w + q * large
@@ -362,57 +389,63 @@ class BucketSampler:
 
 
 
-def _arm3(arm, seed, steps=200, n_prompts=16, group_size=8, lr=3e-4, rare_group=1, temperature=0.1,
+@seeds_together
+def _arm3(arm, seeds, steps=200, n_prompts=16, group_size=8, lr=3e-4, rare_group=1, temperature=0.1,
           eval_per_bucket=100, eval_every=None, student=None, progress=False):
     modes = {"target-only": "target", "uniform": "uniform", "learnability": "learnability"}
     if arm not in modes:
         raise ValueError(f"arm must be one of {PROJECT3_ARMS}, got {arm!r}")
-    sampler = BucketSampler(modes[arm], rare_group=rare_group, group_size=group_size, temperature=temperature)
-    cfg = RLConfig(steps=steps, n_prompts=n_prompts, group_size=group_size, lr=lr, seed=seed,
+    cfg = RLConfig(steps=steps, n_prompts=n_prompts, group_size=group_size, lr=lr, seed=seeds[0],
                    track_reference_kl=False)
     eval_sets = {b: eval_problems(eval_per_bucket, [b]) for b in BUCKETS}
 
-    def bandit(batch):
-        """What this step served (shares of samples per bucket) and the probabilities it was drawn
-        with; then the bandit learns from the step's successes."""
-        probs = sampler.probabilities()
-        counts = torch.bincount(batch.rollout.problems.bucket, minlength=len(BUCKETS)).float()
-        counts = counts / counts.sum()
-        sampler.observe(batch.correct)
-        return {**{f"usage_{b}": float(counts[BUCKETS.index(b)]) for b in sampler.buckets},
-                **{f"sampling_probability_{b}": probs[b] for b in sampler.buckets}}
+    def pieces(seed):  # each seed its own sampler: its bandit learns from that seed's successes only
+        sampler = BucketSampler(modes[arm], rare_group=rare_group, group_size=group_size, temperature=temperature)
 
-    def eval_fn(m):
+        def bandit(batch):
+            """What this step served (shares of samples per bucket) and the probabilities it was drawn
+            with; then the bandit learns from the step's successes."""
+            probs = sampler.probabilities()
+            counts = torch.bincount(batch.rollout.problems.bucket, minlength=len(BUCKETS)).float()
+            counts = counts / counts.sum()
+            sampler.observe(batch.correct)
+            return {**{f"usage_{b}": float(counts[BUCKETS.index(b)]) for b in sampler.buckets},
+                    **{f"sampling_probability_{b}": probs[b] for b in sampler.buckets}}
+
+        return {"prompt_sampler": sampler, "advantage_fn": sampler.advantages, "hooks": Hooks(after_score=bandit)}
+
+    def eval_fn(m, seed):
         out = {}
         for b, p in eval_sets.items():
             r = generate(m, p, 1, 1.0, seed)
             out[f"sampled_accuracy_{b}"] = float(is_correct(r.responses, r.answers).float().mean())
         return out
 
-    hist = rl_train(_student(student), cfg, prompt_sampler=sampler, advantage_fn=sampler.advantages,
-                    hooks=Hooks(after_score=bandit), eval_fn=eval_fn, eval_every=_eval_every(steps, eval_every),
-                    progress=progress)
+    hists = _train_seeds(seeds, cfg, student, eval_fn, per_seed=pieces, eval_every=_eval_every(steps, eval_every),
+                         progress=progress)
     curve = ["sampled_accuracy", "frac_zero_advantage_groups"] + [f"{k}_{b}" for k in ("usage", "sampling_probability")
                                                                   for b in BUCKETS]
-    res = _result(hist, cfg, curve, rare_group=rare_group, bandit_temperature=temperature)
-    res["extra"]["total_usage"] = {f"usage_{b}": float(np.mean(res["curve"][f"usage_{b}"])) for b in BUCKETS}
-    return res
+    results = _results(hists, cfg, curve, rare_group=rare_group, bandit_temperature=temperature)
+    for res in results:
+        res["extra"]["total_usage"] = {f"usage_{b}": float(np.mean(res["curve"][f"usage_{b}"])) for b in BUCKETS}
+    return results
 
 
 # ------------------------------------------------------------------------- Project 4: MaxRL
 PROJECT4_ARMS = ("mean", "std", "maxrl")
 
 
-def _arm4(arm, seed, steps=200, n_prompts=16, group_size=8, lr=3e-4, advantage_fns=None, eval_prompts=100,
+@seeds_together
+def _arm4(arm, seeds, steps=200, n_prompts=16, group_size=8, lr=3e-4, advantage_fns=None, eval_prompts=100,
           eval_samples=16, eval_every=None, student=None, pass_at_k_fn=None, progress=False):
     advantage_fns = dict(advantage_fns or {})
     if arm not in advantage_fns and arm not in PROJECT4_ARMS:
         raise ValueError(f"arm must be one of {PROJECT4_ARMS} or a key of advantage_fns, got {arm!r}")
-    cfg = RLConfig(steps=steps, n_prompts=n_prompts, group_size=group_size, lr=lr, seed=seed,
+    cfg = RLConfig(steps=steps, n_prompts=n_prompts, group_size=group_size, lr=lr, seed=seeds[0],
                    advantage=arm if arm in PROJECT4_ARMS else "mean", track_reference_kl=False)
     probs = eval_problems(eval_prompts, TWO_DIGIT)
 
-    def eval_fn(m):
+    def eval_fn(m, seed):
         r = generate(m, probs, eval_samples, 1.0, seed)
         c = is_correct(r.responses, r.answers).view(len(probs), eval_samples).sum(1).numpy()
         out = {}
@@ -422,9 +455,9 @@ def _arm4(arm, seed, steps=200, n_prompts=16, group_size=8, lr=3e-4, advantage_f
             out[f"pass@{k}_se"] = float(per.std(ddof=1) / math.sqrt(len(per)))  # noise of the eval set
         return out
 
-    hist = rl_train(_student(student), cfg, advantage_fn=advantage_fns.get(arm), eval_fn=eval_fn,
-                    eval_every=_eval_every(steps, eval_every), progress=progress)
-    return _result(hist, cfg, ["sampled_accuracy", "frac_zero_advantage_groups", "entropy_token_mean_nats"])
+    hists = _train_seeds(seeds, cfg, student, eval_fn, advantage_fn=advantage_fns.get(arm),
+                         eval_every=_eval_every(steps, eval_every), progress=progress)
+    return _results(hists, cfg, ["sampled_accuracy", "frac_zero_advantage_groups", "entropy_token_mean_nats"])
 
 
 # ------------------------------------------------------------ Project 5: sharpen or expand
@@ -437,25 +470,32 @@ def pass_curves(model, problems: Problems, n_samples: int, seed: int) -> list[fl
     return [float(np.mean(pass_at_k(n_samples, c, k))) for k in range(1, n_samples + 1)]
 
 
-def _arm5(arm, seed, steps=300, n_prompts=16, group_size=8, lr=3e-4, kl_coef=0.05, eval_prompts=100,
+@seeds_together
+def _arm5(arm, seeds, steps=300, n_prompts=16, group_size=8, lr=3e-4, kl_coef=0.05, eval_prompts=100,
           eval_samples=64, eval_every=None, student=None, progress=False):
     if arm not in ("rl", "rl+kl"):
         raise ValueError(f"arm must be 'rl' or 'rl+kl', got {arm!r}")
-    cfg = RLConfig(steps=steps, n_prompts=n_prompts, group_size=group_size, lr=lr, seed=seed,
+    cfg = RLConfig(steps=steps, n_prompts=n_prompts, group_size=group_size, lr=lr, seed=seeds[0],
                    kl_coef=kl_coef if arm == "rl+kl" else 0.0, kl_mode="loss", kl_estimator="k3")
-    policy = _student(student)
+    policies = [_student(student) for _ in seeds]
     sets = {"in_dist": eval_problems(eval_prompts, TWO_DIGIT), "3d+1d": eval_problems(eval_prompts, ["3d+1d"])}
-    before = {name: pass_curves(policy, p, eval_samples, seed) for name, p in sets.items()}
+    before = [{name: pass_curves(policy, p, eval_samples, seed) for name, p in sets.items()}
+              for policy, seed in zip(policies, seeds)]
 
-    def eval_fn(m):
+    def eval_fn(m, seed):
         r = generate(m, sets["in_dist"], 16, 1.0, seed)
         return {"pass@1": float(is_correct(r.responses, r.answers).float().mean())}
 
-    hist = rl_train(policy, cfg, eval_fn=eval_fn, eval_every=_eval_every(steps, eval_every), progress=progress)
-    after = {name: pass_curves(policy, p, eval_samples, seed) for name, p in sets.items()}
-    return _result(hist, cfg, ["sampled_accuracy", "entropy_token_mean_nats", "kl_to_reference_k1_sum_nats"],
-                   extra={"ks": list(range(1, eval_samples + 1)), "before": before, "after": after,
-                          "crossing_k": crossing_k(before["in_dist"], after["in_dist"])})
+    hists = rl_train(policies, cfg, seeds=list(seeds), per_seed=lambda seed: {"eval_fn": partial(eval_fn, seed=seed)},
+                     eval_every=_eval_every(steps, eval_every), progress=progress)
+    results = []
+    for hist, policy, seed, first in zip(hists, policies, seeds, before):
+        after = {name: pass_curves(policy, p, eval_samples, seed) for name, p in sets.items()}
+        results.append(_result(hist, replace(cfg, seed=seed),
+                               ["sampled_accuracy", "entropy_token_mean_nats", "kl_to_reference_k1_sum_nats"],
+                               extra={"ks": list(range(1, eval_samples + 1)), "before": first, "after": after,
+                                      "crossing_k": crossing_k(first["in_dist"], after["in_dist"])}))
+    return results
 
 
 def crossing_k(before: Sequence[float], after: Sequence[float]) -> int | None:
