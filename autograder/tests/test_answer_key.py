@@ -169,8 +169,10 @@ EVASIONS = {
     "from llmrl import *": ["import llmrl.labs.lab11\nfrom llmrl import *",
                             (T1A, SIG + "    return sampling.gather_logprobs" + BODY)],
     "from llmrl.sampling import *": ["from llmrl.sampling import *", (T1A, SIG + "    return gather_logprobs" + BODY)],
-    "re-export through another module": ["from llmrl.trainer import gather_logprobs",
-                                         (T1A, SIG + "    return gather_logprobs" + BODY)],
+    # llmrl.labs.lab11 imports llmrl.sampling as _sampling: the module re-exported through another
+    # (llmrl.trainer used to re-export gather_logprobs itself; since issue 17 it no longer imports it)
+    "re-export through another module": ["from llmrl.labs.lab11 import _sampling as S",
+                                         (T1A, SIG + "    return S.gather_logprobs" + BODY)],
     "private alias inside the library": ["from llmrl.labs import lab11",
                                          (T1A, SIG + "    return lab11._sampling.gather_logprobs" + BODY)],
     "assignment chain": ["from llmrl import sampling", "a = sampling.gather_logprobs\nb = a",

@@ -67,7 +67,7 @@ def test_sandboxed_kernel_sees_only_the_system_the_environment_the_library_and_t
         "print((sorted(os.listdir('/')), sorted(os.listdir('/etc'))))",
         "print(os.path.exists('/home'), sorted(os.listdir(os.path.expanduser('~root/.cache'))) "
         "if os.path.exists(os.path.expanduser('~root/.cache')) else [], "
-        "[p for p in os.listdir('/tmp') if not os.getcwd().startswith('/tmp/' + p)])",
+        f"[p for p in os.listdir('/tmp') if not os.getcwd().startswith('/tmp/' + p) and not {str(ROOT)!r}.startswith('/tmp/' + p)])",
         "print(sorted(os.environ))",
         f"print(os.listdir({os.environ.get('LLMRL_CACHE') or str(Path.home() / '.cache' / 'llmrl')!r}) != [])",
     ])

@@ -151,10 +151,17 @@ def test_links_and_fifos_a_kernel_plants_are_never_followed(graded):
 def test_one_huge_message_does_not_reach_the_graders_memory(graded):
     entries = _by_check("small_memory")
     assert entries
+    # Against the other students' grading processes of the same batch, not a fixed figure: what a
+    # grading process holds depends on the library it imports (about 130 MB before the models were
+    # shipped with it, about 320 MB after). Holding the 100 MB message once would add at least 100 MB
+    # (the grader of issue 13 reached 400 MB to 1.2 GB), so 60 MB above the median catches it.
+    others = sorted(r.report["grader_max_rss_mb"] for s, r in graded["results"].items()
+                    if r.report is not None and r.report.get("grader_max_rss_mb") and s not in {b.student for b in entries})
+    assert len(others) >= 10, others
+    typical = others[len(others) // 2]
     for b in entries:
         report = graded["results"][b.student].report
-        # a grading process holds about 120 MB; the grader of issue 13 reached 400 MB to 1.2 GB
-        assert report["grader_max_rss_mb"] < 300, (b.student, report["grader_max_rss_mb"])
+        assert report["grader_max_rss_mb"] < typical + 60, (b.student, report["grader_max_rss_mb"], typical)
 
 
 def test_repaired_metadata_is_named_for_a_reviewer(graded):
