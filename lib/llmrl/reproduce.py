@@ -22,8 +22,9 @@ A claim's verdict: ``holds`` (a qualitative claim true of the mean over seeds, o
 within its rounding), ``within about`` (a number within the published "about"), ``differs`` (with
 the reason when known), ``not run`` (its experiment was not run or cannot run here).
 
-Seeds: every experiment takes a list of seeds. :func:`_run_seeds` is the one loop over seeds; an
-experiment whose library function trains several seeds in one call can set ``run_many``.
+Seeds: every experiment takes a list of seeds. The runner-based ones (lab19's parts 2-3, lab21's
+projects) hand the list to :func:`llmrl.runner.run_arms`, whose arm functions train an arm's seeds
+as one stacked computation; :func:`per_seed` is the one loop over seeds for the others.
 """
 
 from __future__ import annotations
@@ -723,19 +724,26 @@ def _steps(opts: "Options", full: int | None) -> dict:
     return {"steps": SMOKE_STEPS} if opts.smoke else ({} if full is None else {"steps": full})
 
 
-def _lab19_arm(arm: str, seed: int, steps: int | None = None, progress: bool = False) -> dict:
-    """One lab19 run (``hacking/<beta>``, ``hacking/gold`` or ``entropy/<clip arm>``) as its per-step series."""
+def _lab19_arm(arm: str, seeds: Sequence[int], steps: int | None = None, progress: bool = False) -> list[dict]:
+    """One lab19 run (``hacking/<beta>``, ``hacking/gold`` or ``entropy/<clip arm>``) for every seed of
+    ``seeds`` trained together (lab19's ``seeds=``: one computation), as one per-step series per seed."""
     from .labs import lab19
 
     kind, _, name = arm.partition("/")
     over = {} if steps is None else {"steps": steps}
     if kind == "hacking":
         gold = name == "gold"
-        hist = lab19.hacking_run(0.0 if gold else float(name), reward="gold" if gold else "proxy", seed=seed,
+        hist = lab19.hacking_run(0.0 if gold else float(name), reward="gold" if gold else "proxy", seeds=list(seeds),
                                  progress=progress, **over)
     else:
-        hist = lab19.entropy_run(name, seed=seed, progress=progress, **over)
-    return {"curve": lab19.as_series(hist)}
+        hist = lab19.entropy_run(name, seeds=list(seeds), progress=progress, **over)
+    runs = hist if isinstance(hist, list) else [hist]
+    if len(runs) != len(seeds):
+        raise RuntimeError(f"lab19 {arm}: {len(runs)} runs for seeds {list(seeds)}")
+    return [{"curve": lab19.as_series(h)} for h in runs]
+
+
+_lab19_arm.seeds_together = True  # llmrl.runner.seeds_together: run_arms hands it an arm's seeds at once
 
 
 def _lab19_runs(kind: str, arms: Sequence[str]):
@@ -832,9 +840,9 @@ def _experiments() -> dict[str, Experiment]:
                    {"betas": "default_betas(100, 1000, 0.02)"}, seeded=False, cheap=True),
         Experiment("lab19/overopt", "lab19", per_seed(_exp_lab19_overopt), {"pool": 200_000}, cheap=True),
         Experiment("lab19/hacking", "lab19", _lab19_runs("hacking", ("0", "0.05", "gold")),
-                   {"settings": "lab19.HACK_SETTINGS", "arms": ["0", "0.05", "gold"]}, ("sft",), cost_s=300),
+                   {"settings": "lab19.HACK_SETTINGS", "arms": ["0", "0.05", "gold"], "seeds_together": True}, ("sft",), cost_s=300),
         Experiment("lab19/entropy", "lab19", _lab19_runs("entropy", tuple(CLIP_ARMS)),
-                   {"settings": "lab19.ENTROPY_SETTINGS", "arms": list(CLIP_ARMS)}, ("sft",), cost_s=100),
+                   {"settings": "lab19.ENTROPY_SETTINGS", "arms": list(CLIP_ARMS), "seeds_together": True}, ("sft",), cost_s=100),
         Experiment("lab21/models", "lab21", per_seed(_exp_lab21_models), {"n": 200}, ("student", "teacher"),
                    cheap=True),
         Experiment("lab21/project0", "lab21", _lab21_project("project0"), {"steps": 200}, ("student", "teacher"), cost_s=330),
