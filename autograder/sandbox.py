@@ -36,6 +36,7 @@ LLMRL_SANDBOX=0 turns the sandbox off on purpose (limits stay).
 from __future__ import annotations
 
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -152,13 +153,23 @@ def _exposed(course_roots: tuple[Path, ...]) -> tuple[Path, ...]:
     # this process's sys.path (a test runner or a script puts its own folders there).
     import site
 
-    for d in site.getsitepackages():
+    # A .pth line "import site; site.addsitedir('/x')" (a thin environment on another one's packages,
+    # as hub/deploy.py builds) adds /x and runs /x's own .pth files: follow those too.
+    addsitedir = re.compile(r"""site\.addsitedir\(\s*(['"])([^'"]+)\1\s*\)""")
+    pending, seen = [Path(d) for d in site.getsitepackages()], set()
+    while pending:
+        d = pending.pop(0)
+        if d in seen:
+            continue
+        seen.add(d)
         add(d)
-        for pth in sorted(Path(d).glob("*.pth")) if Path(d).is_dir() else []:
+        for pth in sorted(d.glob("*.pth")) if d.is_dir() else []:
             for line in pth.read_text(errors="replace").splitlines():
                 line = line.strip()
-                if line and not line.startswith(("#", "import ", "import\t")):
-                    add(line if os.path.isabs(line) else Path(d) / line)
+                if line.startswith(("import ", "import\t")):
+                    pending += [Path(m.group(2)) for m in addsitedir.finditer(line) if os.path.isabs(m.group(2))]
+                elif line and not line.startswith("#"):
+                    add(line if os.path.isabs(line) else d / line)
     for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
         add(entry)
     for d in _library_dirs():
