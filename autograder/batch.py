@@ -70,8 +70,15 @@ GRADE_PY = HERE / "grade.py"
 STATE = ".grading"
 SELF_CHECK = "llmrl-self-check"
 GRADER_FILES = ("grade.py", "tworun.py", "kernels.py", "wire.py", "remote.py", "sandbox.py", "nbgrader_config.py",
-                "safety.py", "files.py", "feedback.py")
-COLUMNS = ["student", "assignment", "notebook", "points", "max_points", "status", "reason", "seconds", "kernel_cpu_s"]
+                "safety.py", "files.py", "feedback.py", "answer_key.py")
+COLUMNS = ["student", "assignment", "notebook", "points", "max_points", "status", "reason", "seconds", "kernel_cpu_s",
+           "late_penalty"]
+# nbgrader's side files of a submission (`nbgrader submit` writes them, the formgrader's collect copies
+# them into submitted/): the submission time (late penalties; the formgrader counts a submission as
+# autograded when the gradebook holds that time) and the secret `release_feedback` needs. Both are
+# copied byte for byte into autograded/, as nbgrader's own autograde does.
+SIDE_FILES = ("timestamp.txt", "submission_secret.txt")
+MAX_SIDE_FILE = 4096  # bytes: each is one short line
 
 
 class BatchStop(PipelineError):
@@ -87,6 +94,13 @@ class Job:
     problem: str | None = None         # a submission that cannot be graded at all (a symlinked folder)
     self_check: bool = False
     notes: list[str] = field(default_factory=list)  # files not graded and why (course.match_submission)
+    side: dict[str, bytes] = field(default_factory=dict)  # SIDE_FILES of the submission folder, as they are
+
+    @property
+    def timestamp(self) -> str | None:
+        """timestamp.txt's text (grade.read_timestamp decides whether nbgrader can read it)."""
+        data = self.side.get("timestamp.txt")
+        return None if data is None else data.decode("utf-8", "replace")
 
 
 @dataclass
@@ -121,12 +135,40 @@ def find_jobs(assignments: list[str], submitted: Path, root: Path = ROOT) -> lis
             job = Job(a, student_dir.name, [p for p in found if files.is_regular(p)],
                       problem=None if not links or len(links) < len(found) else
                       f"{', '.join(links)}: not a regular file (a symbolic link?); the grader never follows links")
+            if job.problem is None:
+                job.side, problem = side_files(folder)
+                try:
+                    grading.read_timestamp(job.timestamp)
+                except PipelineError as e:  # this student only: the others are graded
+                    problem = problem or str(e)
+                job.problem = problem
             if job.problem is None:  # one file per notebook of the assignment; the others are named in notes
                 chosen, job.notes = course.match_submission(a, job.files, root)
                 job.files = [p for p, _ in chosen]
                 job.notes += [f"{n}: a symbolic link, not graded (the grader never follows links)" for n in links]
             jobs.append(job)
     return jobs
+
+
+def side_files(folder: Path) -> tuple[dict[str, bytes], str | None]:
+    """(SIDE_FILES of a submission folder, as bytes; a problem that stops this student's grading).
+
+    A timestamp.txt that is a link, not a file or too large is a problem (the submission time would
+    be unknown); such a submission_secret.txt is left out (nbgrader's release_feedback then skips
+    that student, as it does without one)."""
+    out, problem = {}, None
+    for name in SIDE_FILES:
+        path = folder / name
+        if not os.path.lexists(path):
+            continue
+        try:
+            out[name] = files.read_regular(path, MAX_SIDE_FILE)
+        except (OSError, ValueError) as e:
+            why = getattr(e, "strerror", None) or f"larger than {MAX_SIDE_FILE} bytes"
+            if name == "timestamp.txt":
+                problem = (f"timestamp.txt cannot be read ({why}; the grader never follows links): the submission "
+                           f"time is unknown, so it was not graded")
+    return out, problem
 
 
 def notebook_timeout() -> int:
@@ -147,6 +189,21 @@ def _digest_files(paths: list[Path]) -> str:
             h.update(f"unreadable: {e}".encode())
         h.update(b"\0")
     return h.hexdigest()
+
+
+def _digest_side(side: dict[str, bytes]) -> str:
+    h = hashlib.sha256()
+    for name, data in sorted(side.items()):
+        h.update(name.encode() + b"\0" + data + b"\0")
+    return h.hexdigest()
+
+
+def settings_digest(root: Path) -> str:
+    """The course folder's own nbgrader_config.py (a late policy, say): a change grades everyone again."""
+    try:
+        return hashlib.sha256(files.read_regular(root / "nbgrader_config.py", 1 << 20)).hexdigest()[:16]
+    except (OSError, ValueError):
+        return "-"
 
 
 def grader_version() -> str:
@@ -192,6 +249,8 @@ def run_job(job: Job, template: Path, work: Path, root: Path, index: int) -> Res
            "--root", str(root), "--no-warm"]  # the batch checked the environment once, below
     if job.self_check:
         cmd.append("--self-check")
+    if job.timestamp is not None:
+        cmd += ["--timestamp", job.timestamp]
     env = dict(os.environ, **job.env)
     nb_timeout = int(env.get("LLMRL_GRADE_NOTEBOOK_TIMEOUT", notebook_timeout()))
     limit = 2 * nb_timeout + 180  # the feedback run, then the grading run; notebooks run side by side
@@ -412,20 +471,13 @@ def restore_gradebook(root: Path, backup: Path | None, why: str) -> None:
 
 def merge(gb, result: Result, root: Path) -> None:
     """Write one student's grades into the course gradebook; touches only that student's rows."""
+    from nbgrader.utils import parse_utc
+
     report, job = result.report, result.job
     gb.update_or_create_student(job.student)
-    gb.update_or_create_submission(job.assignment, job.student)
-    for nb in report["notebooks"]:
-        for cell in nb["cells"]:
-            g = gb.find_grade(cell["grade_id"], nb["notebook"], job.assignment, job.student)
-            # None, as nbgrader's own autograde leaves them: a notebook not handed in ("missing" in
-            # the grade tables, not 0) and a written answer (for a person to score in the formgrader)
-            unscored = nb["status"] == "missing" or (cell["needs_manual_grade"] and not nb["needs_manual_review"])
-            g.auto_score = None if unscored else cell["points"]
-            g.needs_manual_grade = bool(cell["needs_manual_grade"] or nb["needs_manual_review"])
-            if nb["needs_manual_review"]:
-                g.manual_score = 0.0  # zero until a person has looked (the reasons are in the batch table)
-    gb.db.commit()
+    stamp = report.get("timestamp")  # timestamp.txt as grade.py read it (None: none was handed in)
+    gb.update_or_create_submission(job.assignment, job.student, **({"timestamp": parse_utc(stamp)} if stamp else {}))
+    grading.write_grades(gb, job.assignment, job.student, report["notebooks"])
 
 
 def copy_outputs(result: Result, root: Path) -> None:
@@ -446,6 +498,8 @@ def copy_outputs(result: Result, root: Path) -> None:
                         (target / p.name).unlink()
                     continue
                 files.copy_regular(p, target / p.name)
+    for name, data in sorted(job.side.items()):  # the formgrader and release_feedback read them there
+        files.atomic_write_bytes(root / "autograded" / job.student / job.assignment / name, data)
 
 
 def snapshot(root: Path) -> dict:
@@ -523,8 +577,11 @@ def run_batch(assignments: list[str], root: Path = ROOT, submitted: Path | None 
             return _finish([], started, usage0, workers, csv_path, 0)
         grading._warm_model_cache()  # once, before the workers: kernels only read the cache
         grading.check_environment([ROOT, root])
-        templates = {a: grading.make_template(a, root, work / "templates" / a) for a in names}
-        src_digests = {a: source_digest(a, root) for a in names}
+        # late penalties are applied in each student's scratch course: it gets the course's due date
+        due = {a: with_gradebook_retry("reading the due dates", lambda: grading.course_duedate(a, root),
+                                       db=root / "gradebook.db") for a in names}
+        templates = {a: grading.make_template(a, root, work / "templates" / a, duedate=due[a]) for a in names}
+        src_digests = {a: source_digest(a, root) + f"|due {due[a]}|{settings_digest(root)}" for a in names}
         if check:
             self_check(names, root, templates, work, workers)
         backup = None
@@ -532,7 +589,7 @@ def run_batch(assignments: list[str], root: Path = ROOT, submitted: Path | None 
             for a in names:
                 prepare_gradebook(a, root)
             backup = backup_gradebook(root)
-        digests = {i: _digest_files(j.files) for i, j in enumerate(jobs)}
+        digests = {i: _digest_files(j.files) + _digest_side(j.side) for i, j in enumerate(jobs)}
         todo = []
         for i, j in enumerate(jobs):
             rec = None if regrade or j.problem else load_record(root, j, digests[i], src_digests[j.assignment], version)
@@ -660,7 +717,7 @@ def _write_table(csv_path: Path | None, jobs: list[Job], results: dict) -> None:
         else:
             rows.append({"student": j.student, "assignment": j.assignment, "notebook": "*", "points": "",
                          "max_points": "", "status": "pending", "reason": "not graded yet", "seconds": "",
-                         "kernel_cpu_s": ""})
+                         "kernel_cpu_s": "", "late_penalty": ""})
     rows.sort(key=lambda r: (r["assignment"], r["student"]))
     _write_csv(csv_path, rows)
 
@@ -673,7 +730,7 @@ def table_rows(results: list[Result]) -> list[dict]:
         if r.report is None:
             rows.append(dict(base, notebook="*", points="", max_points="", status="failed",
                              reason="; ".join(x for x in (r.error, unmatched) if x), seconds=round(r.seconds, 1),
-                             kernel_cpu_s=""))
+                             kernel_cpu_s="", late_penalty=""))
             continue
         for nb in r.report["notebooks"]:
             status = "review" if nb["needs_manual_review"] else nb["status"]
@@ -686,7 +743,8 @@ def table_rows(results: list[Result]) -> list[dict]:
             rows.append(dict(base, notebook=nb["notebook"], max_points=nb["max_points"],
                              points="" if nb["status"] == "missing" else nb["points"],  # missing, not 0
                              status=status, reason=reason, seconds=round(r.seconds, 1),
-                             kernel_cpu_s=round(ev.get("kernel_cpu_s", 0.0) or 0.0, 1)))
+                             kernel_cpu_s=round(ev.get("kernel_cpu_s", 0.0) or 0.0, 1),
+                             late_penalty=nb.get("late_penalty") or ""))
     return rows
 
 

@@ -349,24 +349,36 @@ def _parallel(fn, items, workers: int = 2):
 
 # ----------------------------------------------------------------------------- nbgrader
 
-def load_config(root: Path = ROOT):
-    """The course's nbgrader configuration, with the course directory moved to `root`."""
+def load_config(root: Path = ROOT, settings_from: Path | None = None):
+    """The course's nbgrader configuration, with the course directory moved to `root`.
+
+    `settings_from`: a course folder whose own nbgrader_config.py (the instructor's settings, e.g.
+    the late-penalty policy) is applied on top, as plain nbgrader would apply it there; the grader's
+    scratch courses take their settings from the course they grade for. The repository's own
+    two-line nbgrader_config.py only loads the course's settings again and is skipped; a link is
+    never followed."""
     from traitlets.config.loader import PyFileConfigLoader
 
     cfg = PyFileConfigLoader(CONFIG.name, path=str(CONFIG.parent)).load_config()
+    own = Path(settings_from) / "nbgrader_config.py" if settings_from is not None else None
+    if own is not None and own.is_file() and not own.is_symlink() and own.resolve() != (ROOT / "nbgrader_config.py").resolve():
+        try:
+            cfg.merge(PyFileConfigLoader(own.name, path=str(own.parent)).load_config())
+        except Exception as e:  # the instructor's file: say which one and why, never a traceback
+            raise PipelineError(f"{own} cannot be loaded ({type(e).__name__}: {str(e).strip()[:200]})") from None
     cfg.CourseDirectory.root = str(root)
     return cfg
 
 
 def record_assignment(assignment: str, root: Path, release_dir: Path | None = None,
-                      failure: str = "nbgrader generate_assignment failed") -> None:
+                      failure: str = "nbgrader generate_assignment failed", settings_from: Path | None = None) -> None:
     """nbgrader generate_assignment in the course at `root` (in-process, quiet): records the
     assignment's current cells in root's gradebook and writes the student version to `release_dir`
     (default: root/release). Raises PipelineError starting with `failure` and nbgrader's last line."""
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
 
-    cfg = load_config(root)
+    cfg = load_config(root, settings_from=settings_from)
     if release_dir is not None:
         cfg.CourseDirectory.release_directory = str(release_dir)  # absolute: root/release stays as it is
     cfg.Application.log_level = "ERROR"
@@ -675,6 +687,7 @@ def grade_rows(root: Path = ROOT, selected: list[str] | tuple[str, ...] = (),
                     rows.append(row)
                     continue
                 row["timestamp"] = str(sub.timestamp or "")
+                late = float(sub.total_seconds_late or 0.0)
                 states = [notebook_state(nb, manual) for nb in sorted(sub.notebooks, key=lambda n: n.name)]
                 row["notebooks"] = states
                 got = [x for x in states if not x["missing"]]
@@ -689,8 +702,9 @@ def grade_rows(root: Path = ROOT, selected: list[str] | tuple[str, ...] = (),
                 pending = [c for x in got for c in x["pending_cells"]]
                 row.update({k: f"{v:g}" for k, v in tot.items()})
                 row["max_score"] = f"{tot['automatic_max'] + tot['manual_max']:g}"
-                if tot["late_penalty"]:
-                    notes.append(f"late penalty -{tot['late_penalty']:g}")
+                if late > 0:
+                    notes.append(f"late by {_duration(late)}" + (f", penalty -{tot['late_penalty']:g}"
+                                                                  if tot["late_penalty"] else ""))
                 if review:
                     status = "review"
                     notes.append("automatic points held for review (batch_grades.csv says why): "
@@ -712,6 +726,15 @@ def grade_rows(root: Path = ROOT, selected: list[str] | tuple[str, ...] = (),
                            notebooks=[])
                 rows.append(row)
     return rows
+
+
+def _duration(seconds: float) -> str:
+    """1 d 2 h 3 min (whole minutes; under a minute in seconds)."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    m = int(seconds // 60)
+    parts = [(m // 1440, "d"), (m // 60 % 24, "h"), (m % 60, "min")]
+    return " ".join(f"{n} {unit}" for n, unit in parts if n) or "0 min"
 
 
 def write_grades_csv(root: Path = ROOT, failed: dict[tuple[str, str], str] | None = None,
@@ -799,7 +822,7 @@ def feedback(labs: list[Lab], force: bool = False, root: Path = ROOT) -> dict:
         raise PipelineError(f"{rel(db, root)} missing: grade the submissions first (make autograde)")
     scratch = files.scratch_dir("feedback")
     try:
-        cfg = load_config(root)
+        cfg = load_config(root, settings_from=root)
         cfg.CourseDirectory.feedback_directory = str(scratch)  # absolute: feedback/ only gets what is released
         cfg.Application.log_level = "ERROR"
         api = NbGraderAPI(CourseDirectory(config=cfg), config=cfg)

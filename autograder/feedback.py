@@ -1,9 +1,11 @@
 """Feedback HTML that says "awaiting grading" for what no person has graded yet.
 
 nbgrader's feedback shows an ungraded written answer as "Score: 0 / 4". Here (nbgrader_config.py:
-GenerateFeedback's preprocessors and exporter) each graded cell that still needs a person, a written
-answer without a manual score or a test cell held for review, shows "awaiting grading" instead, and
-the notebook's heading gives the points so far and the points still to be graded.
+GenerateFeedback's preprocessors and exporter) each graded cell that still needs a person shows so
+instead: a written answer without a manual score "awaiting grading", a test cell of a notebook held
+for review (the batch: an answer outside the grader's format, the answer-key check) "held for
+review", with no points, as in the gradebook. The notebook's heading gives the points so far and the
+points still to be graded, or says that the notebook is held for review.
 
 `releasable(report_notebook)` and `pending_in_gradebook(...)` decide whether a notebook's feedback
 may go to the student (autograder/course.py `feedback`, autograder/batch.py): only once nothing in
@@ -34,6 +36,7 @@ class GetGradesPending(GetGrades):
     def preprocess(self, nb, resources):
         resources["nbgrader"]["pending_points"] = 0.0
         resources["nbgrader"]["pending_cells"] = []
+        resources["nbgrader"]["held_for_review"] = False
         nb, resources = super().preprocess(nb, resources)
         return nb, resources
 
@@ -43,6 +46,10 @@ class GetGradesPending(GetGrades):
                                           self.assignment_id, self.student_id)
         pending = _needs_person(grade)
         cell.metadata.nbgrader["pending"] = pending
+        # an automatically graded cell that needs a person: its notebook is held for review
+        held = pending and not cell.metadata.nbgrader.get("solution") and not cell.metadata.nbgrader.get("task")
+        cell.metadata.nbgrader["held"] = held
+        resources["nbgrader"]["held_for_review"] |= held
         if pending:
             resources["nbgrader"]["pending_points"] += float(grade.max_score)
             resources["nbgrader"]["pending_cells"].append(cell.metadata["nbgrader"]["grade_id"])
@@ -55,7 +62,9 @@ class GetGradesPending(GetGrades):
 TEMPLATE = r"""{%- extends 'index.html.j2' -%}
 
 {% macro llmrl_points(cell) -%}
-{%- if cell.metadata.nbgrader.pending -%}
+{%- if cell.metadata.nbgrader.held -%}
+<span class="held-for-review">Held for review</span>, {{ cell.metadata.nbgrader.points | float | round(2) }} points
+{%- elif cell.metadata.nbgrader.pending -%}
 <span class="awaiting-grading">Awaiting grading</span>, {{ cell.metadata.nbgrader.points | float | round(2) }} points
 {%- else -%}
 Score: {{ cell.metadata.nbgrader.score | float | round(2) }} / {{ cell.metadata.nbgrader.points | float | round(2) }}
@@ -103,11 +112,17 @@ Score: {{ cell.metadata.nbgrader.score | float | round(2) }} / {{ cell.metadata.
       <div class="panel-heading">
         {%- set pending = resources.nbgrader.pending_points | default(0) | float -%}
         {%- set graded_max = resources.nbgrader.max_score | float - pending -%}
-        {% if pending > 0 %}
+        {% if resources.nbgrader.held_for_review %}
+        <h4>{{ resources.nbgrader.notebook }} (Held for review: no points yet, of {{ resources.nbgrader.max_score | float | round(2) }})</h4>
+        <p class="held-for-review">A person will look at this notebook before it is scored: until then it has no points. This page will be updated once it has been reviewed.</p>
+        {% elif pending > 0 %}
         <h4>{{ resources.nbgrader.notebook }} (Score so far: {{ resources.nbgrader.score | float | round(2) }} / {{ graded_max | round(2) }}; {{ pending | round(2) }} more points awaiting grading)</h4>
         <p class="awaiting-grading">Some answers are awaiting grading by a person: their points are not in the score yet. This page will be updated once they are graded.</p>
         {% else %}
         <h4>{{ resources.nbgrader.notebook }} (Score: {{ resources.nbgrader.score | float | round(2) }} / {{ resources.nbgrader.max_score | float | round(2) }})</h4>
+        {% endif %}
+        {% if resources.nbgrader.late_penalty > 0 %}
+        <p class="late-penalty">Submitted after the due date: the course's late policy takes {{ resources.nbgrader.late_penalty | float | round(2) }} points off this notebook ({{ [resources.nbgrader.score - resources.nbgrader.late_penalty, 0] | max | float | round(2) }} after the penalty).</p>
         {% endif %}
         <div id="toc">
           <ol>

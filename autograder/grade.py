@@ -15,10 +15,13 @@ scratch course) records the points; the feedback HTML shows the student's cells 
 the feedback run and, for each test cell, its points and the first line of its failure.
 
 Output: {"assignment", "notebooks": [{"notebook", "file", "cells": [{"grade_id", "points",
-"max_points", "needs_manual_grade", "error"}], "points", "max_points", "status", "reason",
-"needs_manual_review", "review_reasons", "review_notes", "events"}], "points", "max_points",
-"needs_manual_review", "sandbox", "seconds"}. A cell's "error" is the message of its failure (null
-when it passed). "status" is "graded" or "missing" (no usable file: 0 points, with "reason").
+"max_points", "needs_manual_grade", "error"}], "points", "max_points", "late_penalty", "status",
+"reason", "needs_manual_review", "review_reasons", "review_notes", "events"}], "points", "max_points",
+"late_penalty", "timestamp", "seconds_late", "needs_manual_review", "sandbox", "seconds"}. A cell's
+"error" is the message of its failure (null when it passed). With --timestamp (nbgrader's
+timestamp.txt, which the batch passes on) the scratch course records that submission time, and
+nbgrader's AssignLatePenalties applies the course's policy against the course's due date
+("late_penalty": points taken off, by notebook and in all). "status" is "graded" or "missing" (no usable file: 0 points, with "reason").
 "review_reasons" (the notebook then scores 0 until a person looks) are answers of the student's
 kernel outside the grader's format and the answer-key check's notes (autograder/answer_key.py: a
 graded function that leans on the course library's own version of its task); "review_notes" list
@@ -241,17 +244,60 @@ def repair_metadata(nb, source_nb) -> list[str]:
     return notes
 
 
-def make_template(assignment: str, root: Path = ROOT, target: Path | None = None) -> Path:
-    """A scratch course with source/<assignment> and a gradebook that knows it (generate_assignment).
+def make_template(assignment: str, root: Path = ROOT, target: Path | None = None, duedate=None) -> Path:
+    """A scratch course with source/<assignment> and a gradebook that knows it (generate_assignment),
+    with the settings of the course at `root` (its own nbgrader_config.py too) and the assignment's
+    due date there (a datetime in UTC, as nbgrader stores it; None: no due date, nothing is late).
 
     Grading a submission copies it, so nbgrader's set-up is paid once per batch, not per student.
     """
+    from nbgrader.api import Gradebook
+
     source_notebooks(assignment, root)
     target = files.scratch_dir("template") if target is None else target
     shutil.copytree(root / "source" / assignment, target / "source" / assignment, ignore=course.COPY_IGNORE)
-    course.record_assignment(assignment, target)
+    course.record_assignment(assignment, target, settings_from=root)
+    if duedate is not None:
+        with Gradebook(f"sqlite:///{target / 'gradebook.db'}") as gb:
+            gb.update_or_create_assignment(assignment, duedate=duedate)
     shutil.rmtree(target / "release", ignore_errors=True)
     return target
+
+
+def course_duedate(assignment: str, root: Path = ROOT):
+    """The assignment's due date in the course's gradebook (`nbgrader db assignment add A
+    --duedate=...`, or the formgrader's "Manage assignments"): a UTC datetime, or None."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    db = root / "gradebook.db"
+    if not files.is_regular(db):
+        return None
+    with Gradebook(f"sqlite:///{db}") as gb:
+        try:
+            return gb.find_assignment(assignment).duedate
+        except MissingEntry:
+            return None
+
+
+def read_timestamp(text: str | None) -> str | None:
+    """nbgrader's timestamp.txt (its text) as the grader passes it on: None when there is none (an
+    empty file too, as nbgrader reads it); PipelineError naming the text when nbgrader could not
+    read it as a time (nbgrader's own autograde fails such a student too): a late student must
+    not become an on-time one by breaking the file."""
+    if text is None or not text.strip():
+        return None
+    from nbgrader.utils import parse_utc
+
+    text = text.strip()
+    try:
+        if len(text) > 100:
+            raise ValueError("too long")
+        parse_utc(text)
+    except (ValueError, OverflowError, TypeError):  # dateutil's ParserError is a ValueError
+        raise PipelineError(f"timestamp.txt holds {text[:60]!r}, which is not a time nbgrader can read "
+                            f"(it writes e.g. '2026-11-30 13:30:00.000000 UTC'): the submission time is unknown, "
+                            f"so it was not graded; fix or remove the file and run the batch again") from None
+    return text
 
 
 def _wait(proc, what: str) -> str:
@@ -290,8 +336,8 @@ def check_environment(course_roots: list[Path] | None = None) -> None:
         raise PipelineError(problem)
 
 
-def _scratch_config(scratch: Path, preprocessors=None):
-    cfg = course.load_config(scratch)
+def _scratch_config(scratch: Path, preprocessors=None, root: Path = ROOT):
+    cfg = course.load_config(scratch, settings_from=root)
     cfg.Application.log_level = "ERROR"
     if preprocessors is not None:
         cfg.Autograde.autograde_preprocessors = preprocessors
@@ -356,7 +402,7 @@ def _answer_key_runtime(assignment: str, name: str, answer) -> list[str]:
 
 def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Path | None = None,
           student: str = STUDENT, out: Path | None = None, lenient: bool = False, root: Path = ROOT,
-          warm: bool = True, probe: bool = True, self_check: bool = False) -> dict:
+          warm: bool = True, probe: bool = True, self_check: bool = False, timestamp: str | None = None) -> dict:
     import nbformat
     from nbgrader.api import Gradebook
     from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, IgnorePattern, LimitOutput,
@@ -380,6 +426,7 @@ def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Pa
     if probe:
         check_environment([ROOT, root])
     stage("checks")
+    stamp = read_timestamp(timestamp)
     chosen = match_notebooks(assignment, paths, root, problems)
     if not chosen and not lenient:
         raise PipelineError("no notebook to grade")
@@ -388,7 +435,7 @@ def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Pa
         if template is not None:
             shutil.copytree(template, scratch / "course", dirs_exist_ok=True)
         else:
-            make_template(assignment, root, scratch / "course")
+            make_template(assignment, root, scratch / "course", duedate=course_duedate(assignment, root))
         course_dir = scratch / "course"
         notes: dict[str, list[str]] = {}
         leans: dict[str, list[str]] = {}
@@ -400,11 +447,13 @@ def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Pa
             target = course_dir / "submitted" / student / assignment / f"{name}.ipynb"
             target.parent.mkdir(parents=True, exist_ok=True)
             nbformat.write(nb, target)
+        if stamp and chosen:  # nbgrader's autograde records it; AssignLatePenalties applies the course's policy
+            files.atomic_write_text(course_dir / "submitted" / student / assignment / "timestamp.txt", stamp + "\n")
         stage("course")
         results: dict = {}
         if chosen:
             tworun.STAGED.clear()
-            _autograde(_scratch_config(course_dir, [tworun.StageNotebooks]), assignment, student)
+            _autograde(_scratch_config(course_dir, [tworun.StageNotebooks], root), assignment, student)
             stage("nbgrader_restore")
             settings = {}
             for name in tworun.STAGED:
@@ -430,11 +479,14 @@ def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Pa
             tworun.RESULTS.update(results)
             pre = [tworun.TwoRunExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
                    AssignLatePenalties, CheckCellMetadata]
-            api = _autograde(_scratch_config(course_dir, pre), assignment, student)
+            api = _autograde(_scratch_config(course_dir, pre, root), assignment, student)
             stage("nbgrader_score")
         report = {"assignment": assignment, "student": student, "notebooks": [], "points": 0.0, "max_points": 0.0,
-                  "needs_manual_review": False, "sandbox": _sandbox_line()}
+                  "needs_manual_review": False, "sandbox": _sandbox_line(), "timestamp": stamp if chosen else None,
+                  "seconds_late": 0.0, "late_penalty": 0.0}
         with Gradebook(f"sqlite:///{course_dir / 'gradebook.db'}") as gb:
+            if stamp and chosen:
+                report["seconds_late"] = float(gb.find_submission(assignment, student).total_seconds_late)
             for name, src in sources.items():
                 entry = _notebook_entry(gb, course_dir, assignment, student, name, src, chosen, problems or {},
                                         results.get(name), notes.get(name, []), leans.get(name, []))
@@ -443,7 +495,12 @@ def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Pa
             report["points"] += entry["points"]
             report["max_points"] += entry["max_points"]
             report["needs_manual_review"] |= entry["needs_manual_review"]
+            report["late_penalty"] += entry["late_penalty"]
         if out is not None and chosen:
+            # The feedback is made from the scratch gradebook: first it gets what the course's gradebook
+            # will hold (a notebook held for review has no points there, and says so in its feedback).
+            with Gradebook(f"sqlite:///{course_dir / 'gradebook.db'}") as gb:
+                write_grades(gb, assignment, student, [e for e in report["notebooks"] if e["status"] == "graded"])
             _export(api, course_dir, assignment, student, out, report)
             stage("feedback_html")
         report["seconds"] = round(time.monotonic() - started, 1)
@@ -476,7 +533,8 @@ def _notebook_entry(gb, course_dir, assignment, student, name, src, chosen, prob
         cells = [{"grade_id": gid, "points": 0.0, "max_points": pts, "needs_manual_grade": False, "error": None}
                  for gid, pts in _max_points(src)]
         return {"notebook": name, "file": None, "status": "missing", "reason": reason, "cells": cells,
-                "points": 0.0, "max_points": sum(c["max_points"] for c in cells), "needs_manual_review": False,
+                "points": 0.0, "max_points": sum(c["max_points"] for c in cells), "late_penalty": 0.0,
+                "needs_manual_review": False,
                 "review_reasons": [], "review_notes": [], "events": {}}
     graded = nbformat.read(course_dir / "autograded" / student / assignment / f"{name}.ipynb", as_version=4)
     errors = {}
@@ -503,7 +561,29 @@ def _notebook_entry(gb, course_dir, assignment, student, name, src, chosen, prob
             c["points"] = 0.0
     return {"notebook": name, "file": str(chosen[name]), "status": "graded", "reason": None, "cells": cells,
             "points": float(sum(c["points"] or 0 for c in cells)), "max_points": float(sub.max_score),
+            # nbgrader's AssignLatePenalties by the course's policy; none while held for review (0 points)
+            "late_penalty": 0.0 if review else float(sub.late_submission_penalty or 0.0),
             "needs_manual_review": bool(review), "review_reasons": review, "review_notes": notes, "events": events}
+
+
+def write_grades(gb, assignment: str, student: str, notebooks: list[dict]) -> None:
+    """The report's notebooks into a gradebook as the course keeps them (the batch's merge into the
+    course's gradebook, and the scratch gradebook the feedback page is made from), then commit."""
+    for nb in notebooks:
+        review = nb["needs_manual_review"]
+        for cell in nb["cells"]:
+            g = gb.find_grade(cell["grade_id"], nb["notebook"], assignment, student)
+            # None, as nbgrader's own autograde leaves them: a notebook not handed in ("missing" in
+            # the grade tables, not 0) and a written answer (for a person to score in the formgrader)
+            unscored = nb["status"] == "missing" or (cell["needs_manual_grade"] and not review)
+            g.auto_score = None if unscored else cell["points"]
+            g.needs_manual_grade = bool(cell["needs_manual_grade"] or review)
+            if review:
+                g.manual_score = 0.0  # zero until a person has looked (the reasons are in the batch table)
+        if nb["status"] == "graded":  # by the course's late policy (grade.py: none while held for review)
+            gb.find_submission_notebook(nb["notebook"], assignment, student).late_submission_penalty = (
+                nb.get("late_penalty") or None)
+    gb.db.commit()
 
 
 def _export(api, course_dir, assignment, student, out: Path, report: dict) -> None:
@@ -542,13 +622,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="the caller checked the environment (cached models, sandbox probe): batch grading")
     parser.add_argument("--self-check", action="store_true",
                         help="grading run only, in a fresh student's kernel (the batch's check of the reference)")
+    parser.add_argument("--timestamp", help="the submission's time, as nbgrader's timestamp.txt holds it: the "
+                                            "course's late-penalty policy applies against the assignment's due date")
     args = parser.parse_args(argv)
     if not args.notebooks and not args.lenient:
         parser.error("give at least one notebook")
     try:
         report = grade(args.assignment, args.notebooks, keep=args.keep, template=args.template,
                        student=args.student, out=args.out, lenient=args.lenient, root=args.root.resolve(),
-                       warm=not args.no_warm, probe=not args.no_warm, self_check=args.self_check)
+                       warm=not args.no_warm, probe=not args.no_warm, self_check=args.self_check,
+                       timestamp=args.timestamp)
     except PipelineError as e:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 1

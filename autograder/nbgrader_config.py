@@ -41,6 +41,16 @@ c.GenerateFeedback.exporter_class = FeedbackExporter
 # grades.csv (`nbgrader export` too): automatic and manual points apart, pending and missing marked.
 c.ExportApp.plugin_class = "course.GradesCsv"
 
+# Late submissions: `nbgrader submit` writes the submission time into timestamp.txt, the batch grader
+# carries it (the gradebook's submission time, autograded/) and nbgrader's AssignLatePenalties applies
+# this policy against the assignment's due date (`nbgrader db assignment add A --duedate=...`), per
+# notebook, when it is autograded. "none" (the course's choice, nbgrader's default) records how late
+# a submission was (grades.csv says "late by ...") and takes nothing off; "zero" takes all of a late
+# notebook's points at autograding time; c.AssignLatePenalties.plugin_class (a LateSubmissionPlugin of
+# your own) can do anything else. A course folder's own nbgrader_config.py may set it: the grader's
+# scratch courses read that file too (course.load_config(settings_from=)).
+c.LateSubmissionPlugin.penalty_method = "none"
+
 # Text for graders and instructors only (CONTRIBUTING.md, "Answers and rubrics for graders"): lines
 # between BEGIN MARK SCHEME and END MARK SCHEME (in markdown as <!-- BEGIN MARK SCHEME --> comments)
 # are removed from the release and from feedback. nbgrader allows them only in "task" cells; the

@@ -350,3 +350,138 @@ def test_a_course_library_that_does_not_import_in_the_sandbox_stops_the_batch(co
     assert len(lines) == 1 and "cannot be imported inside the grading sandbox" in lines[0], proc.stderr
     assert "next" not in {k[1] for k in batch.snapshot(root)}
     _same_earlier(root, before)
+
+
+# ----------------------------------------------------------------------------- late submissions, review (issue 14)
+
+def _feedback_text(page: Path) -> str:
+    import html
+    import re
+
+    body = re.sub(r"<(style|script)[^>]*>.*?</\1>", " ", page.read_text(), flags=re.S)
+    text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", body)).split())
+    return re.sub(r"\(\s+", "(", re.sub(r"\s+([,)])", r"\1", text))  # "( <b>x</b> )" reads "(x)"
+
+
+def _rows(root: Path) -> dict[str, dict]:
+    with open(root / "batch_grades.csv", newline="") as f:
+        return {r["student"]: r for r in csv.DictReader(f)}
+
+
+def test_late_and_on_time_students_get_the_courses_late_policy(course):
+    """nbgrader's timestamp.txt reaches the batch: the gradebook's submission time, the late policy
+    of the course folder's own nbgrader_config.py against the gradebook's due date, the side files
+    byte for byte in autograded/, and a timestamp nbgrader cannot read fails that student only."""
+    from nbgrader.api import Gradebook
+    from nbgrader.utils import parse_utc
+
+    root = course
+    before = _earlier(root)
+    (root / "nbgrader_config.py").write_text('c = get_config()  # noqa: F821\n'
+                                             'c.LateSubmissionPlugin.penalty_method = "zero"\n')
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        gb.update_or_create_assignment(tiny.ASSIGNMENT, duedate=parse_utc("2026-11-30 12:00:00 UTC"))
+    # as `nbgrader submit` writes them (no newline; Exchange.timezone "UTC", or "Europe/Berlin": CET),
+    # one second before and 90 minutes after the due date
+    when = {"ontime": b"2026-11-30 11:59:59.000000 UTC", "late": b"2026-11-30 14:30:00.000000 CET"}
+    for s, stamp in when.items():
+        path = tiny.submit(root, s, tiny.submission(root, tiny.RIGHT))
+        (path.parent / "timestamp.txt").write_bytes(stamp)
+        (path.parent / "submission_secret.txt").write_bytes(f"secret of {s}\r\n".encode())
+    broken = tiny.submit(root, "broken", tiny.submission(root, tiny.RIGHT))
+    (broken.parent / "timestamp.txt").write_text("next tuesday, honest")
+    proc = subprocess.run(BATCH + ["--root", str(root)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # one student failed: the batch says so, and went on
+    assert "FAILED  broken/tiny: timestamp.txt holds 'next tuesday, honest'" in proc.stdout, proc.stdout
+
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        for s, stamp in when.items():  # nbgrader stores UTC without a zone
+            assert gb.find_submission(tiny.ASSIGNMENT, s).timestamp == parse_utc(stamp.decode()), s
+        assert gb.find_submission(tiny.ASSIGNMENT, "ontime").total_seconds_late == 0
+        assert gb.find_submission(tiny.ASSIGNMENT, "late").total_seconds_late == 90 * 60
+        late = gb.find_submission_notebook(tiny.NOTEBOOK, tiny.ASSIGNMENT, "late")
+        ontime = gb.find_submission_notebook(tiny.NOTEBOOK, tiny.ASSIGNMENT, "ontime")
+        # "zero": a late notebook loses all its points; its own points stay recorded beside the penalty
+        assert (late.score, late.late_submission_penalty) == (tiny.POINTS, tiny.POINTS)
+        assert (ontime.score, ontime.late_submission_penalty) == (tiny.POINTS, None)
+        assert "broken" not in {sub.student_id for sub in gb.find_assignment(tiny.ASSIGNMENT).submissions}
+    for s, stamp in when.items():
+        folder = root / "autograded" / s / tiny.ASSIGNMENT
+        assert (folder / "timestamp.txt").read_bytes() == stamp  # byte for byte: the formgrader compares them
+        assert (folder / "submission_secret.txt").read_bytes() == f"secret of {s}\r\n".encode()
+    assert not (root / "autograded" / "broken").exists()
+
+    rows = _rows(root)
+    assert float(rows["late"]["late_penalty"]) == tiny.POINTS and float(rows["late"]["points"]) == tiny.POINTS
+    assert rows["ontime"]["late_penalty"] == "" and rows["ontime"]["status"] == "graded"
+    assert rows["broken"]["status"] == "failed" and "not a time nbgrader can read" in rows["broken"]["reason"]
+    with open(root / "grades.csv", newline="") as f:
+        table = {r["student_id"]: r for r in csv.DictReader(f)}
+    assert (table["late"]["total"], table["late"]["late_penalty"], table["late"]["notes"]) == (
+        "0", "2", "late by 1 h 30 min, penalty -2"), table["late"]
+    assert (table["ontime"]["total"], table["ontime"]["late_penalty"], table["ontime"]["notes"]) == ("2", "0", "")
+    assert table["late"]["timestamp"] == "2026-11-30 13:30:00" and table["broken"]["status"] == "failed"
+
+    page = lambda s: root / "feedback" / s / tiny.ASSIGNMENT / f"{tiny.NOTEBOOK}.html"  # noqa: E731
+    assert "Late submission penalty (Score: -2.0)" in _feedback_text(page("late"))
+    assert "takes 2.0 points off this notebook (0.0 after the penalty)" in _feedback_text(page("late"))
+    assert "Late submission penalty" not in _feedback_text(page("ontime"))
+    assert "after the due date" not in _feedback_text(page("ontime"))
+    _same_earlier(root, before)
+
+    # the course's policy changed back to nbgrader's "none": everyone is graded again, nothing taken off
+    (root / "nbgrader_config.py").write_text('c = get_config()  # noqa: F821\n'
+                                             'c.LateSubmissionPlugin.penalty_method = "none"\n')
+    (broken.parent / "timestamp.txt").unlink()
+    proc = subprocess.run(BATCH + ["--root", str(root)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0 and "reused" not in proc.stdout, proc.stdout + proc.stderr
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        late = gb.find_submission_notebook(tiny.NOTEBOOK, tiny.ASSIGNMENT, "late")
+        assert (late.score, late.late_submission_penalty) == (tiny.POINTS, None)
+        assert gb.find_submission(tiny.ASSIGNMENT, "late").total_seconds_late == 90 * 60  # still recorded
+    assert _rows(root)["broken"]["status"] == "graded"
+
+
+def test_a_notebook_held_for_review_says_so_in_its_feedback_and_has_no_points(tmp_path):
+    """The gradebook gives a notebook held for review 0 until a person looks: its feedback (the
+    batch's page, and the course's feedback from the gradebook) says so, never the automatic points."""
+    from nbgrader.api import Gradebook
+
+    import course as course_mod
+
+    root = tiny.make_course(tmp_path / "course", second_test=True)
+    # The first test cell's calls are answered as usual (2 points); the last of them swaps the grader's
+    # serve function in the student's kernel, so the second cell's call gets an answer outside the format.
+    cheat = ("def double(x):\n    if x == 0.1:\n        import sys\n"
+             "        sys.modules['_llmrl_remote'].serve = lambda text: 'bm90IGEgbWVzc2FnZQ=='\n    return x + x")
+    tiny.submit(root, "cheat", tiny.submission(root, cheat))
+    proc = subprocess.run(BATCH + ["--root", str(root)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    row = _rows(root)["cheat"]
+    assert row["status"] == "review" and "outside the grader's format" in row["reason"], row
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        grades = {g.name: (g.auto_score, g.manual_score, g.needs_manual_grade, g.score)
+                  for g in gb.find_submission_notebook(tiny.NOTEBOOK, tiny.ASSIGNMENT, "cheat").grades}
+    assert grades == {"test_double": (0.0, 0.0, True, 0.0), tiny.SECOND: (0.0, 0.0, True, 0.0)}, grades
+    total = tiny.POINTS + tiny.SECOND_POINTS
+    page = root / "feedback" / "cheat" / tiny.ASSIGNMENT / f"{tiny.NOTEBOOK}.html"
+    assert not page.exists(), "feedback held for review was released"
+    stored = list((root / batch.STATE / tiny.ASSIGNMENT).glob(f"*/files/{tiny.NOTEBOOK}.html"))
+    assert len(stored) == 1
+    lab = course_mod.Lab(tiny.ASSIGNMENT, tiny.NOTEBOOK, root)
+    done = course_mod.feedback([lab], force=True, root=root)  # the instructor releases it as it is
+    assert done["released"] == ["cheat/tiny/tiny (forced: 2 cell(s) awaiting grading)"], done
+    for text in (_feedback_text(stored[0]), _feedback_text(page)):  # the batch's own page and the released one
+        assert f"tiny (Held for review: no points yet, of {total})" in text, text[:600]
+        assert f"Test cell (Held for review, {tiny.POINTS} points)" in text
+        assert "Score:" not in text and "Score so far" not in text and "awaiting grading" not in text.lower()
+
+    # a reviewer confirms the first cell's points (the formgrader: manual score, flag cleared)
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        for g in gb.find_submission_notebook(tiny.NOTEBOOK, tiny.ASSIGNMENT, "cheat").grades:
+            g.manual_score, g.needs_manual_grade = (tiny.POINTS if g.name == "test_double" else 0.0), False
+        gb.db.commit()
+    done = course_mod.feedback([lab], root=root)
+    assert done["released"] == ["cheat/tiny/tiny"], done
+    text = _feedback_text(page)
+    assert f"tiny (Score: {tiny.POINTS} / {total})" in text and "held for review" not in text.lower(), text[:600]

@@ -15,6 +15,7 @@ import nbformat
 
 ASSIGNMENT, NOTEBOOK = "tiny", "tiny"
 POINTS = 2.0
+SECOND, SECOND_POINTS = "test_double_int", 1.0  # make_course(second_test=True): a second test cell
 
 
 def _meta(gid: str, grade: bool, solution: bool, locked: bool, points: float | None = None) -> dict:
@@ -24,7 +25,7 @@ def _meta(gid: str, grade: bool, solution: bool, locked: bool, points: float | N
     return {"nbgrader": m}
 
 
-def source_notebook(extra_setup: str = ""):
+def source_notebook(extra_setup: str = "", second_test: bool = False):
     nb = nbformat.v4.new_notebook()
     nb.metadata = {"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
                    "language_info": {"name": "python"}}
@@ -42,6 +43,9 @@ def source_notebook(extra_setup: str = ""):
                                   metadata=_meta("test_double", True, False, True, POINTS)),
         nbformat.v4.new_code_cell("print('the experiment:', [double(i) for i in range(3)])"),
     ]
+    if second_test:  # after the first test cell: its tests run once the first cell's have
+        cells.insert(4, nbformat.v4.new_code_cell("assert double(3) == 6", metadata=_meta(SECOND, True, False, True,
+                                                                                          SECOND_POINTS)))
     for i, c in enumerate(cells):
         gid = c.metadata.get("nbgrader", {}).get("grade_id")
         c["id"] = gid or f"cell-{i:03d}"
@@ -49,14 +53,14 @@ def source_notebook(extra_setup: str = ""):
     return nb
 
 
-def make_course(root: Path, extra_setup: str = "") -> Path:
+def make_course(root: Path, extra_setup: str = "", second_test: bool = False) -> Path:
     """root/source/tiny/tiny.ipynb and root/release/tiny/tiny.ipynb (nbgrader generate_assignment)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     import course
 
     path = root / "source" / ASSIGNMENT / f"{NOTEBOOK}.ipynb"
     path.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(source_notebook(extra_setup), path)
+    nbformat.write(source_notebook(extra_setup, second_test), path)
     course.record_assignment(ASSIGNMENT, root)
     return root
 
