@@ -732,6 +732,8 @@ def table_rows(results: list[Result]) -> list[dict]:
                              reason="; ".join(x for x in (r.error, unmatched) if x), seconds=round(r.seconds, 1),
                              kernel_cpu_s="", late_penalty=""))
             continue
+        if r.report.get("feedback_error"):  # graded, but the student's feedback page could not be made
+            unmatched = "; ".join(x for x in (unmatched, f"no feedback page: {r.report['feedback_error']}") if x)
         for nb in r.report["notebooks"]:
             status = "review" if nb["needs_manual_review"] else nb["status"]
             reason = "; ".join(nb["review_reasons"]) if nb["needs_manual_review"] else (nb["reason"] or "")
@@ -770,6 +772,9 @@ def summary(batch: dict) -> str:
     for r in results:
         for note in r.job.notes:
             lines.append(f"file    {r.job.student}/{r.job.assignment}: {note}")
+        if r.report and r.report.get("feedback_error"):
+            lines.append(f"NO FEEDBACK {r.job.student}/{r.job.assignment}: nbgrader generate_feedback failed "
+                         f"({r.report['feedback_error'][:200]})")
     for r, nb in missing:
         lines.append(f"missing {r.job.student}/{r.job.assignment}/{nb['notebook']}: not handed in ({nb['reason']})")
     for r in review:

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import copy
 
+from jinja2 import pass_context
 from nbconvert.exporters import HTMLExporter
+from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath, import_plugin
 from nbgrader.preprocessors import GetGrades
 from traitlets.config import Config
 
@@ -106,6 +108,15 @@ Score: {{ cell.metadata.nbgrader.score | float | round(2) }} / {{ cell.metadata.
 
 {% block body %}
 <body>
+  <style>
+    /* markdown tables as JupyterLab shows them (the page's bootstrap takes every cell's padding away) */
+    .rendered_html table { margin: 0.6em 0 1em; border-collapse: collapse; }
+    .rendered_html th, .rendered_html td { padding: 0.25em 0.9em; text-align: left; vertical-align: top;
+                                           border-bottom: 1px solid #ddd; }
+    .rendered_html thead th { border-bottom: 2px solid #bbb; }
+    .held-for-review { color: #8a6d3b; font-weight: bold; }
+    .panel-primary > .panel-heading .held-for-review { color: #fff; }
+  </style>
   <a name="top"></a>
   <div class="container">
     <div class="panel panel-default">
@@ -122,7 +133,7 @@ Score: {{ cell.metadata.nbgrader.score | float | round(2) }} / {{ cell.metadata.
         <h4>{{ resources.nbgrader.notebook }} (Score: {{ resources.nbgrader.score | float | round(2) }} / {{ resources.nbgrader.max_score | float | round(2) }})</h4>
         {% endif %}
         {% if resources.nbgrader.late_penalty > 0 %}
-        <p class="late-penalty">Submitted after the due date: the course's late policy takes {{ resources.nbgrader.late_penalty | float | round(2) }} points off this notebook ({{ [resources.nbgrader.score - resources.nbgrader.late_penalty, 0] | max | float | round(2) }} after the penalty).</p>
+        <p class="late-penalty">Submitted after the due date: the course's late policy took {{ resources.nbgrader.late_penalty | float | round(2) }} points off this notebook; the score above is after the penalty.</p>
         {% endif %}
         <div id="toc">
           <ol>
@@ -197,8 +208,15 @@ Score: {{ cell.metadata.nbgrader.score | float | round(2) }} / {{ cell.metadata.
 """
 
 
+# Markdown as JupyterLab shows it: tables inside a blockquote or a list item too (the labs' overview
+# tables are quoted, "> | task | ... |"), which nbconvert's own plugins leave as lines of pipes.
+MARKDOWN_PLUGINS = (*MarkdownWithMath.DEFAULT_PLUGINS, "mistune.plugins.table.table_in_quote",
+                    "mistune.plugins.table.table_in_list")
+
+
 class FeedbackExporter(HTMLExporter):
-    """nbgrader's feedback template with "awaiting grading" (TEMPLATE above)."""
+    """nbgrader's feedback template with "awaiting grading" (TEMPLATE above), and markdown with
+    the tables JupyterLab renders (MARKDOWN_PLUGINS)."""
 
     def __init__(self, config=None, **kwargs):
         # Settings of this class win over GenerateFeedback's for HTMLExporter (a more specific section):
@@ -207,6 +225,17 @@ class FeedbackExporter(HTMLExporter):
         c.FeedbackExporter.template_name = "feedback"
         super().__init__(config=c, **kwargs)
         self.raw_template = TEMPLATE  # (not a configurable trait)
+
+    @pass_context
+    def markdown2html(self, context, source):
+        """HTMLExporter.markdown2html (the same renderer settings) with MARKDOWN_PLUGINS."""
+        cell = context.get("cell", {})
+        renderer = IPythonRenderer(
+            escape=False, attachments=cell.get("attachments", {}), embed_images=self.embed_images,
+            path=context.get("resources", {}).get("metadata", {}).get("path", ""),
+            anchor_link_text=self.anchor_link_text, exclude_anchor_links=self.exclude_anchor_links,
+            **self.lexer_options)
+        return MarkdownWithMath(renderer=renderer, plugins=[import_plugin(p) for p in MARKDOWN_PLUGINS]).render(source)
 
 
 def releasable(notebook_report: dict) -> bool:

@@ -251,3 +251,29 @@ def test_feedback_waits_for_the_written_answer_unless_forced(graded):
         "2", "2.5", "0", "4.5", "graded")
     line = next(ln for ln in course.score_table([lab], root).splitlines() if ln.split()[1] == "ann")
     assert "2 / 2" in line and "2.5 / 3" in line and "4.5 / 5" in line and "graded" in line
+
+
+# ----------------------------------------------------------------------------- feedback pages
+
+def test_feedback_renders_the_tables_of_every_release_notebook_as_jupyterlab_does():
+    """Tables inside a blockquote (the labs' overview tables, "> | task | ... |") or a list item are
+    tables in the feedback page, as in JupyterLab, not paragraphs of pipes (nbconvert's default)."""
+    import re
+
+    from nbconvert.exporters import HTMLExporter
+
+    import feedback
+
+    plain = HTMLExporter()
+    quoted = 0
+    for path in sorted((ROOT / "release").glob("*/*.ipynb")):
+        for i, cell in enumerate(nbformat.read(path, as_version=4).cells):
+            if cell.cell_type != "markdown" or "|" not in cell.source:
+                continue
+            html = feedback.FeedbackExporter.markdown2html(plain, {"cell": cell}, cell.source)
+            where = f"{path.relative_to(ROOT)} cell {i}"
+            assert not re.search(r"\|\s*:?-{3,}", html), f"{where}: a table left as text:\n{html[:800]}"
+            if re.search(r"^> *\|", cell.source, re.M):
+                quoted += 1
+                assert re.search(r"<blockquote>.*<table>", html, re.S), where
+    assert quoted >= 3, "lab19's and lab21's overview tables are quoted: the check must see them"

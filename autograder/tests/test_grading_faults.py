@@ -11,6 +11,7 @@ import csv
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -356,7 +357,6 @@ def test_a_course_library_that_does_not_import_in_the_sandbox_stops_the_batch(co
 
 def _feedback_text(page: Path) -> str:
     import html
-    import re
 
     body = re.sub(r"<(style|script)[^>]*>.*?</\1>", " ", page.read_text(), flags=re.S)
     text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", body)).split())
@@ -424,8 +424,13 @@ def test_late_and_on_time_students_get_the_courses_late_policy(course):
 
     page = lambda s: root / "feedback" / s / tiny.ASSIGNMENT / f"{tiny.NOTEBOOK}.html"  # noqa: E731
     assert "Late submission penalty (Score: -2.0)" in _feedback_text(page("late"))
-    assert "takes 2.0 points off this notebook (0.0 after the penalty)" in _feedback_text(page("late"))
+    late_page = _feedback_text(page("late"))  # nbgrader's score on the page is after the penalty
+    assert f"tiny (Score: 0.0 / {tiny.POINTS})" in late_page, late_page[:600]
+    assert "late policy took 2.0 points off this notebook; the score above is after the penalty" in late_page
     assert "Late submission penalty" not in _feedback_text(page("ontime"))
+    html = page("ontime").read_text()  # the intro's table in a blockquote is a table, not lines of pipes
+    assert re.search(r"<blockquote>\s*<table>.*?<code>double</code>.*?</table>\s*</blockquote>", html, re.S), html
+    assert "|---|" not in html
     assert "after the due date" not in _feedback_text(page("ontime"))
     _same_earlier(root, before)
 

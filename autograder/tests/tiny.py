@@ -30,7 +30,8 @@ def source_notebook(extra_setup: str = "", second_test: bool = False):
     nb.metadata = {"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
                    "language_info": {"name": "python"}}
     cells = [
-        nbformat.v4.new_markdown_cell("# A tiny notebook"),
+        # an overview table in a blockquote, as the labs have them (the feedback renders it as a table)
+        nbformat.v4.new_markdown_cell("# A tiny notebook\n\n> | task | points |\n> |---|---|\n> | `double` | 2 |"),
         nbformat.v4.new_code_cell("import math\n" + extra_setup),
         nbformat.v4.new_code_cell("def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION",
                                   metadata=_meta("double", False, True, False)),
