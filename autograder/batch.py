@@ -249,8 +249,8 @@ def run_job(job: Job, template: Path, work: Path, root: Path, index: int) -> Res
            "--root", str(root), "--no-warm"]  # the batch checked the environment once, below
     if job.self_check:
         cmd.append("--self-check")
-    if job.timestamp is not None:
-        cmd += ["--timestamp", job.timestamp]
+    if job.timestamp is not None:  # (find_jobs checked it: a time nbgrader reads; "=": it may start with "-")
+        cmd.append(f"--timestamp={job.timestamp.strip()}")
     env = dict(os.environ, **job.env)
     nb_timeout = int(env.get("LLMRL_GRADE_NOTEBOOK_TIMEOUT", notebook_timeout()))
     limit = 2 * nb_timeout + 180  # the feedback run, then the grading run; notebooks run side by side

@@ -290,8 +290,8 @@ def read_timestamp(text: str | None) -> str | None:
 
     text = text.strip()
     try:
-        if len(text) > 100:
-            raise ValueError("too long")
+        if len(text) > 100 or not text.isprintable():
+            raise ValueError("too long, or not one line of text")
         parse_utc(text)
     except (ValueError, OverflowError, TypeError):  # dateutil's ParserError is a ValueError
         raise PipelineError(f"timestamp.txt holds {text[:60]!r}, which is not a time nbgrader can read "
