@@ -498,8 +498,12 @@ def copy_outputs(result: Result, root: Path) -> None:
                         (target / p.name).unlink()
                     continue
                 files.copy_regular(p, target / p.name)
-    for name, data in sorted(job.side.items()):  # the formgrader and release_feedback read them there
-        files.atomic_write_bytes(root / "autograded" / job.student / job.assignment / name, data)
+    for name in SIDE_FILES:  # the formgrader and release_feedback read them there; an older one goes
+        target = root / "autograded" / job.student / job.assignment / name
+        if name in job.side:
+            files.atomic_write_bytes(target, job.side[name])
+        elif files.is_regular(target):
+            target.unlink()
 
 
 def snapshot(root: Path) -> dict:

@@ -438,6 +438,7 @@ def test_late_and_on_time_students_get_the_courses_late_policy(course):
     (root / "nbgrader_config.py").write_text('c = get_config()  # noqa: F821\n'
                                              'c.LateSubmissionPlugin.penalty_method = "none"\n')
     (broken.parent / "timestamp.txt").unlink()
+    (root / "submitted" / "ontime" / tiny.ASSIGNMENT / "submission_secret.txt").unlink()  # gone from submitted/
     proc = subprocess.run(BATCH + ["--root", str(root)], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0 and "reused" not in proc.stdout, proc.stdout + proc.stderr
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
@@ -445,6 +446,8 @@ def test_late_and_on_time_students_get_the_courses_late_policy(course):
         assert (late.score, late.late_submission_penalty) == (tiny.POINTS, None)
         assert gb.find_submission(tiny.ASSIGNMENT, "late").total_seconds_late == 90 * 60  # still recorded
     assert _rows(root)["broken"]["status"] == "graded"
+    assert not (root / "autograded" / "ontime" / tiny.ASSIGNMENT / "submission_secret.txt").exists()  # not stale
+    assert (root / "autograded" / "ontime" / tiny.ASSIGNMENT / "timestamp.txt").read_bytes() == when["ontime"]
 
 
 def test_a_notebook_held_for_review_says_so_in_its_feedback_and_has_no_points(tmp_path):
