@@ -348,6 +348,8 @@ def db_locked(db: Path | None) -> bool:
             con.close()
     except sqlite3.OperationalError as e:
         return _is_locked(e)
+    except sqlite3.DatabaseError:  # not a database at all: not locked (the caller's error says what is wrong)
+        return False
     return False
 
 
@@ -385,6 +387,28 @@ def prepare_gradebook(assignment: str, root: Path) -> None:
             db=root / "gradebook.db")
     finally:
         files.rmtree(release_dir)
+
+
+def course_duedate(assignment: str, root: Path):
+    """The assignment's due date in the course's gradebook (`nbgrader db assignment add A
+    --duedate=...`, or the formgrader's "Manage assignments"): a UTC datetime, or None."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    db = root / "gradebook.db"
+    if not files.is_regular(db):
+        return None
+    try:
+        with Gradebook(f"sqlite:///{db}") as gb:
+            try:
+                return gb.find_assignment(assignment).duedate
+            except MissingEntry:
+                return None
+    except Exception as e:
+        if _is_locked(e):
+            raise  # with_gradebook_retry waits for it
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise PipelineError(f"cannot read {assignment}'s due date from {db} ({first[:200]}); nothing was "
+                            f"graded") from None
 
 
 def _connect(db: Path, timeout: float) -> sqlite3.Connection:
@@ -582,7 +606,7 @@ def run_batch(assignments: list[str], root: Path = ROOT, submitted: Path | None 
         grading._warm_model_cache()  # once, before the workers: kernels only read the cache
         grading.check_environment([ROOT, root])
         # late penalties are applied in each student's scratch course: it gets the course's due date
-        due = {a: with_gradebook_retry("reading the due dates", lambda: grading.course_duedate(a, root),
+        due = {a: with_gradebook_retry("reading the due dates", lambda: course_duedate(a, root),
                                        db=root / "gradebook.db") for a in names}
         templates = {a: grading.make_template(a, root, work / "templates" / a, duedate=due[a]) for a in names}
         src_digests = {a: source_digest(a, root) + f"|due {due[a]}|{settings_digest(root)}" for a in names}

@@ -20,8 +20,8 @@ Output: {"assignment", "notebooks": [{"notebook", "file", "cells": [{"grade_id",
 "late_penalty", "timestamp", "seconds_late", "needs_manual_review", "sandbox", "seconds"}. A cell's
 "error" is the message of its failure (null when it passed). With --timestamp (nbgrader's
 timestamp.txt, which the batch passes on) the scratch course records that submission time, and
-nbgrader's AssignLatePenalties applies the course's policy against the course's due date
-("late_penalty": points taken off, by notebook and in all). "status" is "graded" or "missing" (no usable file: 0 points, with "reason").
+nbgrader's AssignLatePenalties applies the course's policy against the due date of the template (the
+batch's: the course gradebook's) or --duedate ("late_penalty": points taken off, by notebook and in all). "status" is "graded" or "missing" (no usable file: 0 points, with "reason").
 "review_reasons" (the notebook then scores 0 until a person looks) are answers of the student's
 kernel outside the grader's format and the answer-key check's notes (autograder/answer_key.py: a
 graded function that leans on the course library's own version of its task); "review_notes" list
@@ -264,21 +264,6 @@ def make_template(assignment: str, root: Path = ROOT, target: Path | None = None
     return target
 
 
-def course_duedate(assignment: str, root: Path = ROOT):
-    """The assignment's due date in the course's gradebook (`nbgrader db assignment add A
-    --duedate=...`, or the formgrader's "Manage assignments"): a UTC datetime, or None."""
-    from nbgrader.api import Gradebook, MissingEntry
-
-    db = root / "gradebook.db"
-    if not files.is_regular(db):
-        return None
-    with Gradebook(f"sqlite:///{db}") as gb:
-        try:
-            return gb.find_assignment(assignment).duedate
-        except MissingEntry:
-            return None
-
-
 def read_timestamp(text: str | None) -> str | None:
     """nbgrader's timestamp.txt (its text) as the grader passes it on: None when there is none (an
     empty file too, as nbgrader reads it); PipelineError naming the text when nbgrader could not
@@ -402,7 +387,8 @@ def _answer_key_runtime(assignment: str, name: str, answer) -> list[str]:
 
 def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Path | None = None,
           student: str = STUDENT, out: Path | None = None, lenient: bool = False, root: Path = ROOT,
-          warm: bool = True, probe: bool = True, self_check: bool = False, timestamp: str | None = None) -> dict:
+          warm: bool = True, probe: bool = True, self_check: bool = False, timestamp: str | None = None,
+          duedate: str | None = None) -> dict:
     import nbformat
     from nbgrader.api import Gradebook
     from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, IgnorePattern, LimitOutput,
@@ -435,7 +421,7 @@ def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Pa
         if template is not None:
             shutil.copytree(template, scratch / "course", dirs_exist_ok=True)
         else:
-            make_template(assignment, root, scratch / "course", duedate=course_duedate(assignment, root))
+            make_template(assignment, root, scratch / "course", duedate=_duedate(duedate))
         course_dir = scratch / "course"
         notes: dict[str, list[str]] = {}
         leans: dict[str, list[str]] = {}
@@ -512,6 +498,18 @@ def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Pa
             print(f"scratch course kept in {scratch}", file=sys.stderr)
         else:
             files.rmtree(scratch)
+
+
+def _duedate(text: str | None):
+    """--duedate (without --template: the batch puts the course's due date into its template)."""
+    if not text:
+        return None
+    from nbgrader.utils import parse_utc
+
+    try:
+        return parse_utc(text)
+    except (ValueError, OverflowError) as e:
+        raise PipelineError(f"--duedate {text[:60]!r} is not a time ({type(e).__name__})") from None
 
 
 def _sandbox_line() -> str:
@@ -624,6 +622,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="grading run only, in a fresh student's kernel (the batch's check of the reference)")
     parser.add_argument("--timestamp", help="the submission's time, as nbgrader's timestamp.txt holds it: the "
                                             "course's late-penalty policy applies against the assignment's due date")
+    parser.add_argument("--duedate", help="the assignment's due date, e.g. '2026-12-14 23:59:00 UTC' (without "
+                                          "--template; the course's gradebook is never opened)")
     args = parser.parse_args(argv)
     if not args.notebooks and not args.lenient:
         parser.error("give at least one notebook")
@@ -631,7 +631,7 @@ def main(argv: list[str] | None = None) -> int:
         report = grade(args.assignment, args.notebooks, keep=args.keep, template=args.template,
                        student=args.student, out=args.out, lenient=args.lenient, root=args.root.resolve(),
                        warm=not args.no_warm, probe=not args.no_warm, self_check=args.self_check,
-                       timestamp=args.timestamp)
+                       timestamp=args.timestamp, duedate=args.duedate)
     except PipelineError as e:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 1

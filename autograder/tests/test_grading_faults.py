@@ -493,3 +493,26 @@ def test_a_notebook_held_for_review_says_so_in_its_feedback_and_has_no_points(tm
     assert done["released"] == ["cheat/tiny/tiny"], done
     text = _feedback_text(page)
     assert f"tiny (Score: {tiny.POINTS} / {total})" in text and "held for review" not in text.lower(), text[:600]
+
+
+def test_grade_alone_takes_the_time_and_due_date_from_its_command_line(tmp_path):
+    """autograder/grade without the batch: --timestamp and --duedate; the course folder's own late
+    policy applies; the course's gradebook is not opened (here: not a database at all)."""
+    import nbformat
+
+    root = tiny.make_course(tmp_path / "course")
+    (root / "nbgrader_config.py").write_text('c = get_config()  # noqa: F821\n'
+                                             'c.LateSubmissionPlugin.penalty_method = "zero"\n')
+    (root / "gradebook.db").write_bytes(b"the course's gradebook: never opened by grade.py")
+    path = tmp_path / f"{tiny.NOTEBOOK}.ipynb"
+    nbformat.write(tiny.submission(root, tiny.RIGHT), path)
+    grade = [str(ROOT / "autograder" / "grade"), tiny.ASSIGNMENT, str(path), "--root", str(root),
+             "--duedate", "2026-11-30 12:00:00 UTC"]
+    proc = subprocess.run(grade + ["--timestamp", "2026-11-30 12:00:01.000000 UTC"], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert (report["seconds_late"], report["late_penalty"], report["points"]) == (1.0, tiny.POINTS, tiny.POINTS)
+    proc = subprocess.run(grade + ["--timestamp", "soon"], capture_output=True, text=True, timeout=600)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and lines == [lines[-1]] and "timestamp.txt holds 'soon'" in lines[-1], proc.stderr
