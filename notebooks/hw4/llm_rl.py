@@ -830,7 +830,8 @@ print(plots.format_generations(_gens, steps=(_gens[0]["step"], _gens[-1]["step"]
 # batch, smaller minibatches (more optimizer steps per batch; `6x1` means minibatches of 6 rows and
 # no gradient accumulation), a weaker or stronger KL penalty, a narrower or wider clip range.
 # The full study walks each axis outwards until a run degrades:
-# `python -m llmrl.hw4 sweep --impl release/hw4/llm_rl.ipynb` (a few minutes per axis). Here, a short
+# `python -m llmrl.hw4 sweep --impl release/hw4/llm_rl.ipynb --seeds 0,1,2` (a few minutes per axis
+# and seed; each run's curves go to its `metrics.jsonl` under `artifacts/hw4/ablation/`). Here, a short
 # version with one extreme value per axis (two for the KL penalty: none at all and a strong one),
 # 20 steps per run, each run with seeds 0, 1 and 2: a row gives the mean over the seeds with its
 # standard deviation and every seed's value, the plot every seed as a small mark beside the means.
@@ -839,8 +840,10 @@ print(plots.format_generations(_gens, steps=(_gens[0]["step"], _gens[-1]["step"]
 # once and shown on each.
 #
 # **TODO for Question 4:** before you run the full sweep, predict for each knob which direction
-# breaks the run first. **What you should find:** the reward curve tells you when a run broke, the KL
-# and clip-fraction curves tell you why; at least one knob does not degrade within the values tried.
+# breaks the run first. **What you should find:** the final reward and exact match tell you whether a
+# run broke, its KL and clip fraction (the printed rows; each run's curves are in
+# `artifacts/hw4/ablation-notebook/<knob>-<value>-seed<k>/metrics.jsonl`) tell you why; at least one
+# knob does not degrade within the values tried.
 
 # %% tags=["nbval-mask-numbers"]
 from llmrl.hw4.ablation import plot_sweep, sweep
