@@ -838,6 +838,7 @@ def _exp_hw4_k3(seed: int) -> dict:
 
 
 def _experiments() -> dict[str, Experiment]:
+    from . import overopt
     from .labs.lab19 import CLIP_ARMS
 
     xs = [
@@ -850,7 +851,9 @@ def _experiments() -> dict[str, Experiment]:
                    ("sft",), cheap=True),
         Experiment("lab11/frontier", "lab11", per_seed(_exp_lab11_frontier),
                    {"betas": "default_betas(100, 1000, 0.02)"}, seeded=False, cheap=True),
-        Experiment("lab19/overopt", "lab19", per_seed(_exp_lab19_overopt), {"pool": 200_000}, cheap=True),
+        Experiment("lab19/overopt", "lab19", per_seed(_exp_lab19_overopt),
+                   {"pool": 200_000, "pad_share": overopt.PAD_SHARE, "length_scale": overopt.LENGTH_SCALE,
+                    "padding_cost": overopt.PADDING_COST}, cheap=True),
         Experiment("lab19/hacking", "lab19", _lab19_runs("hacking", ("0", "0.05", "gold")),
                    {"settings": "lab19.HACK_SETTINGS", "arms": ["0", "0.05", "gold"], "seeds_together": True}, ("sft",), cost_s=300),
         Experiment("lab19/entropy", "lab19", _lab19_runs("entropy", tuple(CLIP_ARMS)),

@@ -334,7 +334,12 @@ part1 = {"bon_peak_n": [p["n"] for p in _peaks], "bon_peak_kl": [p["kl"] for p i
          "noise_only_gao_beta": [f[1] for f in fits_noisy],
          "pool_gold_gain_n3000": _n3000, "exact_gold_gain_n3000": float(exact["gold_gain"][-1])}
 print(lab19.expected_report(part1))  # lists: mean ± standard deviation over the pools' seeds
-print(f"gold gain at best-of-10, every pool: {np.round([c['gold_gain'][list(NS).index(10)] for c in biased_seeds], 3)}")
+for _n in (10, 3000):
+    print(f"gold gain at best-of-{_n}, every pool: {np.round([c['gold_gain'][list(NS).index(_n)] for c in biased_seeds], 3)}")
+print(f"smallest step of the proxy gain from one n to the next, every pool: "
+      f"{np.round([np.diff(c['proxy_gain']).min() for c in biased_seeds], 3)}")
+print(f"noise-only proxy, smallest step of the gold gain, every pool: "
+      f"{np.round([np.diff(c['gold_gain']).min() for c in noisy_seeds], 3)}")
 
 # %%
 # The same pool through the course's reference code: each of your three functions must give the
@@ -349,22 +354,22 @@ _ok = live_checks.compare_exact("Part 1, the fitted alpha and beta", fit_gao_bon
                                 atol=1e-6)
 
 # %% [markdown]
-# **Reading the plot.** With the length bias, the gold gain climbs to about +0.7 at best-of-10
-# (every pool peaks there) and then sinks, while the proxy gain keeps climbing: past the peak, a
-# higher proxy score buys more padding than quality. The fitted $\alpha, \beta$ describe it well.
-# With a noise-only proxy the gold gain never turns down ($\beta \approx 0$): noise wastes
-# samples but does not point the search anywhere harmful.
+# **Reading the plot.** With the length bias, the gold gain climbs to about +0.69 at best-of-10
+# (every pool peaks there) and then sinks below zero by best-of-3000, while the proxy gain keeps
+# climbing: past the peak, a higher proxy score buys more padding than quality. The fitted
+# $\alpha, \beta$ describe it well. With a noise-only proxy the gold gain never turns down
+# ($\beta \approx 0$): noise wastes samples but does not point the search anywhere harmful.
 #
 # Trust the right end of the pool curves less than the left. At $n = 3000$ nearly every winner is
 # one of a few hundred responses at the very top of the 200,000 in the pool, so each of those
-# points rests on a small sample: the three pools' values at best-of-3000 spread over about 0.25
-# while at best-of-10 they agree to 0.01. The published pool said about -0.4 there with an
-# exact value of about +0.10; our pools scatter around our exact value, which is below zero (the
-# table's note says why we could not match the +0.10). Try another `seed` in `make_pool` and
-# watch the right end move while the left end stays put.
+# points rests on a small sample: at best-of-3000 the three pools give -0.27, -0.25 and -0.03,
+# at best-of-10 they all give 0.68 to 0.69. The published pool said about -0.4 there with an
+# exact value of about +0.10; our pools scatter around our exact value, itself below zero (the
+# note under the table says why we could not match the +0.10). Try another `seed` in `make_pool`
+# and watch the right end move while the left end hardly moves at all.
 #
 # The sliders below redraw the exact curves for any $b$ and $\sigma$ (it takes a fraction of a
-# second). Which of the two makes the gold curve turn down, and which only flattens it?
+# second). Which of $b$ and $\sigma$ makes the gold curve turn down, and which only flattens it?
 
 # %% tags=["nbval-ignore-output"]
 display(lab19.bon_widget(b=1.0, sigma=1.0))
@@ -479,22 +484,28 @@ _ok = lab19.check_part2(hack_runs, REFERENCE)
 runs = {"proxy, no KL": hack_runs["0"], "proxy, beta = 0.05": hack_runs["0.05"], "gold reward": hack_runs["gold"]}
 fig = lab19.plot_hacking(runs, lab19.ARTIFACTS / "hack.png")
 plt.show()
+for _label, _run in runs.items():  # every seed's summary (10-step means; the end: the last 20 steps)
+    for _seed, _r in zip(SEEDS, _run):
+        _s = lab19.hack_summary(_r)
+        print(f"{_label:18s} seed {_seed}: accuracy {_s['accuracy_start']:.2f} -> best {_s['accuracy_peak']:.2f} "
+              f"(step {_s['peak_step']}) -> end {_s['final_accuracy']:.2f}, length {_s['final_length']:.2f}, "
+              f"KL {_s['final_kl']:.1f}, training reward {_s['final_proxy']:.2f}")
 # every number as the mean ± standard deviation over your runs' seeds
 print(lab19.expected_report(lab19.part2_values({"hacking_seeds": hack_runs})))
 
 # %% [markdown]
 # **What happened.** Without a penalty the policy first gets a little better at addition (the
-# proxy rewards a correct answer too), then discovers that `85` followed by more digits still
-# contains `85` and earns the length bonus. Every seed starts padding: its responses grow past the
-# SFT model's 2.6 characters, its log-ratio to the SFT model climbs to several nats and its
-# exact-match accuracy falls far below the gold-reward run's, while the proxy reward keeps rising.
-# *When* it goes all the way is a matter of the seed: in some seeds every response reaches the
-# maximum of 4 characters, the KL is in the double digits and accuracy is zero within 300 steps;
-# the others are still writing one extra digit at step 300. Seed 0 (the published run's seed)
-# is one of those that go all the way, which is why one run can make the hack look more
+# proxy rewards a correct answer too): on every seed its best 10-step accuracy is above its start.
+# Then it discovers that `85` followed by more digits still contains `85` and earns the length
+# bonus. Every seed pads: it ends with longer responses than any $\beta = 0.05$ run, a KL to the
+# SFT model of several nats and an exact-match accuracy far below its own seed's gold-reward run.
+# *When* it goes all the way is a matter of the seed: in seeds 0 and 3 every response reaches the
+# maximum of 4 characters, the KL is about 16 nats and the accuracy is zero within 300 steps; the
+# other seeds still write one extra digit at step 300 (length 3.0). Seed 0 (the published run's
+# seed) is one of those that go all the way, which is why one run can make the hack look more
 # predictable than it is. With $\beta = 0.05$ the extra 0.1 to 0.2 of length bonus is not worth
 # the several nats it takes to write unusual digits after the answer: on every seed the policy
-# learns addition instead and ends close to the gold-reward run of the same seed.
+# learns addition instead and ends within 0.1 of the gold-reward run of the same seed.
 #
 # The slider shows a finer sweep, $\beta \in \{0, 0.01, 0.02, 0.05\}$, every seed: stored runs of
 # the course's reference code (the same settings; your runs above are the ones for 0 and 0.05).
@@ -731,11 +742,11 @@ print(lab19.expected_report(lab19.part3_values({"entropy_seeds": clip_runs})))
 # **What happened.** Entropy drains steadily under both clipped settings, and at this scale you
 # cannot tell the symmetric clip from clip-higher: their bands overlap and the gap between their
 # means is smaller than the spread between seeds (the table's ± is one standard deviation over the
-# five seeds). The diagnostic shows why clip-higher was proposed: the upper clip almost never
-# touches common tokens, but it silences most of the rare positive-advantage tokens, exactly the
-# exploratory choices whose probability RL would need to raise to keep entropy up. Removing the
-# upper bound entirely keeps entropy higher, but nothing stops a ratio from running away and the
-# accuracy suffers: the clip is a safety device, not only a brake on exploration.
+# seeds). The diagnostic shows why clip-higher was proposed: the upper clip rarely touches common
+# tokens (about 5% of them), but it silences most of the rare positive-advantage tokens (about
+# 85%), exactly the exploratory choices whose probability RL would need to raise to keep entropy
+# up. Removing the upper bound entirely keeps entropy higher, but nothing stops a ratio from running
+# away and the accuracy suffers: the clip is a safety device, not only a brake on exploration.
 #
 # ## Things to try (not graded)
 #
