@@ -197,14 +197,16 @@ class PolicyOptimizer:
         grads = [p.grad for p in self.params if p.grad is not None]
         if not grads:
             return [0.0] * S
-        # each seed's norm from its parameters' norms, [S, n] reduced along contiguous rows (the
-        # same reduction for any S, so seed s gets the norm of a one-seed run to the last bit)
-        norms = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.reshape(S, -1), 2, dim=1)
-                                                      for g in grads], 1), 2, dim=1)
+        # each seed's norm from its parameters' norms: one norm per (parameter, seed) slice, [n, S],
+        # then over the parameters. One foreach call for all slices; every slice is reduced by the
+        # kernel of a whole one-seed tensor, so seed s gets the norm of a one-seed run to the last bit
+        slices = grads if S == 1 else [part for g in grads for part in g.view(S, -1).unbind(0)]
+        per = torch.stack(torch._foreach_norm(slices)).view(len(grads), S).t().contiguous()  # [S, n]
+        norms = torch.linalg.vector_norm(per, 2, dim=1)
         if max_grad_norm is not None:
             coef = (max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
-            for g in grads:
-                g.mul_(coef.view(S, *([1] * (g.ndim - 1))) if g.ndim else coef)
+            for s, c in enumerate(coef.unbind(0)):
+                torch._foreach_mul_(slices[s::S], c)
         return norms.tolist()
 
     def step(self, max_grad_norm: float | None) -> float | list[float]:
