@@ -47,6 +47,7 @@ PAD_TO = 16  # a softmax over a last dimension that is a multiple of this takes 
 # a matrix product of fewer rows than this may take another kernel (a matrix-vector one) that
 # rounds differently: ``keep`` in :meth:`TinyLMStack._attention` leaves such products whole
 KEEP_MIN_ROWS = 16
+KEEP_CACHE_BYTES = 16 << 20  # decode buffers up to this size are kept between sample calls
 NEG_INF = float("-inf")
 _LAYER_KEYS = ("ln1.weight", "ln1.bias", "qkv.weight", "qkv.bias", "proj.weight", "proj.bias",
                "ln2.weight", "ln2.bias", "fc.weight", "fc.bias", "out.weight", "out.bias")
@@ -320,13 +321,16 @@ class TinyLMStack:
         come out nan, so that keys of weights gone bad are never kept)."""
         key = (shape, self.tok.dtype)
         kept = self.__dict__.setdefault("_caches", {})
-        if key not in kept:
+        if key in kept:
+            return kept[key]
+        bufs = [torch.zeros(shape, dtype=self.tok.dtype) for _ in self.layers]
+        n, Lk, dh = shape[1] * shape[2], shape[3], shape[4]
+        views = [(b, b[0].view(n, Lk, dh).transpose(1, 2), b[1].view(n, Lk, dh)) for b in bufs]
+        if sum(b.numel() * b.element_size() for b in bufs) <= KEEP_CACHE_BYTES:  # a big evaluation's are not kept
             if len(kept) >= 4:  # a few shapes (training, evaluation) at a time
                 kept.pop(next(iter(kept)))
-            bufs = [torch.zeros(shape, dtype=self.tok.dtype) for _ in self.layers]
-            n, Lk, dh = shape[1] * shape[2], shape[3], shape[4]
-            kept[key] = [(b, b[0].view(n, Lk, dh).transpose(1, 2), b[1].view(n, Lk, dh)) for b in bufs]
-        return kept[key]
+            kept[key] = views
+        return views
 
     def _seeds_of(self, rows: int, what: str) -> int:
         """How many seeds' worth of rows a batch holds (a frozen one-seed stack serves any number)."""

@@ -206,6 +206,16 @@ def test_kept_decode_buffers_change_nothing(sft):
             stack.weights[k].copy_(v)
     for a, b in zip(first, draw(prompts)):
         assert torch.equal(a, b)
+    import llmrl.stacked as stacked
+    big = TinyLMStack([copy.deepcopy(sft)])
+    keep, stacked.KEEP_CACHE_BYTES = stacked.KEEP_CACHE_BYTES, 1024  # a batch too big to keep buffers for
+    try:
+        for a, b in zip(first, big.sample(prompts, 8, MAX_ANSWER_CHARS, 1.0, [torch.Generator().manual_seed(7)],
+                                          eos=EOS, pad=PAD, cap_with_eos=True)):
+            assert torch.equal(a, b)
+        assert not big._caches
+    finally:
+        stacked.KEEP_CACHE_BYTES = keep
 
 
 def test_padded_softmax_is_the_softmax():
