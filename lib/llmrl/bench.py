@@ -25,6 +25,10 @@ Figures (16 prompts x 8 samples, 1 epoch, from a fresh TinyLM):
   same prompts and samples, with the CPU-time ratio that shared cores do not blur (``--only-dp``
   runs this figure alone, ``--skip-dp`` leaves it out).
 
+``--against REV`` prints instead the RL step (1 seed and ``--seeds``) of git revision REV (or of a
+folder holding ``llmrl/``) and of this library, each run in its own process, alternated
+``--rounds`` times: a change's before and after in one run.
+
 ``--profile`` prints instead where a step's time goes (``rl_step_profile``: ms per step in each
 stage and in the main calls inside them, for one seed and for ``--seeds`` together) and the
 operators torch runs per step (``rl_step_ops``: their count and the busiest by self time).
