@@ -178,10 +178,11 @@ def baseline_ms(script: Path, cpu: bool = False) -> float | None:
 # ----------------------------------------------------------------------------- --against
 
 #: Times the RL step of whichever ``llmrl`` comes first on ``sys.path``, in its own process: a
-#: fresh TinyLM (seed 0), 3 warm-up steps, then ``steps`` timed ones, for one seed and for the
-#: seeds given; prints one JSON line {seeds: [wall ms, CPU ms] per step}. Only ``rl_train`` and
-#: ``TinyLM`` are used, so it runs on any revision of the library since issue 17 (earlier ones
-#: have no ``seeds=`` and report the one-seed step only).
+#: fresh TinyLM (seed 0), 3 warm-up steps (fewer if ``steps`` < 3), then ``steps`` timed ones,
+#: for one seed and for the seeds given; prints one JSON line {library: the llmrl imported,
+#: steps: {seeds: [wall ms, CPU ms] per step}}. Only ``rl_train`` and ``TinyLM`` are used, so it
+#: runs on any revision of the library (those before issue 17 have no ``seeds=``: their several-seed
+#: figure is None).
 _STEP_WORKER = """
 import copy, json, sys, time
 import torch
@@ -195,7 +196,7 @@ model, out = TinyLM(), {}
 for n in seed_counts:
     kw = {} if n == 1 else {"seeds": list(range(n))}
     try:
-        rl_train(copy.deepcopy(model), steps=3, progress=False, **kw)
+        rl_train(copy.deepcopy(model), steps=min(3, steps), progress=False, **kw)
         w, c = time.perf_counter(), time.process_time()
         rl_train(copy.deepcopy(model), steps=steps, progress=False, **kw)
         out[n] = [(time.perf_counter() - w) / steps * 1000, (time.process_time() - c) / steps * 1000]

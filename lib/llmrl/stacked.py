@@ -17,12 +17,14 @@ columns, R completion columns, V vocabulary, D width):
   rollout, [S*B, R, V]. A group's G rows share their prompt, so each group is packed into one
   sequence, the prompt once and then the G rows' completion tokens, with a block-causal mask
   (row g sees the prompt and its own earlier tokens): one pass, no copy of the prompt's keys.
+  Without gradient the last layer goes on past its keys and values with the positions the head
+  reads only (the same numbers: see ``keep`` in :meth:`TinyLMStack._attention`).
 * :meth:`TinyLMStack.row_logits`: plain causal logits of whole rows, [S*B, T, V] (minibatches of
   shuffled rows, hw4's scorer, evaluation).
 * :meth:`TinyLMStack.sample`: the decode loop, the same packed layout held in a key/value cache
-  of fixed size; each seed draws its tokens from its own ``torch.Generator``, in the order a
-  single run draws them (``torch.multinomial(p, 1)`` is ``argmax(p / Exp(1) noise)``, the noise
-  drawn per seed with that seed's generator).
+  of fixed size (kept between calls); each seed draws its tokens from its own
+  ``torch.Generator``, in the order a single run draws them (``torch.multinomial(p, 1)`` is
+  ``argmax(p / Exp(1) noise)``, the noise drawn per seed with that seed's generator).
 
 Why not ``torch.nn.functional.scaled_dot_product_attention`` and a plain ``softmax`` over the
 vocabulary: on the CPU, softmax and log-softmax over a last dimension that is not a multiple of 16
