@@ -1,0 +1,438 @@
+"""The instructors' model answers, and the notebooks' readings of their results, say only what the
+printed outputs above them show.
+
+Reads each executed source notebook (source/<assignment>/<name>.ipynb, the instructor's version with
+its outputs); executes nothing.
+
+**What is checked.** In each notebook, the *checked texts*:
+
+- the model answer of every hand-graded markdown cell (nbgrader ``grade`` and ``solution``): the text
+  between ``### BEGIN SOLUTION`` and ``### END SOLUTION``, or the whole cell where it has no such
+  markers (lab21's project write-ups). The rubric cell above it (its MARK SCHEME) is not a claim;
+- every results paragraph: a markdown paragraph that opens with one of the leads in ``LEADS``
+  ("**Reading the plot.**", "**What happened.**", ...), with the paragraphs after it up to the next
+  heading or bold lead: the notebook's own reading of the outputs above it.
+
+**Numbers.** Every number in a checked text is a *result* and must appear, to the digits written, in
+the text output of a code cell above it (stdout, text/plain, HTML and markdown tables; a figure's
+``<Figure size ...>`` line is not an output). "To the digits written": a cited 0.52 matches a printed
+0.515 to 0.525 with at least two decimals, so an answer may round what is printed, never invent
+digits; a cited 62% matches a printed 62% or 0.62 (0.615 to 0.625). Number words ("three runs") count
+as numbers, except "one" (an article as often as a count). A number is *not* a result, and is skipped,
+when it is
+
+1. part of a name: glued to a letter, ``@`` or ``_`` (pass@16, k3, 1d+1d, 6x1, Q4), the first part of a
+   hyphenated adjective (2-digit, 1,000-step), or the label after a word in ``LABELS`` (Task 4,
+   Project 3, seeds 0-4, Question 2);
+2. mathematics or code: inside ``$...$`` or a ``code span`` (formulas, what the student types);
+3. a setting the notebook states: the number has a setting context (a unit word in ``UNITS`` right
+   after it, "16 prompts", "300 and 1,000 steps", or a setting name in ``SETTINGS`` right before it,
+   "lr 3e-4", "T = 1", "k = 16", "w in {1, 2}") *and* the same value occurs in the notebook's own text
+   above the answer (its task statements and code, not the checked texts). A setting the notebook does
+   not state is a result again, and must be printed.
+
+**Directions.** Words that claim a direction or a state (``DIRECTIONS``: rises, falls, crosses,
+degrades, stays, unsolved, beats, ...) cannot be read off one number. Each sentence of a checked text
+that uses one must be covered by an entry of ``model_answer_claims.CLAIMS`` (kept beside this test):
+either a check that parses the printed output the claim rests on (the entry names that output by a
+pattern of its text) or an explicit ``unchecked`` reason where no output can show it (a hypothetical
+bug, a property of the maths). The sentences of a **Hypothesis.** or **Confounders.** paragraph, and
+questions to the reader, claim nothing and are skipped. An entry whose sentence is gone fails too, so
+the table cannot go stale.
+
+Fast: it reads stored outputs (about a second for the whole course).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # course.py
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # model_answer_claims.py
+from course import discover  # noqa: E402
+
+import model_answer_claims  # noqa: E402
+
+LABS = discover()
+
+LEADS = ("Reading the plot.", "Reading the plots.", "Reading the result.", "Reading the results.",
+         "Reading the table.", "What happened.")
+LABELS = {"task", "tasks", "project", "projects", "part", "parts", "question", "questions", "experiment",
+          "experiments", "exercise", "figure", "lab", "chapter", "seed", "seeds", "level", "section", "cell",
+          "hw", "homework", "row", "column", "item"}
+UNITS = {"prompt", "prompts", "sample", "samples", "step", "steps", "epoch", "epochs", "seed", "seeds",
+         "problem", "problems", "token", "tokens", "digit", "digits", "run", "runs", "arm", "arms",
+         "bucket", "buckets", "group", "groups", "minibatch", "minibatches", "batch", "batches",
+         "rollout", "rollouts", "completion", "completions", "response", "responses", "parameters",
+         "characters", "set", "sets", "pass", "passes", "question", "questions", "points", "point",
+         "minutes", "hours", "x", "values", "knobs", "axes", "functions", "tasks", "rows", "columns"}
+SETTINGS = {"lr", "rate", "temperature", "t", "beta", "β", "w", "k", "kl", "penalty", "coefficient", "coef",
+            "ema", "clip", "eps", "epsilon", "bonus", "pitfall", "range", "size", "n", "g", "budget"}
+# Words that may stand between a number and its unit ("16 fixed problems", "300 and 1,000 steps").
+JOINERS = {"and", "or", "to", "x", "-", ",", "per", "of"}
+# Words that may stand between a setting name and its number ("KL penalty of 0.05", "w in {1, 2}").
+SETTING_JOINERS = {"=", "of", "in", "{", ",", "is", "at", "and", "to", ":"}
+NUMBER_WORDS = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
+                "ten": 10, "eleven": 11, "twelve": 12, "sixteen": 16, "twenty": 20}
+DIRECTIONS = re.compile(
+    r"(?<![-\w])(rises?|rising|rose|falls?|falling|fell|drops?|dropp(?:ed|ing)|climbs?|climbing|sinks?|grows?|growing|"
+    r"shrinks?|cross(?:es|ing)?|degrades?|degraded|unstable|stays?|stable|unsolved|solved|improves?|improved|"
+    r"beats?|ahead|behind|higher|lower|faster|slower|collapses?|collapsed|takes? over|flattens?|jumps?|"
+    r"catches up|matches|outperforms?|worse|better|exceeds?|never|peaks?|plateaus?|barely|increases?|decreases?|"
+    r"slows?)\b",
+    re.I)
+
+# Paragraphs of a write-up that are not claims about the outputs: the prediction the runs test, and
+# what else could explain the result. Their numbers are checked, their directions are not.
+NOT_CLAIMS = ("**Hypothesis.**", "**Confounders.**")
+
+NUM = re.compile(r"(?<![\w@.\d])(?P<sign>[-+−](?=\d))?(?P<int>\d{1,3}(?:,\d{3})+|\d+)(?P<dec>\.\d+)?"
+                 r"(?P<exp>[eE][-+]?\d+)?(?P<pct>\s?%)?")
+WORD_NUM = re.compile(r"\b(" + "|".join(NUMBER_WORDS) + r")\b(?=\s+[A-Za-z])", re.I)
+TOKEN = re.compile(r"[A-Za-z_βθ]+|\d[\d,.]*|[=,{}:\-]")
+
+
+@dataclass(frozen=True)
+class Number:
+    value: float
+    decimals: int  # digits after the point as written (exponent notation: as many as the value needs)
+    percent: bool
+
+    def rounds_to(self, printed: "Number") -> bool:
+        """Whether the printed number, rounded to the digits cited here, is this number."""
+        want, got = self.value, printed.value
+        if self.percent and not printed.percent:
+            got *= 100
+            have = printed.decimals - 2
+        elif printed.percent and not self.percent:
+            got /= 100
+            have = printed.decimals + 2
+        else:
+            have = printed.decimals
+        if have < self.decimals:
+            return False
+        return abs(got - want) <= 0.5 * 10.0 ** -self.decimals + 1e-9 * max(1.0, abs(want))
+
+
+def _number(m: re.Match) -> Number:
+    digits = m.group("int").replace(",", "")
+    dec = m.group("dec") or ""
+    exp = m.group("exp") or ""
+    sign = -1.0 if m.group("sign") in ("-", "−") else 1.0
+    value = sign * float(digits + dec + exp)
+    decimals = len(dec) - 1 if dec else 0
+    if exp:
+        decimals = max(0, decimals - int(exp[1:]))
+    return Number(value, decimals, bool(m.group("pct")))
+
+
+def numbers(text: str) -> list[Number]:
+    return [_number(m) for m in NUM.finditer(text)]
+
+
+# ----------------------------------------------------------------------------- reading a notebook
+
+def _nbg(cell) -> dict:
+    return cell.metadata.get("nbgrader", {}) or {}
+
+
+def output_text(cell) -> str:
+    """What a code cell printed: its streams (stdout), text results and HTML or markdown tables."""
+    parts = []
+    for o in cell.get("outputs", []):
+        if o.get("output_type") == "stream":
+            if o.get("name") == "stdout":
+                parts.append(o.get("text", ""))
+        elif o.get("output_type") in ("execute_result", "display_data"):
+            data = o.get("data", {})
+            if "text/html" in data:
+                parts.append(html.unescape(re.sub(r"<[^>]+>", " ", "".join(data["text/html"]))))
+            elif "text/markdown" in data:
+                parts.append("".join(data["text/markdown"]))
+            elif "text/plain" in data and not ({"image/png", "image/svg+xml"} & set(data)) and not any(
+                    k.startswith("application/vnd.jupyter.widget") for k in data):
+                parts.append("".join(data["text/plain"]))
+    return "\n".join(parts)
+
+
+@dataclass
+class Checked:
+    """One checked text: where it is, what it says, and what the notebook shows above it."""
+    cell: int
+    name: str  # the grade_id of a model answer, or the lead of a results paragraph
+    text: str
+    printed: list[tuple[int, str]]  # (cell index, output text) of every code cell above
+    stated: str  # the notebook's own text above: markdown outside checked texts, and code
+
+
+def _solution(source: str) -> str:
+    m = re.search(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", source, re.S)
+    return m.group(1) if m else source
+
+
+def _paragraphs(source: str) -> list[str]:
+    return [p for p in re.split(r"\n\s*\n", source) if p.strip()]
+
+
+def checked_texts(nb) -> list[Checked]:
+    out, printed, stated = [], [], []
+    for i, c in enumerate(nb.cells):
+        if c.cell_type == "code":
+            printed.append((i, output_text(c)))
+            stated.append(c.source)
+            continue
+        if c.cell_type != "markdown":
+            continue
+        meta = _nbg(c)
+        if meta.get("grade") and meta.get("solution"):
+            out.append(Checked(i, meta["grade_id"], _solution(c.source), list(printed), "\n".join(stated)))
+            continue
+        kept, reading = [], None
+        for para in _paragraphs(c.source):
+            lead = next((lead for lead in LEADS if para.lstrip().startswith(f"**{lead}**")), None)
+            if lead:
+                reading = Checked(i, lead, para, list(printed), "\n".join(stated + kept))
+                out.append(reading)
+            elif reading and not re.match(r"\s*(#|\*\*[^*]+\*\*)", para):
+                reading.text += "\n\n" + para  # the reading goes on to the next heading or bold lead
+            else:
+                reading = None
+                kept.append(para)
+        stated.extend(kept)
+    return out
+
+
+# ----------------------------------------------------------------------------- which numbers are results
+
+def _masked(text: str) -> str:
+    """The text with math and code spans blanked out (same length, so offsets stay valid)."""
+    blank = lambda m: " " * len(m.group(0))  # noqa: E731
+    text = re.sub(r"\$\$.*?\$\$", blank, text, flags=re.S)
+    text = re.sub(r"\$[^$]*\$", blank, text)
+    return re.sub(r"`[^`]*`", blank, text)
+
+
+def _words_after(text: str, end: int, n: int = 6) -> list[str]:
+    return [t.lower() for t in TOKEN.findall(text[end:end + 80])][:n]
+
+
+def _words_before(text: str, start: int, n: int = 6) -> list[str]:
+    return [t.lower() for t in TOKEN.findall(text[max(0, start - 60):start])][-n:]
+
+
+def _label_before(words: list[str]) -> bool:
+    """'Task 4', 'seeds 0-4', 'seeds 0, 1 and 2': the word before the number (or its range) is a label."""
+    for w in reversed(words):
+        if w[0].isdigit() or w in {"-", ",", "and", "to"}:
+            continue
+        return w in LABELS
+    return False
+
+
+def _has_unit_after(words: list[str]) -> bool:
+    other = 0
+    for w in words:
+        if w in UNITS:
+            return True
+        if w in JOINERS or w[0].isdigit() or w in NUMBER_WORDS:
+            continue
+        other += 1  # one adjective may stand between ("100 fixed problems")
+        if other > 1:
+            return False
+    return False
+
+
+def _has_setting_before(words: list[str]) -> bool:
+    for w in reversed(words):
+        if w in SETTINGS:
+            return True
+        if w in SETTING_JOINERS or w[0].isdigit():
+            continue
+        return False
+    return False
+
+
+def classify(text: str, stated: str) -> list[tuple[str, str, Number | None]]:
+    """Each number of `text`: (its text, why it is skipped or "result", the Number)."""
+    masked = _masked(text)
+    stated_numbers = numbers(_masked_keep_code(stated))
+    found = [(m.start(), m.end(), m.group(0), _number(m)) for m in NUM.finditer(masked)]
+    found += [(m.start(), m.end(), m.group(0), Number(float(NUMBER_WORDS[m.group(1).lower()]), 0, False))
+              for m in WORD_NUM.finditer(masked)]
+    result = []
+    for start, end, written, num in sorted(found):
+        before, after = masked[start - 1:start], masked[end:end + 1]
+        before_words = _words_before(masked, start)
+        if re.match(r"[A-Za-z@_]", before) or re.match(r"[A-Za-z@_]", after) or re.match(
+                r"-[\d,\-]*[A-Za-z]", masked[end:end + 20]):
+            why = "name"
+        elif _label_before(before_words):
+            why = "label"
+        elif (_has_unit_after(_words_after(masked, end)) or _has_setting_before(before_words)) and any(
+                num.rounds_to(s) or s.rounds_to(num) for s in stated_numbers):
+            why = "setting stated above"
+        else:
+            why = "result"
+        result.append((written.strip(), why, num))
+    return result
+
+
+def _masked_keep_code(text: str) -> str:
+    """Stated text for settings: math removed (a formula's constants are not settings), code kept."""
+    blank = lambda m: " " * len(m.group(0))  # noqa: E731
+    text = re.sub(r"\$\$.*?\$\$", blank, text, flags=re.S)
+    return re.sub(r"\$[^$]*\$", blank, text)
+
+
+def unsupported_numbers(item: Checked) -> list[str]:
+    """The results `item` cites that no output above it prints."""
+    printed = [n for _, out in item.printed for n in numbers(out)]
+    return [written for written, why, num in classify(item.text, item.stated)
+            if why == "result" and not any(num.rounds_to(p) for p in printed)]
+
+
+# ----------------------------------------------------------------------------- directions
+
+def sentences(text: str) -> list[str]:
+    """The sentences of `text`, math and code blanked; a paragraph's later sentences keep its lead
+    (so that the sentences of a **Hypothesis.** are known as such)."""
+    out = []
+    for para in (item for p in _paragraphs(text) for item in re.split(r"\n\s*[-*] (?=\S)", p)):
+        flat = " ".join(_masked(para).split())
+        parts = [s for s in re.split(r"(?<=[.;:!?])\s+(?=[A-Z*(\"])", flat) if s.strip()]
+        lead = re.match(r"\*\*[^*]+\*\*", flat)
+        out += [parts[0]] + [f"{lead.group(0)} {p}" if lead and lead.group(0) in NOT_CLAIMS else p for p in parts[1:]]
+    return out
+
+
+def _ids(labs):
+    return [f"{lab.assignment}/{lab.name}" for lab in labs]
+
+
+def _notebook(lab):
+    return nbformat.read(lab.source, as_version=4)
+
+
+def _claims_for(lab):
+    return [c for c in model_answer_claims.CLAIMS if c.notebook == f"{lab.assignment}/{lab.name}"]
+
+
+def direction_problems(lab, items: list[Checked]) -> list[str]:
+    """Sentences with a direction word that no claim covers, claims that fail, claims whose text is gone."""
+    claims = _claims_for(lab)
+    problems, used = [], set()
+    for item in items:
+        for sentence in sentences(item.text):
+            if sentence.startswith(NOT_CLAIMS) or sentence.endswith("?"):
+                continue  # a prediction, a confounder or a question to the reader claims nothing
+            words = sorted({w.lower() for w in DIRECTIONS.findall(sentence)})
+            covering = [c for c in claims if re.search(c.says, sentence, re.I)]
+            if words and not covering:
+                problems.append(f"cell {item.cell} ({item.name}): {', '.join(words)!s} in {sentence!r} is checked by "
+                                f"no entry of model_answer_claims.py (add a check, or an 'unchecked' reason)")
+            for claim in covering:
+                used.add(claim)
+                if claim.unchecked:
+                    continue
+                source = next(((i, out) for i, out in reversed(item.printed) if re.search(claim.reads, out)), None)
+                if source is None:
+                    problems.append(f"cell {item.cell} ({item.name}): {claim.says!r} rests on an output matching "
+                                    f"{claim.reads!r}, and no code cell above prints one")
+                    continue
+                verdict = claim.check(source[1])
+                if verdict:
+                    problems.append(f"cell {item.cell} ({item.name}): {sentence!r} is not what cell {source[0]} "
+                                    f"prints: {verdict}")
+    for claim in claims:
+        if claim not in used:
+            problems.append(f"model_answer_claims.py: no sentence of {claim.notebook} matches {claim.says!r} any "
+                            "more: remove or update the entry")
+    return problems
+
+
+# ----------------------------------------------------------------------------- the tests
+
+@pytest.mark.parametrize("lab", LABS, ids=_ids(LABS))
+def test_model_answers_cite_only_printed_numbers(lab):
+    items = checked_texts(_notebook(lab))
+    bad = [f"cell {it.cell} ({it.name}): {', '.join(miss)}" for it in items if (miss := unsupported_numbers(it))]
+    assert not bad, (f"{lab.source}: numbers in model answers or results paragraphs that no output above them "
+                     "prints (to the digits written):\n  " + "\n  ".join(bad))
+
+
+@pytest.mark.parametrize("lab", LABS, ids=_ids(LABS))
+def test_model_answers_claim_only_directions_the_outputs_show(lab):
+    items = checked_texts(_notebook(lab))
+    problems = direction_problems(lab, items)
+    assert not problems, f"{lab.source}:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("lab", LABS, ids=_ids(LABS))
+def test_each_notebook_has_checked_texts(lab):
+    """A notebook whose model answers or results paragraphs vanished (a renamed lead) would pass unread."""
+    assert checked_texts(_notebook(lab)), (
+        f"{lab.source}: no model answer and no results paragraph (a paragraph opening with one of {LEADS})")
+
+
+# ----------------------------------------------------------------------------- the rules themselves
+
+def _stub(text: str, printed: str, stated: str = "") -> Checked:
+    return Checked(1, "t", text, [(0, printed)], stated)
+
+
+def test_rounding_to_the_digits_written():
+    assert not unsupported_numbers(_stub("ends at 0.52", "acc 0.515"))
+    assert not unsupported_numbers(_stub("ends at 0.5", "acc 0.515"))
+    assert unsupported_numbers(_stub("ends at 0.52", "acc 0.514")) == ["0.52"]
+    assert unsupported_numbers(_stub("ends at 0.520", "acc 0.52")) == ["0.520"]  # more digits than printed
+    assert not unsupported_numbers(_stub("covers 62% of batches", "covers 0.62"))
+    assert not unsupported_numbers(_stub("covers 0.62 of batches", "covers 62%"))
+    assert unsupported_numbers(_stub("covers 63% of batches", "covers 62%")) == ["63%"]
+    assert not unsupported_numbers(_stub("advantage about -1", "-1.00 'Answer'"))
+    assert unsupported_numbers(_stub("advantage about -1", "+1.00 'Answer'")) == ["-1"]
+
+
+def test_names_labels_math_and_code_are_not_results():
+    text = ("Task 4 and Project 3: pass@16 on 1d+1d and 3d+1d, 2-digit buckets, k3, Q4, seeds 0-4, "
+            "a 1,000-step run, $e^x \\ge 1 + x$, `rare_group=4`, minibatches 6x1.")
+    assert not unsupported_numbers(_stub(text, "nothing printed"))
+    assert [w for w, why, _ in classify(text, "") if why == "result"] == []
+
+
+def test_settings_count_only_when_the_notebook_states_them():
+    stated = "P5_STEPS = 300\nrun 16 prompts x 8 samples with lr=3e-4; kl_coef=0.05"
+    text = "16 prompts x 8 samples, lr 3e-4, 300 and 1,000 steps, a KL penalty of 0.05, three runs"
+    kinds = {w: why for w, why, _ in classify(text, stated)}
+    assert kinds["16"] == kinds["8"] == kinds["3e-4"] == kinds["300"] == kinds["0.05"] == "setting stated above"
+    assert kinds["1,000"] == "result" and kinds["three"] == "result"  # the notebook states neither
+    # a number the task states is still a result where it has no setting context: "ends at 300"
+    assert [why for w, why, _ in classify("the reward ends at 300", stated)] == ["result"]
+
+
+def test_directions_need_a_covering_claim_and_the_claim_must_hold():
+    @dataclass
+    class Lab:
+        assignment: str = "demo"
+        name: str = "nb"
+
+    item = _stub("**Result.** The reward rises from 0.2 to 0.9. The loss is fine.", "reward 0.20 -> 0.90")
+    assert "no entry" in direction_problems(Lab(), [item])[0]
+    rising = model_answer_claims.Claim("demo/nb", r"reward rises", r"reward [\d.]+ ->",
+                                       lambda out: None if model_answer_claims.arrow(out, "reward")[1] >
+                                       model_answer_claims.arrow(out, "reward")[0] else "it does not rise")
+    model_answer_claims.CLAIMS.append(rising)
+    try:
+        assert direction_problems(Lab(), [item]) == []
+        falling = _stub("**Result.** The reward rises.", "reward 0.90 -> 0.20")
+        assert "it does not rise" in direction_problems(Lab(), [falling])[0]
+        gone = _stub("**Result.** Nothing moves.", "reward 0.90 -> 0.20")
+        assert "no sentence" in direction_problems(Lab(), [gone])[0]
+    finally:
+        model_answer_claims.CLAIMS.remove(rising)
