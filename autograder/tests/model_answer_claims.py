@@ -391,7 +391,89 @@ LAB11: list[Claim] = [
 ]
 
 # lab19 (failure_modes): owned by the lab19 notebook's author.
-LAB19: list[Claim] = []
+def _lab19_report(out: str, key: str) -> float:
+    """The mean of ``key``'s row of lab19.expected_report ('key  ours  m ± sd (n seeds)  published x')."""
+    return value(out, re.escape(key) + r"\s+ours")
+
+
+def _lab19_pools(out: str, label: str) -> list[float]:
+    """The per-pool list printed after ``label`` ('...: [0.68 0.691 0.69]')."""
+    m = re.search(re.escape(label) + r"[^\n]*?\[([^\]]*)\]", out)
+    assert m, f"no '{label} [...]' in the output"
+    return [float(x) for x in m.group(1).replace(",", " ").split()]
+
+
+def _lab19_overopt(out: str) -> Optional[str]:
+    # "climbs to about +0.69 at best-of-10 (every pool peaks there) and then sinks below zero by
+    # best-of-3000, while the proxy gain keeps climbing": the peak's n (mean over the pools) is 10
+    # with no spread, every pool's best-of-10 gain is positive, their best-of-3000 mean below zero,
+    # and every pool's proxy gain grows at every step of n.
+    at10, at3000 = _lab19_pools(out, "best-of-10, every pool"), _lab19_pools(out, "best-of-3000, every pool")
+    steps = _lab19_pools(out, "smallest step of the proxy gain")
+    if not re.search(r"bon_peak_n\s+ours\s+10\.0 ± 0\.0", out):
+        return "the pools do not all peak at best-of-10"
+    if min(at10) <= 0 or sum(at3000) / len(at3000) >= 0:
+        return f"best-of-10 {at10}, best-of-3000 {at3000}: no rise and fall below zero"
+    return None if min(steps) > 0 else f"the proxy gain does not rise at every step: {steps}"
+
+
+def _lab19_noise_never_down(out: str) -> Optional[str]:
+    steps = _lab19_pools(out, "noise-only proxy, smallest step of the gold gain")
+    return None if min(steps) > 0 else f"the noise-only gold gain turns down somewhere: {steps}"
+
+
+def _lab19_hack_rows(out: str) -> dict[str, list[dict[str, float]]]:
+    """Part 2's per-seed lines: {label: [{start, best, end, length, kl}, ...]}."""
+    rows: dict[str, list[dict[str, float]]] = {}
+    for m in re.finditer(rf"^(.+?)\s+seed \d+: accuracy ({FLOAT}) -> best ({FLOAT}) \(step \d+\) -> end ({FLOAT}), "
+                         rf"length ({FLOAT}), KL ({FLOAT})", out, re.M):
+        rows.setdefault(m.group(1).strip(), []).append(
+            dict(zip(("start", "best", "end", "length", "kl"), map(float, m.groups()[1:]))))
+    assert rows, "no per-seed lines 'LABEL seed S: accuracy a -> best b ...' in the output"
+    return rows
+
+
+def _lab19_hack_rises_first(out: str) -> Optional[str]:
+    no_kl = _lab19_hack_rows(out)["proxy, no KL"]
+    bad = [r for r in no_kl if r["best"] <= r["start"]]
+    return None if not bad else f"seeds whose best 10-step accuracy is not above their start: {bad}"
+
+
+def _lab19_clip_shares(out: str) -> Optional[str]:
+    # "rarely touches common tokens (about 5%), ... silences most of the rare ones (about 85%)":
+    # common below 10% and rare above half, on the mean over the seeds
+    common = _lab19_report(out, "clip_high_of_positive_common")
+    rare = _lab19_report(out, "clip_high_of_positive_rare")
+    return None if common < 0.1 and rare > 0.5 else f"rare {rare}, common {common}"
+
+
+def _lab19_no_upper(out: str) -> Optional[str]:
+    # "keeps entropy higher ... and the accuracy suffers": the per-arm lines
+    # 'ARM entropy a ± s -> b ± s nats/token, accuracy c ± s -> d ± s'
+    arms = {m.group(1): (float(m.group(2)), float(m.group(3)))
+            for m in re.finditer(rf"^(symmetric|clip-higher|no upper clip)\s+entropy {FLOAT} ± {FLOAT} -> ({FLOAT}) ± "
+                                 rf"{FLOAT} nats/token, accuracy {FLOAT} ± {FLOAT} -> ({FLOAT})", out, re.M)}
+    if set(arms) != {"symmetric", "clip-higher", "no upper clip"}:
+        return f"per-arm lines found for {sorted(arms)}"
+    ent, acc = arms["no upper clip"]
+    if ent <= max(arms["symmetric"][0], arms["clip-higher"][0]):
+        return f"no upper clip ends at entropy {ent}, not above the clipped arms {arms}"
+    return None if acc < arms["symmetric"][1] else f"no upper clip's accuracy {acc} is not below the symmetric {arms}"
+
+
+LAB19: list[Claim] = [
+    # Part 1 rests on the cell that computes the pools' curves (it prints the per-pool lines).
+    Claim("lab19/failure_modes", r"gold gain climbs to about", r"best-of-3000, every pool", _lab19_overopt),
+    Claim("lab19/failure_modes", r"noise-only proxy the gold gain never turns down",
+          r"noise-only proxy, smallest step", _lab19_noise_never_down),
+    # Part 2 rests on the per-seed lines under the hacking plot.
+    Claim("lab19/failure_modes", r"a little better at addition", r"proxy, no KL\s+seed", _lab19_hack_rises_first),
+    # Part 3 rests on the table under the entropy plot.
+    Claim("lab19/failure_modes", r"rarely touches common tokens", r"clip_high_of_positive_common\s+ours",
+          _lab19_clip_shares),
+    Claim("lab19/failure_modes", r"entropy higher, but nothing stops a ratio", r"no upper clip\s+entropy",
+          _lab19_no_upper),
+]
 
 # lab21 tasks: owned by the lab21 notebooks' author.
 LAB21_TASKS: list[Claim] = []
