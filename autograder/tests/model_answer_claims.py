@@ -59,41 +59,117 @@ def rows(out: str, pattern: str) -> list[re.Match]:
 
 # ----------------------------------------------------------------------------- hw4
 
-def _ablation(out: str) -> dict[str, tuple[float, bool]]:
-    """'knob = value' -> (final eval exact match, marked degraded) from the ablation's printout."""
+def _ablation(out: str) -> dict[str, dict[str, float | bool]]:
+    """'knob=value' -> its row (means over seeds) from the ablation's printout."""
     table = {}
-    for m in re.finditer(rf"^\s*(\w+) =\s*(\S+): eval exact match ({FLOAT})[^\n]*?(<- degraded)?$", out, re.M):
-        table[f"{m.group(1)}={m.group(2)}"] = (float(m.group(3)), bool(m.group(4)))
-    assert table, "no ablation rows ('knob = value: eval exact match ...') in the output"
+    for m in re.finditer(rf"^\s*(\w+) =\s*(\S+): eval exact match ({FLOAT})[^\n]*?final reward ({FLOAT})[^\n]*?"
+                         rf"mean clip fraction ({FLOAT}), max KL ({FLOAT})(  <- degraded)?$", out, re.M):
+        table[f"{m.group(1)}={m.group(2)}"] = {"em": float(m.group(3)), "reward": float(m.group(4)),
+                                                "clip": float(m.group(5)), "kl": float(m.group(6)),
+                                                "degraded": bool(m.group(7))}
+    assert table, "no ablation rows ('knob = value: eval exact match ..., final reward ..., max KL ...') in the output"
     return table
 
 
-def _degraded(out: str, *keys: str) -> Optional[str]:
-    """None if every row named (by its knob=value prefix) is marked degraded by the notebook's own rule."""
-    table = _ablation(out)
-    picked = {k: v for k, v in table.items() if k in keys}
-    assert picked, f"no ablation rows {keys}"
-    fine = [f"{k} (exact match {em:.3f})" for k, (em, deg) in picked.items() if not deg]
-    return f"not degraded: {', '.join(fine)}" if fine else None
+DEFAULT_RUN = "ppo_epochs=2"  # the default configuration, printed on every axis
 
 
-def _not_degraded(out: str, *keys: str) -> Optional[str]:
-    table = _ablation(out)
-    picked = {k: v for k, v in table.items() if k in keys}
-    assert picked, f"no ablation rows {keys}"
-    bad = [k for k, (_, deg) in picked.items() if deg]
-    return f"degraded: {', '.join(bad)}" if bad else None
+def _only_degraded(out: str, which: set[str]) -> Optional[str]:
+    got = {k for k, row in _ablation(out).items() if row["degraded"]}
+    return None if got == which else f"degraded: {sorted(got) or 'none'}"
 
 
-def _math_grpo_ahead(out: str) -> Optional[str]:
-    g, r = arrow(out, "math_toy grpo"), arrow(out, "math_toy reinforce")
-    # "ends higher": strictly above the other's final eval exact match as printed
-    return None if g[1] > r[1] else f"GRPO ends at {g[1]:.3f}, GR-REINFORCE at {r[1]:.3f}"
+def _strong_kl_pins(out: str) -> Optional[str]:
+    t = _ablation(out)
+    strong, default = t["kl_coef=8"], t[DEFAULT_RUN]
+    # "held at the base model": a KL under a tenth of the default run's; reward below it; exact match
+    # within 0.02 (one prompt of 64) of it: the number is copied, the format is not
+    if not strong["kl"] < default["kl"] / 10:
+        return f"kl_coef=8 reaches KL {strong['kl']:.3f} against the default's {default['kl']:.3f}"
+    if not strong["reward"] < default["reward"]:
+        return f"kl_coef=8's final reward {strong['reward']:.2f} is not below the default's {default['reward']:.2f}"
+    return None if strong["em"] >= default["em"] - 0.02 else f"kl_coef=8's exact match is {strong['em']:.3f}"
 
 
-def _math_both_above_base(out: str) -> Optional[str]:
-    g, r = arrow(out, "math_toy grpo"), arrow(out, "math_toy reinforce")
-    return None if min(g[1], r[1]) > g[0] else f"from {g[0]:.3f}: GRPO {g[1]:.3f}, GR-REINFORCE {r[1]:.3f}"
+def _no_kl_like_default(out: str) -> Optional[str]:
+    t = _ablation(out)
+    none, default = t["kl_coef=0"], t[DEFAULT_RUN]
+    # "like the default": not degraded and its final reward within 0.05 (about one seed's spread)
+    if none["degraded"] or abs(none["reward"] - default["reward"]) > 0.05:
+        return f"kl_coef=0: final reward {none['reward']:.2f} against {default['reward']:.2f}"
+    return None
+
+
+def _more_steps_faster(out: str) -> Optional[str]:
+    t = _ablation(out)
+    bad = [k for k in ("ppo_epochs=8", "minibatch=3x1") if t[k]["degraded"] or not t[k]["reward"] > t[DEFAULT_RUN]["reward"]]
+    return f"not degraded and faster than the default: false for {bad}" if bad else None
+
+
+def _more_steps_leave_region(out: str) -> Optional[str]:
+    t = _ablation(out)
+    d = t[DEFAULT_RUN]
+    ranked = sorted(t, key=lambda k: t[k]["kl"], reverse=True)[:2]
+    if set(ranked) != {"ppo_epochs=8", "minibatch=3x1"}:
+        return f"the two largest KLs are {ranked}"
+    for k in ("ppo_epochs=8", "minibatch=3x1"):
+        # "the first clipping": above the default's clip fraction; "a hair below": within 0.02 (one prompt of 64)
+        if not t[k]["clip"] > d["clip"] or not d["em"] - 0.02 <= t[k]["em"] <= d["em"]:
+            return f"{k}: clip fraction {t[k]['clip']:.3f}, exact match {t[k]['em']:.3f}"
+    return None
+
+
+def _tiny_clip_slower(out: str) -> Optional[str]:
+    t = _ablation(out)
+    tiny = t["clip_eps=0.02"]
+    if tiny["clip"] < max(row["clip"] for row in t.values()):
+        return f"clip_eps=0.02's clip fraction {tiny['clip']:.3f} is not the largest"
+    ok = tiny["reward"] < t[DEFAULT_RUN]["reward"] and not tiny["degraded"]
+    return None if ok else f"clip_eps=0.02: final reward {tiny['reward']:.2f}, degraded {tiny['degraded']}"
+
+
+def _math(out: str) -> dict[str, dict[str, float]]:
+    rows = {}
+    for m in re.finditer(rf"math_toy (\w+)\s*: eval exact match ({FLOAT}) -> ({FLOAT}) \(({FLOAT}) at step (\d+)\); "
+                         rf"max KL ({FLOAT}), mean clip fraction ({FLOAT}), ({FLOAT}) s per step", out):
+        g = m.groups()
+        rows[g[0]] = {"start": float(g[1]), "end": float(g[2]), "early": float(g[3]), "kl": float(g[5]),
+                      "clip": float(g[6]), "seconds": float(g[7])}
+    assert set(rows) == {"grpo", "reinforce"}, "no math_toy rows for both algorithms in the output"
+    return rows
+
+
+def _math_grpo_faster_early(out: str) -> Optional[str]:
+    t = _math(out)
+    return None if t["grpo"]["early"] > t["reinforce"]["early"] else (
+        f"early eval: GRPO {t['grpo']['early']:.3f}, GR-REINFORCE {t['reinforce']['early']:.3f}")
+
+
+def _math_both_solved(out: str) -> Optional[str]:
+    t = _math(out)
+    # "nearly solved": at least 0.95 of the held-out problems, from a base far below
+    low = [f"{a} {r['end']:.3f}" for a, r in t.items() if r["end"] < 0.95 or r["start"] > 0.5]
+    return f"not nearly solved: {low}" if low else None
+
+
+def _math_final_tie(out: str) -> Optional[str]:
+    t = _math(out)
+    gap = abs(t["grpo"]["end"] - t["reinforce"]["end"])
+    # "no evidence": at most 0.03 apart (4 of 128 problems), inside one seed's noise of a 128-problem eval
+    return None if gap <= 0.03 else f"the final evals differ by {gap:.3f}"
+
+
+def _math_grpo_costs(out: str) -> Optional[str]:
+    t = _math(out)
+    g, r = t["grpo"], t["reinforce"]
+    # the seconds per step are wall time on a shared machine: printed for the reader, not claimed
+    return None if g["kl"] > r["kl"] else f"max KL: GRPO {g['kl']:.3f}, GR-REINFORCE {r['kl']:.3f}"
+
+
+def _math_no_clipping(out: str) -> Optional[str]:
+    t = _math(out)
+    clipped = [a for a, r in t.items() if r["clip"] > 0]
+    return f"clipped: {clipped}" if clipped else None
 
 
 def _solved(out: str) -> Optional[str]:
@@ -101,6 +177,97 @@ def _solved(out: str) -> Optional[str]:
     # 1.3 is the most a completion earns (the tag, the clean bonus and the number); 1.25 allows one
     # group in the final batch with one sloppy completion.
     return None if reward >= 1.25 else f"the final rollout reward is {reward:.3f} of at most 1.3"
+
+
+# ----------------------------------------------------------------------------- lab11
+
+def _sweep(out: str) -> list[tuple[float, float, float, float, float]]:
+    """(T, accuracy, its spread over seeds, distinct answers, its spread) per printed temperature."""
+    got = [tuple(float(x) for x in m.groups()) for m in re.finditer(
+        rf"T = ({FLOAT}): accuracy ({FLOAT}) ± ({FLOAT}), distinct answers among 8: ({FLOAT}) ± ({FLOAT})", out)]
+    assert len(got) >= 3, "fewer than three temperatures in the sweep's printout"
+    return got
+
+
+def _sweep_trend(out: str) -> Optional[str]:
+    rows = _sweep(out)
+    acc, distinct = [r[1] for r in rows], [r[3] for r in rows]
+    # "falls at every step", "grows": strictly, between every two neighbouring temperatures printed
+    if any(b >= a for a, b in zip(acc, acc[1:])):
+        return f"accuracy over T: {acc}"
+    return None if all(b > a for a, b in zip(distinct, distinct[1:])) else f"distinct answers over T: {distinct}"
+
+
+def _sweep_seeds_close(out: str) -> Optional[str]:
+    rows = _sweep(out)
+    # "a few hundredths at most": no standard deviation over seeds above 0.05; greedy (T = 0): exactly 0
+    worst = max(r[2] for r in rows)
+    greedy = [r[2] for r in rows if r[0] == 0.0]
+    if worst > 0.05:
+        return f"the accuracy's spread over seeds reaches {worst:.3f}"
+    return None if greedy == [0.0] else f"greedy decoding's spread over seeds is {greedy}"
+
+
+def _kl_rows(out: str) -> dict[float, dict[str, float]]:
+    rows = {}
+    for m in re.finditer(rf"T = ({FLOAT}): exact KL ({FLOAT}) nats per response \| median batch / exact: "
+                         rf"k1 ({FLOAT}), k3 ({FLOAT}) \| bars covering the truth: k1 (\d+)%, k3 (\d+)%"
+                         rf"(?: \| all batches pooled / exact: k1 ({FLOAT}), k3 ({FLOAT}))?", out):
+        g = m.groups()
+        rows[float(g[0])] = {"k1": float(g[2]), "k3": float(g[3]), "k1_covers": float(g[4]) / 100,
+                             "k3_covers": float(g[5]) / 100, "k1_pooled": float(g[6] or "nan"),
+                             "k3_pooled": float(g[7] or "nan")}
+    assert rows, "no KL rows in the output"
+    return rows
+
+
+def _kl_hot_agree(out: str) -> Optional[str]:
+    rows = _kl_rows(out)
+    # "within a tenth" of the truth, as the sentence says, at every T above 1
+    off = [f"T = {T:g} {k} {r[k]:.2f}" for T, r in rows.items() if T > 1 for k in ("k1", "k3") if abs(r[k] - 1) > 0.1]
+    return f"more than a tenth away: {', '.join(off)}" if off else None
+
+
+def _kl_sharp_low(out: str) -> Optional[str]:
+    r = _kl_rows(out)[min(_kl_rows(out))]
+    # k1 "still is" within a tenth; k3 "well under half" (below 0.5); bars "miss in most batches" (cover < 50%)
+    if abs(r["k1"] - 1) > 0.1:
+        return f"k1's median batch / exact is {r['k1']:.2f}"
+    if r["k3"] >= 0.5:
+        return f"k3's median batch / exact is {r['k3']:.2f}"
+    return None if r["k3_covers"] < 0.5 else f"k3's bars cover the truth in {r['k3_covers']:.0%} of the batches"
+
+
+def _kl_sharp_pooled_low(out: str) -> Optional[str]:
+    r = _kl_rows(out)[min(_kl_rows(out))]
+    # "does not rescue it": still more than a tenth below the truth
+    return None if r["k3_pooled"] < 0.9 else f"k3 pooled over all batches / exact is {r['k3_pooled']:.2f}"
+
+
+def _frontier_below(out: str) -> Optional[str]:
+    verdicts = re.findall(r"(\w+): temperature stays below the frontier at every KL: (True|False)", out)
+    assert verdicts, "no frontier verdicts in the output"
+    bad = [name for name, v in verdicts if v != "True"]
+    return f"temperature reaches the frontier in {bad}" if bad else None
+
+
+def _worked_cooling(out: str) -> Optional[str]:
+    m = re.search(rf"worked: cooling pi_ref from T = 1 to T = ({FLOAT}) takes its reward from ({FLOAT}) to ({FLOAT})", out)
+    assert m, "no 'worked: cooling pi_ref ...' line"
+    t1, cold = float(m.group(2)), float(m.group(3))
+    # "falls, to nearly 0": below its value at T = 1 and at most 0.05 (the rewards here are 0 to 2)
+    return None if cold < t1 and cold <= 0.05 else f"the reward goes {t1:.2f} -> {cold:.2f}"
+
+
+def _hack_rise_fall(out: str) -> Optional[str]:
+    m = re.search(rf"at the peak: proxy reward ({FLOAT}), true reward ({FLOAT}); at the smallest beta \({FLOAT}, "
+                  rf"KL ({FLOAT}) nats\): proxy reward ({FLOAT}), true reward ({FLOAT})", out)
+    assert m, "no 'hack: pi* at the peak ...' line"
+    proxy_peak, true_peak, _, proxy_last, true_last = (float(x) for x in m.groups())
+    if not proxy_last > proxy_peak:
+        return f"the proxy reward goes {proxy_peak:.2f} -> {proxy_last:.2f} past the peak"
+    # "falls, to 0": to at most 0.005, what prints as 0.00
+    return None if true_last < true_peak and true_last <= 0.005 else f"the true reward ends at {true_last:.2f}"
 
 
 # ----------------------------------------------------------------------------- lab21 projects
@@ -178,30 +345,135 @@ def _p5_3d1d_near_zero(out: str) -> Optional[str]:
 # ----------------------------------------------------------------------------- the claims, one list per notebook
 
 HW4: list[Claim] = [
-    # hw4 Question 2: a hypothetical bug, not a result of a run.
+    # Question 2: a hypothetical bug, not a result of a run.
     Claim("hw4/llm_rl", r"drops the first completion token",
           unchecked="the example bug is hypothetical: the notebook's runs use a correct mask"),
-    # hw4 Question 3 rests on the math runs' printout (cell 'math_toy grpo: eval exact match a -> b').
-    Claim("hw4/llm_rl", r"ends higher than GR-REINFORCE", r"math_toy grpo\s*:", _math_grpo_ahead),
-    Claim("hw4/llm_rl", r"ends above the base model", r"math_toy grpo\s*:", _math_both_above_base),
-    Claim("hw4/llm_rl", r"so it never clips", unchecked="GR-REINFORCE's ratio is 1 by construction (its loss has none)"),
-    # hw4 Question 4 rests on the ablation's printout (cell 'knob = value: eval exact match ...').
-    Claim("hw4/llm_rl", r"tiny minibatches", r"eval exact match .*max KL",
-          lambda out: _degraded(out, "ppo_epochs=16", "minibatch=3x1")),
-    Claim("hw4/llm_rl", r"strong KL penalty", r"eval exact match .*max KL", lambda out: _degraded(out, "kl_coef=8")),
-    Claim("hw4/llm_rl", r"tiny clip range", r"eval exact match .*max KL", lambda out: _degraded(out, "clip_eps=0.02")),
-    # hw4 Question 5 rests on the format_copy runs' printout ('format_copy grpo: ... final rollout reward r').
+    # Question 3 rests on the math runs' printout ('math_toy grpo: eval exact match a -> b (c at step 10); ...').
+    Claim("hw4/llm_rl", r"it learned faster early", r"math_toy grpo\s*:", _math_grpo_faster_early),
+    Claim("hw4/llm_rl", r"both had nearly solved math_toy", r"math_toy grpo\s*:", _math_both_solved),
+    Claim("hw4/llm_rl", r"no evidence that either ends higher", r"math_toy grpo\s*:", _math_final_tie),
+    Claim("hw4/llm_rl", r"a larger KL to the reference", r"math_toy grpo\s*:", _math_grpo_costs),
+    Claim("hw4/llm_rl", r"Neither run clipped here", r"math_toy grpo\s*:", _math_no_clipping),
+    # Question 4 rests on the ablation's printout ('knob = value: eval exact match m ± s [seeds], ...').
+    Claim("hw4/llm_rl", r"only the strong KL penalty degraded the run", r"eval exact match .*max KL",
+          lambda out: _only_degraded(out, {"kl_coef=8"})),
+    Claim("hw4/llm_rl", r"held the policy at the base model", r"eval exact match .*max KL", _strong_kl_pins),
+    Claim("hw4/llm_rl", r"No penalty at all .* ended like the default", r"eval exact match .*max KL", _no_kl_like_default),
+    Claim("hw4/llm_rl", r"did not degrade the run within the values tried; they sped it up", r"eval exact match .*max KL",
+          _more_steps_faster),
+    Claim("hw4/llm_rl", r"8 epochs reached a final reward", r"eval exact match .*max KL", _more_steps_leave_region),
+    Claim("hw4/llm_rl", r"A tiny clip range .* clipped the most", r"eval exact match .*max KL", _tiny_clip_slower),
+    # Question 5 rests on the format_copy runs' printout ('format_copy grpo: ... final rollout reward r').
     Claim("hw4/llm_rl", r"flattens once the task is solved", r"format_copy grpo\s*:.*final rollout reward",
           lambda out: _solved(out)),
-    Claim("hw4/llm_rl", r"no penalty at all works", r"eval exact match .*max KL",
-          lambda out: _not_degraded(out, "kl_coef=0")),
 ]
 
-# lab11: see its section below the helpers (LAB11).
-LAB11: list[Claim] = []
+LAB11: list[Claim] = [
+    # Experiment 1 rests on the sweep's table ('T = x: accuracy a ± s, distinct answers among 8: d ± s').
+    Claim("lab11/llm_as_policy", r"right most often", r"distinct answers among 8: .* ±", lambda out: _sweep_trend(out)),
+    Claim("lab11/llm_as_policy", r"accuracy falls at every step of the sweep", r"distinct answers among 8: .* ±",
+          lambda out: _sweep_trend(out)),
+    Claim("lab11/llm_as_policy", r"The seeds lie close together", r"distinct answers among 8: .* ±", _sweep_seeds_close),
+    # Experiment 2 rests on the KL table ('T = x: exact KL ... | median batch / exact: k1 a, k3 b | ...').
+    Claim("lab11/llm_as_policy", r"k1 and k3 both sit close to the exact value", r"median batch / exact", _kl_hot_agree),
+    Claim("lab11/llm_as_policy", r"k3's median batch is well under half of the truth", r"median batch / exact",
+          _kl_sharp_low),
+    Claim("lab11/llm_as_policy", r"Pooling all 16 batches does not rescue it", r"all batches pooled / exact",
+          _kl_sharp_pooled_low),
+    Claim("lab11/llm_as_policy", r"almost never draws has",
+          unchecked="the mechanism behind the low median (which tokens pi_T rarely draws), a property of the two "
+                    "distributions that no printed number isolates; the numbers it explains are checked above"),
+    # Experiment 3 rests on the frontier cell's printout ('... stays below the frontier at every KL: True', ...).
+    Claim("lab11/llm_as_policy", r"Temperature never reaches the frontier", r"stays below the frontier",
+          _frontier_below),
+    Claim("lab11/llm_as_policy", r"so the reward falls, to nearly 0", r"worked: cooling pi_ref", _worked_cooling),
+    Claim("lab11/llm_as_policy", r"proxy reward keeps climbing", r"hack: pi\* at the peak", _hack_rise_fall),
+]
 
 # lab19 (failure_modes): owned by the lab19 notebook's author.
-LAB19: list[Claim] = []
+def _lab19_report(out: str, key: str) -> float:
+    """The mean of ``key``'s row of lab19.expected_report ('key  ours  m ± sd (n seeds)  published x')."""
+    return value(out, re.escape(key) + r"\s+ours")
+
+
+def _lab19_pools(out: str, label: str) -> list[float]:
+    """The per-pool list printed after ``label`` ('...: [0.68 0.691 0.69]')."""
+    m = re.search(re.escape(label) + r"[^\n]*?\[([^\]]*)\]", out)
+    assert m, f"no '{label} [...]' in the output"
+    return [float(x) for x in m.group(1).replace(",", " ").split()]
+
+
+def _lab19_overopt(out: str) -> Optional[str]:
+    # "climbs to about +0.69 at best-of-10 (every pool peaks there) and then sinks below zero by
+    # best-of-3000, while the proxy gain keeps climbing": the peak's n (mean over the pools) is 10
+    # with no spread, every pool's best-of-10 gain is positive, their best-of-3000 mean below zero,
+    # and every pool's proxy gain grows at every step of n.
+    at10, at3000 = _lab19_pools(out, "best-of-10, every pool"), _lab19_pools(out, "best-of-3000, every pool")
+    steps = _lab19_pools(out, "smallest step of the proxy gain")
+    if not re.search(r"bon_peak_n\s+ours\s+10\.0 ± 0\.0", out):
+        return "the pools do not all peak at best-of-10"
+    if min(at10) <= 0 or sum(at3000) / len(at3000) >= 0:
+        return f"best-of-10 {at10}, best-of-3000 {at3000}: no rise and fall below zero"
+    return None if min(steps) > 0 else f"the proxy gain does not rise at every step: {steps}"
+
+
+def _lab19_noise_never_down(out: str) -> Optional[str]:
+    steps = _lab19_pools(out, "noise-only proxy, smallest step of the gold gain")
+    return None if min(steps) > 0 else f"the noise-only gold gain turns down somewhere: {steps}"
+
+
+def _lab19_hack_rows(out: str) -> dict[str, list[dict[str, float]]]:
+    """Part 2's per-seed lines: {label: [{start, best, end, length, kl}, ...]}."""
+    rows: dict[str, list[dict[str, float]]] = {}
+    for m in re.finditer(rf"^(.+?)\s+seed \d+: accuracy ({FLOAT}) -> best ({FLOAT}) \(step \d+\) -> end ({FLOAT}), "
+                         rf"length ({FLOAT}), KL ({FLOAT})", out, re.M):
+        rows.setdefault(m.group(1).strip(), []).append(
+            dict(zip(("start", "best", "end", "length", "kl"), map(float, m.groups()[1:]))))
+    assert rows, "no per-seed lines 'LABEL seed S: accuracy a -> best b ...' in the output"
+    return rows
+
+
+def _lab19_hack_rises_first(out: str) -> Optional[str]:
+    no_kl = _lab19_hack_rows(out)["proxy, no KL"]
+    bad = [r for r in no_kl if r["best"] <= r["start"]]
+    return None if not bad else f"seeds whose best 10-step accuracy is not above their start: {bad}"
+
+
+def _lab19_clip_shares(out: str) -> Optional[str]:
+    # "rarely touches common tokens (about 5%), ... silences most of the rare ones (about 85%)":
+    # common below 10% and rare above half, on the mean over the seeds
+    common = _lab19_report(out, "clip_high_of_positive_common")
+    rare = _lab19_report(out, "clip_high_of_positive_rare")
+    return None if common < 0.1 and rare > 0.5 else f"rare {rare}, common {common}"
+
+
+def _lab19_no_upper(out: str) -> Optional[str]:
+    # "keeps entropy higher ... and the accuracy suffers": the per-arm lines
+    # 'ARM entropy a ± s -> b ± s nats/token, accuracy c ± s -> d ± s'
+    arms = {m.group(1): (float(m.group(2)), float(m.group(3)))
+            for m in re.finditer(rf"^(symmetric|clip-higher|no upper clip)\s+entropy {FLOAT} ± {FLOAT} -> ({FLOAT}) ± "
+                                 rf"{FLOAT} nats/token, accuracy {FLOAT} ± {FLOAT} -> ({FLOAT})", out, re.M)}
+    if set(arms) != {"symmetric", "clip-higher", "no upper clip"}:
+        return f"per-arm lines found for {sorted(arms)}"
+    ent, acc = arms["no upper clip"]
+    if ent <= max(arms["symmetric"][0], arms["clip-higher"][0]):
+        return f"no upper clip ends at entropy {ent}, not above the clipped arms {arms}"
+    return None if acc < arms["symmetric"][1] else f"no upper clip's accuracy {acc} is not below the symmetric {arms}"
+
+
+LAB19: list[Claim] = [
+    # Part 1 rests on the cell that computes the pools' curves (it prints the per-pool lines).
+    Claim("lab19/failure_modes", r"gold gain climbs to about", r"best-of-3000, every pool", _lab19_overopt),
+    Claim("lab19/failure_modes", r"noise-only proxy the gold gain never turns down",
+          r"noise-only proxy, smallest step", _lab19_noise_never_down),
+    # Part 2 rests on the per-seed lines under the hacking plot.
+    Claim("lab19/failure_modes", r"a little better at addition", r"proxy, no KL\s+seed", _lab19_hack_rises_first),
+    # Part 3 rests on the table under the entropy plot.
+    Claim("lab19/failure_modes", r"rarely touches common tokens", r"clip_high_of_positive_common\s+ours",
+          _lab19_clip_shares),
+    Claim("lab19/failure_modes", r"entropy higher, but nothing stops a ratio", r"no upper clip\s+entropy",
+          _lab19_no_upper),
+]
 
 # lab21 tasks: owned by the lab21 notebooks' author.
 LAB21_TASKS: list[Claim] = []

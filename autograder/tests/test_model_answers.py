@@ -28,8 +28,8 @@ when it is
 3. a setting the notebook states: the number has a setting context (a unit word in ``UNITS`` right
    after it, "16 prompts", "300 and 1,000 steps", or a setting name in ``SETTINGS`` right before it,
    "lr 3e-4", "T = 1", "k = 16", "w in {1, 2}") *and* the same value occurs in the notebook's own text
-   above the answer (its task statements and code, not the checked texts). A setting the notebook does
-   not state is a result again, and must be printed.
+   above the answer (its task statements and code; not the checked texts, not the graders' rubrics).
+   A setting the notebook does not state is a result again, and must be printed.
 
 **Directions.** Words that claim a direction or a state (``DIRECTIONS``: rises, falls, crosses,
 degrades, stays, unsolved, beats, ...) cannot be read off one number. Each sentence of a checked text
@@ -92,6 +92,7 @@ DIRECTIONS = re.compile(
 # Paragraphs of a write-up that are not claims about the outputs: the prediction the runs test, and
 # what else could explain the result. Their numbers are checked, their directions are not.
 NOT_CLAIMS = ("**Hypothesis.**", "**Confounders.**")
+MARK = re.compile(r"^[^\n]*BEGIN MARK SCHEME.*?END MARK SCHEME[^\n]*$", re.M | re.S)
 
 NUM = re.compile(r"(?<![\w@.\d])(?P<sign>[-+−](?=\d))?(?P<int>\d{1,3}(?:,\d{3})+|\d+)(?P<dec>\.\d+)?"
                  r"(?P<exp>[eE][-+]?\d+)?(?P<pct>\s?%)?")
@@ -195,7 +196,7 @@ def checked_texts(nb) -> list[Checked]:
             out.append(Checked(i, meta["grade_id"], _solution(c.source), list(printed), "\n".join(stated)))
             continue
         kept, reading = [], None
-        for para in _paragraphs(c.source):
+        for para in _paragraphs(MARK.sub("", c.source)):  # a rubric states nothing to the student
             lead = next((lead for lead in LEADS if para.lstrip().startswith(f"**{lead}**")), None)
             if lead:
                 reading = Checked(i, lead, para, list(printed), "\n".join(stated + kept))

@@ -285,29 +285,24 @@ def test_lab19_says_how_many_runs_it_draws():
     assert said3 == len(lab19.CLIP_ARMS), f"lab19 part 3 says {said3} runs, it has {len(lab19.CLIP_ARMS)} clip arms"
 
 
-def test_lab19_describes_the_live_runs_as_they_are_drawn():
-    """The plots draw the student's live run as a black dashed line; the text before each such plot says so."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from llmrl.labs import lab19
-
-    series = {k: [0.5] * 12 for k in lab19.SERIES}
-    for fn in (lab19.plot_hacking, lab19.plot_entropy):
-        fig = fn({"stored": series}, None, live={"your code": series})
-        live = [ln for ax in fig.axes for ln in ax.get_lines() if ln.get_label() == "your code"]
-        plt.close(fig)
-        assert live and all(ln.get_linestyle() == "--" and matplotlib.colors.to_hex(ln.get_color()) == "#000000"
-                            for ln in live), f"{fn.__name__} no longer draws the live run as a black dashed line"
+def test_lab19_plots_the_students_own_runs():
+    """Parts 2 and 3 train on the student's functions and plot those runs (issue 18: a wrong Task 2 must
+    not show the reference curve): the stored reference runs enter only the seed-0 checks and the beta
+    slider, and the text before each training cell says whose code it runs."""
     cells = _jupytext_cells(_lab("lab19", "failure_modes"))
-    calls = [i for i, c in enumerate(cells) if c.cell_type == "code" and re.search(r"plot_(hacking|entropy)\(", c.source)
-             and "live=" in c.source]
-    assert len(calls) == 2, calls
-    for i in calls:
+    code = [(i, c.source) for i, c in enumerate(cells) if c.cell_type == "code"]
+    plots = [src for _, src in code if re.search(r"plot_(hacking|entropy)\(", src)]
+    assert len(plots) == 2 and not any("REFERENCE" in src or "live=" in src for src in plots), plots
+    trains = {m.group(1): i for i, src in code if (m := re.search(r"lab19\.(part[23]_runs)\((\w+)", src))
+              and m.group(2) in ("kl_penalized_rewards", "clipped_pg_loss")}
+    assert set(trains) == {"part2_runs", "part3_runs"}, trains
+    for i in trains.values():
         text = next(c.source for c in reversed(cells[:i]) if c.cell_type == "markdown")
-        assert "black dashed line" in text and not re.search(r"\bdots?\b", text), (
-            f"the text before lab19's plot with the live run must call it a black dashed line:\n{text}")
+        assert re.search(r"\*\*your\*\*", text) and "black dashed" not in text, text
+    uses = [src for _, src in code if "REFERENCE" in src and "REFERENCE = " not in src]
+    allowed = ("check_part2(", "check_part3(", "beta_widget(")
+    assert uses and all(any(a in line for a in allowed) for src in uses for line in src.splitlines()
+                        if "REFERENCE" in line), uses
 
 
 def test_lab21_describes_the_student_checkpoint_as_it_measures():

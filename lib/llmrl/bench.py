@@ -25,6 +25,10 @@ Figures (16 prompts x 8 samples, 1 epoch, from a fresh TinyLM):
   same prompts and samples, with the CPU-time ratio that shared cores do not blur (``--only-dp``
   runs this figure alone, ``--skip-dp`` leaves it out).
 
+``--against REV`` prints instead the RL step (1 seed and ``--seeds``) of git revision REV (or of a
+folder holding ``llmrl/``) and of this library, each run in its own process, alternated
+``--rounds`` times: a change's before and after in one run.
+
 ``--profile`` prints instead where a step's time goes (``rl_step_profile``: ms per step in each
 stage and in the main calls inside them, for one seed and for ``--seeds`` together) and the
 operators torch runs per step (``rl_step_ops``: their count and the busiest by self time).
@@ -169,6 +173,100 @@ def baseline_ms(script: Path, cpu: bool = False) -> float | None:
             continue
     print(f"baseline failed: {res.stderr[-500:]}", file=sys.stderr)
     return None
+
+
+# ----------------------------------------------------------------------------- --against
+
+#: Times the RL step of whichever ``llmrl`` comes first on ``sys.path``, in its own process: a
+#: fresh TinyLM (seed 0), 3 warm-up steps (fewer if ``steps`` < 3), then ``steps`` timed ones,
+#: for one seed and for the seeds given; prints one JSON line {library: the llmrl imported,
+#: steps: {seeds: [wall ms, CPU ms] per step}}. Only ``rl_train`` and ``TinyLM`` are used, so it
+#: runs on any revision of the library (those before issue 17 have no ``seeds=``: their several-seed
+#: figure is None).
+_STEP_WORKER = """
+import copy, json, sys, time
+import torch
+torch.set_num_threads(1)
+import llmrl
+from llmrl.tinylm import TinyLM
+from llmrl.trainer import rl_train
+steps, seed_counts = int(sys.argv[1]), [int(x) for x in sys.argv[2:]]
+torch.manual_seed(0)
+model, out = TinyLM(), {}
+for n in seed_counts:
+    kw = {} if n == 1 else {"seeds": list(range(n))}
+    try:
+        rl_train(copy.deepcopy(model), steps=min(3, steps), progress=False, **kw)
+        w, c = time.perf_counter(), time.process_time()
+        rl_train(copy.deepcopy(model), steps=steps, progress=False, **kw)
+        out[n] = [(time.perf_counter() - w) / steps * 1000, (time.process_time() - c) / steps * 1000]
+    except TypeError:
+        out[n] = None
+print(json.dumps({"library": llmrl.__file__, "steps": out}))
+"""
+
+
+def library_at(rev: str, into: Path) -> Path:
+    """``lib/`` of git revision ``rev`` of this repository, extracted under ``into`` (or, when
+    ``rev`` is a directory holding ``llmrl/``, that directory): what ``--against`` puts first on
+    ``PYTHONPATH`` for the "before" runs."""
+    given = Path(rev)
+    if (given / "llmrl" / "__init__.py").is_file():
+        return given.resolve()
+    if (given / "lib" / "llmrl" / "__init__.py").is_file():
+        return (given / "lib").resolve()
+    root = repo_root()
+    if root is None:
+        raise SystemExit(f"--against {rev}: not a library folder, and no git repository to take a revision from")
+    archive = subprocess.run(["git", "-C", str(root), "archive", rev, "lib/llmrl"], capture_output=True)
+    if archive.returncode:
+        raise SystemExit(f"--against {rev}: git archive failed: {archive.stderr.decode()[-300:]}")
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into / "lib"
+
+
+def step_in_process(lib: Path, steps: int, seed_counts: list[int]) -> dict:
+    """{seeds: (wall ms, CPU ms) or None} from :data:`_STEP_WORKER` run on the library in ``lib``."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               PYTHONPATH=str(lib) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    res = subprocess.run([sys.executable, "-c", _STEP_WORKER, str(steps), *map(str, seed_counts)],
+                         capture_output=True, text=True, env=env, timeout=1800)
+    if res.returncode:
+        raise RuntimeError(f"the step worker failed on {lib}: {res.stderr[-800:]}")
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    if not Path(got["library"]).resolve().is_relative_to(Path(lib).resolve()):
+        raise RuntimeError(f"the step worker imported {got['library']}, not the library in {lib}")
+    return {int(k): (None if v is None else tuple(v)) for k, v in got["steps"].items()}
+
+
+def against_main(rev: str, steps: int, rounds: int, S: int) -> list[dict]:
+    """The RL step of revision ``rev`` ("before") and of this library ("after"), each in its own
+    process, alternated ``rounds`` times; per library and seed count the round with the least CPU
+    time. Emits both and their ratios (before / after: > 1 means this library is faster)."""
+    here = Path(__file__).resolve().parents[1]
+    counts = [1, S]
+    with tempfile.TemporaryDirectory(prefix="llmrl-bench-against-") as tmp:
+        before_lib = library_at(rev, Path(tmp))
+        best = {"before": {}, "after": {}}
+        for _ in range(rounds):
+            for name, lib in (("before", before_lib), ("after", here)):
+                for n, r in step_in_process(lib, steps, counts).items():
+                    if r is not None and (n not in best[name] or r[1] < best[name][n][1]):
+                        best[name][n] = r
+    out = []
+    for n in counts:
+        b, a = best["before"].get(n), best["after"].get(n)
+        extra = {} if b is None or a is None else {"speedup_wall": round(b[0] / a[0], 3), "speedup_cpu": round(b[1] / a[1], 3)}
+        out.append(emit(f"rl_step_before_after_{n}seed{'s' if n > 1 else ''}", None if a is None else round(a[0], 2), "ms",
+                        cpu_ms=None if a is None else round(a[1], 2), before=rev,
+                        before_ms=None if b is None else round(b[0], 2), before_cpu_ms=None if b is None else round(b[1], 2),
+                        rounds=rounds, steps=steps, **extra))
+    a1, aS = best["after"].get(1), best["after"].get(S)
+    b1, bS = best["before"].get(1), best["before"].get(S)
+    if a1 and aS:
+        out.append(emit(f"rl_step_{S}seeds_vs_1seed_before_after", round(aS[1] / a1[1], 2), "x (CPU)",
+                        before=None if not (b1 and bS) else round(bS[1] / b1[1], 2), target="<= 2"))
+    return out
 
 
 # ----------------------------------------------------------------------------- --profile
@@ -408,6 +506,8 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--only-dp", action="store_true", help="only hw4 on 2 processes against 1")
     ap.add_argument("--dp-steps", type=int, default=20, help="RL steps of each data-parallel run (default 20)")
     ap.add_argument("--dp-repeats", type=int, default=1, help="runs of each kind, the best counts (default 1)")
+    ap.add_argument("--against", metavar="REV", help="only the RL step of git revision REV (or a folder holding "
+                    "llmrl/) against this library, each in its own process, alternated --rounds times")
     args = ap.parse_args(argv)
     set_threads(1)
     torch.manual_seed(0)
@@ -416,6 +516,10 @@ def main(argv=None) -> list[dict]:
         r = data_parallel_ratio(args.dp_steps, args.dp_repeats)
         return [emit("hw4_data_parallel_wall_ratio", r.pop("ratio"), "x", target="<= 0.7", **r)]
     out = [emit("load_average", load(), "1/5/15 min", note="other jobs on the machine when the bench started")]
+    if args.against:
+        out += against_main(args.against, args.rl_steps, args.rounds, S)
+        out.append(emit("load_average_end", load(), "1/5/15 min"))
+        return out
     if args.profile:
         out += profile_main(args.rl_steps, S)
         out.append(emit("load_average_end", load(), "1/5/15 min"))

@@ -5,7 +5,9 @@ The reward-pool model (a generative model of scored responses, designed for this
 Each response has two hidden properties:
 
 * quality ``q ~ N(0, 1)``: how good the content is;
-* padding ``l ~ Exponential(mean = length_scale)``: extra length beyond what the answer needs.
+* padding ``l >= 0``: extra length beyond what the answer needs. Most responses have none: a share
+  ``pad_share`` of them pads, by an amount ``Exponential(mean = length_scale)``; the rest have
+  ``l = 0``.
 
 The gold reward (what we care about) likes quality and dislikes padding; the proxy reward (what a
 learned reward model measures) likes quality, is fooled by length and is noisy::
@@ -16,8 +18,16 @@ learned reward model measures) likes quality, is fooled by length and is noisy::
 With ``b > 0`` the proxy's highest scores come more and more from long responses, because the
 exponential tail of ``l`` is heavier than the Gaussian tails of ``q`` and ``eps``: best-of-n first
 picks good responses, then padded ones, and the gold gain turns down. With ``b = 0`` (noise only)
-it never turns down. The defaults ``padding_cost = 0.3``, ``length_scale = 0.75`` were tuned so
-that ``b = sigma = 1`` peaks near best-of-10 at about +0.66 gold.
+it never turns down.
+
+The defaults (``padding_cost = 0.10``, ``length_scale = 1.4``, ``pad_share = 0.25``) are a
+calibration: the published setting fixes ``b = sigma = 1``, the pool of 200,000 and the grid of n,
+not the pool model, and these values were chosen from a recorded search (docs/reproducibility.md,
+"lab19 calibration") as the candidate under which the most published Part 1 numbers hold in the
+mean over pool seeds 0-4 (best-of-10 peak near +0.66, the fit's alpha 1.1 and beta 0.47, the
+pool's -0.4 at n = 3000). With every response padded (``pad_share = 1``, the model before the
+calibration) no padding cost and scale gave both the peak's place and its height: a peak at
+best-of-10 came with a gain near +0.5, a gain near +0.66 with a flat top from n = 15 to 30.
 
 Two ways to evaluate best-of-n on this model:
 
@@ -44,8 +54,9 @@ from .utils import check_float, check_int
 #: n values the lab plots and fits (best-of-1 is the base policy).
 DEFAULT_NS = (1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100, 200, 300, 500, 1000, 2000, 3000)
 POOL_SIZE = 200_000
-PADDING_COST = 0.3
-LENGTH_SCALE = 0.75
+PADDING_COST = 0.10
+LENGTH_SCALE = 1.4
+PAD_SHARE = 0.25
 
 
 def _check_ns(ns) -> np.ndarray:
@@ -126,25 +137,31 @@ class Pool:
         return self.gold.size
 
 
-def _check_model(b, sigma, padding_cost, length_scale):
+def _check_model(b, sigma, padding_cost, length_scale, pad_share=1.0):
+    pad_share = check_float("pad_share", pad_share, minimum=0.0)
+    if pad_share > 1:
+        raise ValueError(f"pad_share is a probability: it must be in [0, 1], got {pad_share}")
     b = check_float("b", b, minimum=0.0)
     sigma = check_float("sigma", sigma, minimum=0.0)
     padding_cost = check_float("padding_cost", padding_cost, minimum=0.0)
     length_scale = check_float("length_scale", length_scale, minimum=0.0)
     if length_scale == 0:
         raise ValueError("length_scale must be > 0")
-    return b, sigma, padding_cost, length_scale
+    return b, sigma, padding_cost, length_scale, pad_share
 
 
 def make_pool(M: int = POOL_SIZE, b: float = 1.0, sigma: float = 1.0, seed: int = 0,
-              padding_cost: float = PADDING_COST, length_scale: float = LENGTH_SCALE) -> Pool:
+              padding_cost: float = PADDING_COST, length_scale: float = LENGTH_SCALE,
+              pad_share: float = PAD_SHARE) -> Pool:
     """Draw M responses from the reward-pool model (see the module docstring)."""
     M = check_int("M", M, minimum=1)
-    b, sigma, padding_cost, length_scale = _check_model(b, sigma, padding_cost, length_scale)
+    b, sigma, padding_cost, length_scale, pad_share = _check_model(b, sigma, padding_cost, length_scale, pad_share)
     rng = np.random.default_rng(check_int("seed", seed, minimum=0))
     q = rng.standard_normal(M)
     l = rng.exponential(length_scale, M)
     eps = rng.standard_normal(M)
+    if pad_share < 1:  # drawn after the others, so pad_share = 1 keeps the pools of a seed as they were
+        l = np.where(rng.random(M) < pad_share, l, 0.0)
     return Pool(quality=q, padding=l, gold=q - padding_cost * l, proxy=q + b * l + sigma * eps)
 
 
@@ -171,7 +188,8 @@ def _ndtr(x: np.ndarray) -> np.ndarray:
 
 
 def exact_best_of_n(ns=DEFAULT_NS, b: float = 1.0, sigma: float = 1.0, padding_cost: float = PADDING_COST,
-                    length_scale: float = LENGTH_SCALE, grid: int = 1500) -> dict[str, np.ndarray]:
+                    length_scale: float = LENGTH_SCALE, grid: int = 1500,
+                    pad_share: float = PAD_SHARE) -> dict[str, np.ndarray]:
     """Population (M -> infinity) best-of-n curves of the reward-pool model, by numerical integration.
 
     With Z = q + sigma * eps ~ N(0, s^2), s^2 = 1 + sigma^2, the proxy is P = Z + b * l. On a grid of
@@ -182,7 +200,7 @@ def exact_best_of_n(ns=DEFAULT_NS, b: float = 1.0, sigma: float = 1.0, padding_c
     Returns {"n", "kl", "d", "proxy_gain", "gold_gain"} (gains vs the base policy); about 20 ms.
     """
     ns = _check_ns(ns)
-    b, sigma, padding_cost, length_scale = _check_model(b, sigma, padding_cost, length_scale)
+    b, sigma, padding_cost, length_scale, pad_share = _check_model(b, sigma, padding_cost, length_scale, pad_share)
     check_int("grid", grid, minimum=100)
     s2 = 1.0 + sigma ** 2
     s = np.sqrt(s2)
@@ -191,6 +209,9 @@ def exact_best_of_n(ns=DEFAULT_NS, b: float = 1.0, sigma: float = 1.0, padding_c
     mass = np.exp(-edges[:-1] / length_scale) - np.exp(-edges[1:] / length_scale)
     l_mid = length_scale + edges[:-1] - (edges[1:] - edges[:-1]) * np.exp(-(edges[1:] - edges[:-1]) / length_scale) \
         / (1 - np.exp(-(edges[1:] - edges[:-1]) / length_scale))  # mean of l within each cell
+    if pad_share < 1:  # the unpadded responses: a cell of their own at l = 0
+        mass = np.concatenate([[1.0 - pad_share], pad_share * mass])
+        l_mid = np.concatenate([[0.0], l_mid])
     # proxy grid wide enough for best-of-10^4
     hi = 6.0 * s + b * 15.0 * length_scale
     p_edges = np.linspace(-8.0 * s, hi, grid + 1)
@@ -202,8 +223,8 @@ def exact_best_of_n(ns=DEFAULT_NS, b: float = 1.0, sigma: float = 1.0, padding_c
     tot = dens.sum(1)
     safe = np.where(tot > 0, tot, 1.0)
     e_gold = np.where(tot > 0, ((z / s2 - padding_cost * l_mid[None, :]) * dens).sum(1) / safe, 0.0)
-    base_gold = -padding_cost * length_scale
-    base_proxy = b * length_scale
+    base_gold = -padding_cost * length_scale * pad_share
+    base_proxy = b * length_scale * pad_share
     proxy_gain, gold_gain = [], []
     for n in ns:
         w = np.diff(F ** n)

@@ -255,10 +255,9 @@ def _claims() -> list[Claim]:
     add("lab19.bon-peak-n", "lab19", "With a length-biased proxy (b = sigma = 1) best-of-n's gold gain peaks at "
         "this n (finite pool of 200,000).", "10", P, o("peak_n"),
         between(7, 15, "the neighbouring n of the grid (7, 15): the curve is flat near its top"), fmt="{:.0f}",
-        known="our reward-pool model's gold curve is flat from n = 10 to 50, so its argmax can sit anywhere "
-              "on that plateau")
+        known="the reward-pool model's peak (calibrated: llmrl.overopt's pad_share, padding cost and scale)")
     add("lab19.bon-peak-kl", "lab19", "The KL of that peak, nats.", "about 1.4", P, o("peak_kl"),
-        near(1.4, 0.3, "'about': ±0.3 covers the neighbouring grid points (n = 7: 1.09, n = 15: 1.78)"),
+        near(1.4, 0.3, "'about': ±0.3, about a fifth (the grid's neighbours n = 7 and 15 sit at 1.09 and 1.78)"),
         known="follows the peak's n")
     add("lab19.bon-peak-gain", "lab19", "The gold gain at the peak.", "about +0.66", P, o("peak_gain"),
         near(0.66, 0.07, "'about' to two figures: ±0.07 (10%)"))
@@ -270,7 +269,8 @@ def _claims() -> list[Claim]:
         "about 1.1", P, o("alpha"), near(1.1, 0.11, "'about' to two figures: ±10%"))
     add("lab19.gao-beta", "lab19", "The same fit's beta.", "about 0.47", P, o("beta"),
         near(0.47, 0.07, "'about' to two figures: ±15% (beta is the less determined of the two)"),
-        known="a different reward-pool model from the published one: the fit's curvature depends on it")
+        known="a different reward-pool model from the published one (calibrated, not the same): the fit's "
+              "curvature depends on it")
     add("lab19.noise-beta", "lab19", "With a noise-only proxy (b = 0) the fit's beta is about zero.", "about 0", P,
         o("noise_beta"), near(0.0, 0.05, "'about 0': ±0.05, a tenth of the biased case's beta"))
     add("lab19.noise-never-down", "lab19", "With b = 0 the exact gold gain never turns down (smallest increase "
@@ -280,8 +280,15 @@ def _claims() -> list[Claim]:
         o("pool_gain_3000"), near(-0.4, 0.25, "the published note calls these points noisy: ±0.25 is about "
                                               "the spread of that point over pool seeds"))
     add("lab19.exact-3000", "lab19", "The exact (infinite-pool) gold gain at n = 3000.", "about +0.10", P,
-        o("exact_gain_3000"), near(0.10, 0.05, "'about' with one figure: ±0.05"))
+        o("exact_gain_3000"), near(0.10, 0.05, "'about' with one figure: ±0.05"),
+        known="a pool of 200,000 is a fair sample at n = 3000 (the pools scatter around the exact value), so the "
+              "published pool's -0.4 and exact +0.10 cannot both hold in the mean over seeds; the pool model "
+              "is calibrated to the pool's value, the peak and the fit, and no candidate of the search put the "
+              "exact value near +0.10 with the peak at best-of-10")
     H = ("lab19/hacking",)
+    HACK_PARTIAL = ("the complete hack comes by step 300 in only some seeds (the others pad one digit: length 3, "
+                    "KL 4-5 nats); a higher learning rate (7e-4, 1e-3) completes it in 3 of 5 seeds and pulls the "
+                    "early accuracy below 0.52")
     h = lambda arm, k: (lambda r: r["lab19/hacking"][arm][k])  # noqa: E731
     add("lab19.hack-acc-start", "lab19", "Proxy reward, no KL: sampled accuracy over the first 10 steps.",
         "about 0.52", H, h("0", "accuracy_start"), near(0.52, 0.05, ACC_ABOUT))
@@ -294,11 +301,12 @@ def _claims() -> list[Claim]:
         h("0", "peak_step"), near(50, 25, "'around step 50': ±25 steps, half the distance to the start"),
         fmt="{:.0f}")
     add("lab19.hack-final-acc", "lab19", "Accuracy at the end (last 20 steps of 300).", "0", H,
-        h("0", "final_accuracy"), below(0.05, "'falls to 0': below 0.05"))
+        h("0", "final_accuracy"), below(0.05, "'falls to 0': below 0.05"), known=HACK_PARTIAL)
     add("lab19.hack-final-length", "lab19", "Response length at the end, characters.", "4 (the maximum)", H,
-        h("0", "final_length"), near(4.0, 0.1, "the maximum is 4: within 0.1 of it"), fmt="{:.2f}")
+        h("0", "final_length"), near(4.0, 0.1, "the maximum is 4: within 0.1 of it"), fmt="{:.2f}",
+        known=HACK_PARTIAL)
     add("lab19.hack-final-kl", "lab19", "KL to the SFT model at the end, nats per response.", "about 15", H,
-        h("0", "final_kl"), near(15.0, 2.25, KL_ABOUT), fmt="{:.1f}")
+        h("0", "final_kl"), near(15.0, 2.25, KL_ABOUT), fmt="{:.1f}", known=HACK_PARTIAL)
     add("lab19.hack-proxy-climbs", "lab19", "The proxy keeps climbing while accuracy collapses (final proxy "
         "minus the proxy during the best-accuracy window).", "keeps climbing", H,
         h("0", "proxy_gain_after_peak"), above(0.0, "a direction"), qualitative=True)
@@ -314,13 +322,15 @@ def _claims() -> list[Claim]:
         - r["lab19/hacking"]["0.05"]["final_accuracy"], between(-0.1, 0.1, "'close': within 0.1", about=False),
         qualitative=True)
     N = ("lab19/entropy",)
+    ENT_FLOOR = ("on this TinyLM entropy levels off near 0.21 within 120 steps; learning rates 3e-4 to 1e-3, "
+                 "std-normalised advantages and temperature 0.8 all ended at 0.21-0.25")
     en = lambda arm, k: (lambda r: r["lab19/entropy"][arm][k])  # noqa: E731
     add("lab19.entropy-start", "lab19", "Entropy at the start of the 4-epoch runs, nats per token.", "about 0.35",
         N, en("symmetric", "entropy_start"), near(0.35, 0.03, ENT_ABOUT))
     add("lab19.entropy-end", "lab19", "Entropy after 120 steps, mean of the symmetric and clip-higher runs.",
         "about 0.15", N, lambda r: 0.5 * (r["lab19/entropy"]["symmetric"]["entropy_end"]
                                           + r["lab19/entropy"]["clip-higher"]["entropy_end"]),
-        near(0.15, 0.03, ENT_ABOUT))
+        near(0.15, 0.03, ENT_ABOUT), known=ENT_FLOOR)
     add("lab19.entropy-falls-both", "lab19", "Entropy falls under either clip (smaller of the two drops, nats).",
         "falls", N, lambda r: min(r["lab19/entropy"][a]["entropy_start"] - r["lab19/entropy"][a]["entropy_end"]
                                   for a in ("symmetric", "clip-higher")), above(0.0, "a direction"), qualitative=True)
@@ -334,14 +344,16 @@ def _claims() -> list[Claim]:
         - 0.5 * (r["lab19/entropy"]["symmetric"]["entropy_end"] + r["lab19/entropy"]["clip-higher"]["entropy_end"]),
         above(0.0, "a direction"), qualitative=True)
     add("lab19.no-upper-entropy", "lab19", "Its entropy after 120 steps.", "about 0.19", N,
-        en("no upper clip", "entropy_end"), near(0.19, 0.03, ENT_ABOUT))
+        en("no upper clip", "entropy_end"), near(0.19, 0.03, ENT_ABOUT), known=ENT_FLOOR)
     add("lab19.no-upper-unstable", "lab19", "...but its accuracy ends lower than the symmetric run's "
         "(symmetric minus no upper clip, final accuracy).", "accuracy falls", N,
         lambda r: r["lab19/entropy"]["symmetric"]["final_accuracy"] - r["lab19/entropy"]["no upper clip"]["final_accuracy"],
         above(0.0, "a direction"), qualitative=True)
     add("lab19.clip-rare", "lab19", "The upper clip switches off most rare positive-advantage tokens (share, "
         "epochs 2-4, second half of the symmetric run).", "over 0.90", N,
-        en("symmetric", "late_clip_high_of_positive_rare"), above(0.90, "a bound, as published"))
+        en("symmetric", "late_clip_high_of_positive_rare"), above(0.90, "a bound, as published"),
+        known="a higher learning rate raises it to 0.87 and the common tokens' share to 0.06-0.08; 3e-4 drops "
+              "it to 0.72 (docs/reproducibility.md, lab19 calibration)")
     add("lab19.clip-common", "lab19", "...and hardly any common ones (share).", "almost none", N,
         en("symmetric", "late_clip_high_of_positive_common"), below(0.05, "'almost none': below 5%"),
         qualitative=True)
@@ -826,6 +838,7 @@ def _exp_hw4_k3(seed: int) -> dict:
 
 
 def _experiments() -> dict[str, Experiment]:
+    from . import overopt
     from .labs.lab19 import CLIP_ARMS
 
     xs = [
@@ -838,7 +851,9 @@ def _experiments() -> dict[str, Experiment]:
                    ("sft",), cheap=True),
         Experiment("lab11/frontier", "lab11", per_seed(_exp_lab11_frontier),
                    {"betas": "default_betas(100, 1000, 0.02)"}, seeded=False, cheap=True),
-        Experiment("lab19/overopt", "lab19", per_seed(_exp_lab19_overopt), {"pool": 200_000}, cheap=True),
+        Experiment("lab19/overopt", "lab19", per_seed(_exp_lab19_overopt),
+                   {"pool": 200_000, "pad_share": overopt.PAD_SHARE, "length_scale": overopt.LENGTH_SCALE,
+                    "padding_cost": overopt.PADDING_COST}, cheap=True),
         Experiment("lab19/hacking", "lab19", _lab19_runs("hacking", ("0", "0.05", "gold")),
                    {"settings": "lab19.HACK_SETTINGS", "arms": ["0", "0.05", "gold"], "seeds_together": True}, ("sft",), cost_s=300),
         Experiment("lab19/entropy", "lab19", _lab19_runs("entropy", tuple(CLIP_ARMS)),

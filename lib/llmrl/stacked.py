@@ -17,12 +17,14 @@ columns, R completion columns, V vocabulary, D width):
   rollout, [S*B, R, V]. A group's G rows share their prompt, so each group is packed into one
   sequence, the prompt once and then the G rows' completion tokens, with a block-causal mask
   (row g sees the prompt and its own earlier tokens): one pass, no copy of the prompt's keys.
+  Without gradient the last layer goes on past its keys and values with the positions the head
+  reads only (the same numbers: see ``keep`` in :meth:`TinyLMStack._attention`).
 * :meth:`TinyLMStack.row_logits`: plain causal logits of whole rows, [S*B, T, V] (minibatches of
   shuffled rows, hw4's scorer, evaluation).
 * :meth:`TinyLMStack.sample`: the decode loop, the same packed layout held in a key/value cache
-  of fixed size; each seed draws its tokens from its own ``torch.Generator``, in the order a
-  single run draws them (``torch.multinomial(p, 1)`` is ``argmax(p / Exp(1) noise)``, the noise
-  drawn per seed with that seed's generator).
+  of fixed size (kept between calls); each seed draws its tokens from its own
+  ``torch.Generator``, in the order a single run draws them (``torch.multinomial(p, 1)`` is
+  ``argmax(p / Exp(1) noise)``, the noise drawn per seed with that seed's generator).
 
 Why not ``torch.nn.functional.scaled_dot_product_attention`` and a plain ``softmax`` over the
 vocabulary: on the CPU, softmax and log-softmax over a last dimension that is not a multiple of 16
@@ -44,6 +46,10 @@ import torch.nn.functional as F
 from .tinylm import TinyLM
 
 PAD_TO = 16  # a softmax over a last dimension that is a multiple of this takes the vectorised kernel
+# a matrix product of fewer rows than this may take another kernel (a matrix-vector one) that
+# rounds differently: ``keep`` in :meth:`TinyLMStack._attention` leaves such products whole
+KEEP_MIN_ROWS = 16
+KEEP_CACHE_BYTES = 16 << 20  # decode buffers up to this size are kept between sample calls
 NEG_INF = float("-inf")
 _LAYER_KEYS = ("ln1.weight", "ln1.bias", "qkv.weight", "qkv.bias", "proj.weight", "proj.bias",
                "ln2.weight", "ln2.bias", "fc.weight", "fc.bias", "out.weight", "out.bias")
@@ -261,12 +267,19 @@ class TinyLMStack:
             x = x + self.pos.index_select(1, positions).unsqueeze(1)
         return x.view(S, M * L, D)
 
-    def _attention(self, x, layer, bias, M: int, L: int, cache=None, slots=None):
+    def _attention(self, x, layer, bias, M: int, L: int, cache=None, slots=None, keep: int | None = None):
         """One block on x [S, M*L, D]: M sequences of L new tokens. ``layer``: one entry of
         :meth:`_prepared`. ``bias`` [L, Lk] is the additive mask over Lk keys (a multiple of 16);
         without ``cache`` the keys are the new tokens themselves (padded to Lk), with it a
-        [2, S*M, H, Lk, dh] key/value buffer into whose ``slots`` (an index along Lk) the new keys
-        and values are written first."""
+        :meth:`_decode_caches` entry (a [2, S*M, H, Lk, dh] key/value buffer and its key and value
+        views) into whose ``slots`` (an index along Lk) the new keys and values are written first.
+
+        ``keep``: only the last ``keep`` tokens of each sequence go on past the keys and values
+        (x [S, M*keep, D] out): in the last layer of a pass whose head reads no earlier position,
+        the other tokens are needed as keys and values only. Each row's numbers are those of the
+        whole block's (a row of a matrix product does not depend on the other rows, once there are
+        :data:`KEEP_MIN_ROWS` rows); with fewer kept rows the block goes on whole, so a caller
+        takes the last ``keep`` positions of what comes out either way."""
         ln1, wqkv, bqkv, wp, bp, ln2, wfc, bfc, wo, bo = layer
         S, _, D = x.shape
         bias = bias if bias.dtype == x.dtype else bias.to(x.dtype)  # the masks are float32; a float64 model
@@ -276,14 +289,17 @@ class TinyLMStack:
         qkv = torch.baddbmm(bqkv, self._norm(x, ln1), wqkv).view(S * M, L, 3, H, dh).permute(2, 0, 3, 1, 4)
         if cache is None:
             kv = F.pad(qkv, (0, 0, 0, Lk - L)) if Lk > L else qkv.contiguous()
-            kv = kv.view(3, S * M * H, Lk, dh)
-            q, k, v = kv[0, :, :L], kv[1], kv[2]
+            q, k, v = kv.view(3, S * M * H, Lk, dh).unbind(0)  # its backward stacks the three gradients
+            q, kT = q[:, :L], k.transpose(1, 2)
         else:
-            cache[:, :, :, slots] = qkv[1:]
+            buf, kT, v = cache
+            buf[:, :, :, slots] = qkv[1:]
             q = qkv[0].reshape(S * M * H, L, dh)
-            k, v = cache[0].view(S * M * H, Lk, dh), cache[1].view(S * M * H, Lk, dh)
-        att = torch.baddbmm(bias, q, k.transpose(1, 2), alpha=1.0 / math.sqrt(dh)).softmax(-1)
-        y = torch.bmm(att, v).view(S, M, H, L, dh).transpose(2, 3).reshape(S, M * L, D)
+        att = torch.baddbmm(bias, q, kT, alpha=1.0 / math.sqrt(dh)).softmax(-1)
+        y = torch.bmm(att, v).view(S, M, H, L, dh).transpose(2, 3)
+        if keep is not None and keep < L and M * keep >= KEEP_MIN_ROWS:
+            y, x, L = y[:, :, L - keep:], x.view(S, M, L, D)[:, :, L - keep:].reshape(S, M * keep, D), keep
+        y = y.reshape(S, M * L, D)
         x = x + torch.baddbmm(bp, y, wp)
         f = torch.baddbmm(bfc, self._norm(x, ln2), wfc).relu_()
         return x + torch.baddbmm(bo, f, wo)
@@ -296,6 +312,27 @@ class TinyLMStack:
         if vocab_bias is not None:
             bias = bias + vocab_bias
         return torch.baddbmm(bias, self._norm(x, ln), tokT)
+
+    def _decode_caches(self, shape: tuple) -> list[torch.Tensor]:
+        """Per layer, a key/value buffer of ``shape`` [2, S*M, H, Lk, dh] for :meth:`sample` with
+        its keys as [S*M*H, dh, Lk] and values as [S*M*H, Lk, dh] (views), kept between calls: the
+        zeroing and fresh pages of a new buffer cost more than a small decode step. What an earlier
+        call left in it is never read: every slot a row's query sees is written first in this call,
+        and the other slots are masked to probability 0 (``-inf``; they hold finite values, zeros or
+        earlier keys, so ``0 * value`` stays 0; :meth:`sample` drops the buffers if its logits
+        come out nan, so that keys of weights gone bad are never kept)."""
+        key = (shape, self.tok.dtype)
+        kept = self.__dict__.setdefault("_caches", {})
+        if key in kept:
+            return kept[key]
+        bufs = [torch.zeros(shape, dtype=self.tok.dtype) for _ in self.layers]
+        n, Lk, dh = shape[1] * shape[2], shape[3], shape[4]
+        views = [(b, b[0].view(n, Lk, dh).transpose(1, 2), b[1].view(n, Lk, dh)) for b in bufs]
+        if sum(b.numel() * b.element_size() for b in bufs) <= KEEP_CACHE_BYTES:  # a big evaluation's are not kept
+            if len(kept) >= 4:  # a few shapes (training, evaluation) at a time
+                kept.pop(next(iter(kept)))
+            kept[key] = views
+        return views
 
     def _seeds_of(self, rows: int, what: str) -> int:
         """How many seeds' worth of rows a batch holds (a frozen one-seed stack serves any number)."""
@@ -335,13 +372,18 @@ class TinyLMStack:
             tokens = torch.cat([tokens, ids[:, :, :, P:P + Rin].reshape(S, N, G * Rin)], 2)
         L = P + G * Rin
         bias = _packed_bias(P, G, Rin, padded(L))
-        layers, head = self._prepared(fold=not torch.is_grad_enabled())
+        grad = torch.is_grad_enabled()
+        layers, head = self._prepared(fold=not grad)
         x = self._embed(tokens, _packed_positions(P, G, Rin))
-        for layer in layers:
-            x = self._attention(x, layer, bias, N, L)
+        # without gradient the last layer goes on with the positions the head reads only (the prompt's
+        # last and the completions'); with it every position, so that the weight gradients are sums
+        # over the same rows in the same order whatever the pass computes
+        n_out = 1 + G * Rin
+        for i, layer in enumerate(layers):
+            x = self._attention(x, layer, bias, N, L, keep=n_out if not grad and i == len(layers) - 1 else None)
         Vp = self.vocab_padded
-        out = self._head(x.view(S, N, L, -1)[:, :, P - 1:].reshape(S, N * (1 + G * Rin), -1), head)
-        out = out.view(S, N, 1 + G * Rin, Vp)
+        out = self._head(x.view(S, N, -1, x.shape[-1])[:, :, -n_out:].reshape(S, N * n_out, -1), head)
+        out = out.view(S, N, n_out, Vp)
         # row g's column 0 is scored by the prompt's last position (shared), column j > 0 by its own token j - 1
         logits = out.index_select(2, _row_columns(G, Rin)).reshape(BT, n_cols, Vp)
         if not torch.is_grad_enabled():
@@ -358,12 +400,13 @@ class TinyLMStack:
         self._check_len(T)
         S = self._seeds_of(BT, "input_ids")
         M = BT // S
-        layers, head = self._prepared(fold=not torch.is_grad_enabled())
+        grad = torch.is_grad_enabled()
+        layers, head = self._prepared(fold=not grad)
         x = self._embed(input_ids.view(S, M, T), torch.arange(T))
         bias = _causal_bias(T, padded(T))
-        for layer in layers:
-            x = self._attention(x, layer, bias, M, T)
-        x = x.view(S, M, T, -1)[:, :, start:].reshape(S, M * (T - start), -1)
+        for i, layer in enumerate(layers):  # without gradient, the last layer on the positions read only
+            x = self._attention(x, layer, bias, M, T, keep=T - start if not grad and i == len(layers) - 1 else None)
+        x = x.view(S, M, -1, x.shape[-1])[:, :, -(T - start):].reshape(S, M * (T - start), -1)
         return self._head(x, head).view(BT, T - start, self.vocab_padded)
 
     # -- sampling --------------------------------------------------------------------------------
@@ -399,7 +442,7 @@ class TinyLMStack:
         B = NS * G // n_streams  # rows per stream
         V, Vp, D, H = self.config.vocab_size, self.vocab_padded, self.config.d, self.config.n_heads
         Lc = padded(P + G * Wi)
-        caches = [torch.zeros(2, S * N, H, Lc, D // H, dtype=self.tok.dtype) for _ in self.layers]
+        caches = self._decode_caches((2, S * N, H, Lc, D // H))
         layers, head = self._prepared(fold=True)
         banned_bias = None
         if banned is not None:
@@ -407,15 +450,13 @@ class TinyLMStack:
         # the prompt: causal over its own P slots of the cache; its last logits open every row of its group
         x = self._embed(prompt_tokens.view(S, N, P), torch.arange(P))
         bias = _causal_bias(P, Lc)
-        for layer, cache in zip(layers, caches):
-            x = self._attention(x, layer, bias, N, P, cache, slice(0, P))
-        last = self._head(x.view(S, N, P, D)[:, :, P - 1], head, banned_bias)
+        for i, (layer, cache) in enumerate(zip(layers, caches)):  # the last layer: the last position only
+            x = self._attention(x, layer, bias, N, P, cache, slice(0, P), keep=1 if i == len(layers) - 1 else None)
+        last = self._head(x.view(S, N, -1, D)[:, :, -1], head, banned_bias)
         last = last.repeat_interleave(G, 1).view(S * N * G, Vp)
         BT = NS * G
         W = max_new_tokens + int(cap_with_eos)
-        out = torch.full((BT, W), pad, dtype=torch.long)
-        chosen = torch.zeros(BT, W, dtype=torch.bool)
-        logps = torch.zeros(BT, W) if logprobs else None
+        toks, opens, lps = [], [], []  # per decode step: the tokens, which rows were open, their log-probs
         done = torch.zeros(BT, dtype=torch.bool)
         draw = _NoiseDraws(generators, B, V, max_new_tokens) if (temperature > 0 and sampler is None) else None
         for t in range(max_new_tokens):
@@ -433,20 +474,27 @@ class TinyLMStack:
                     probs = z.softmax(-1)[:, :V]
                 tok = (probs / draw.noise(t)).argmax(-1)
             if logprobs:  # every row's; the rows already done are zeroed at the end
-                logps[:, t] = torch.log_softmax(last, -1).gather(1, tok[:, None]).squeeze(1)
-            chosen[:, t] = ~done
-            out[:, t] = tok.masked_fill_(done, pad)
+                lps.append(torch.log_softmax(last, -1).gather(1, tok[:, None]))
+            opens.append(~done)
+            toks.append(tok.masked_fill_(done, pad))
             done |= tok == eos
             if t + 1 == max_new_tokens or bool(done.all()):
                 break
             # feed the new token of every row: slot t of its row's block in the cache
-            x = self._embed(out[:, t].view(S, N, G), P + t)
+            x = self._embed(tok.view(S, N, G), P + t)
             bias = _decode_bias(P, G, Wi, t, Lc)
             for layer, cache in zip(layers, caches):
                 x = self._attention(x, layer, bias, N, G, cache, slice(P + t, P + G * Wi, Wi))
             last = self._head(x, head, banned_bias).view(BT, Vp)
-        if logprobs:
-            logps = torch.where(chosen, logps, torch.zeros((), dtype=logps.dtype))
+        if bool(torch.isnan(last).any()):  # weights gone bad: keep no buffer that may hold their keys
+            self._caches.clear()
+        n = len(toks)  # the columns drawn; the rest (every row done early, the EOS column) are padding
+        out = torch.stack(toks, 1) if n == W else torch.cat([torch.stack(toks, 1), torch.full((BT, W - n), pad)], 1)
+        chosen = torch.stack(opens, 1) if n == W else torch.cat([torch.stack(opens, 1), done.new_zeros(BT, W - n)], 1)
+        logps = None
+        if logprobs:  # in the default dtype (float32) whatever the model's
+            logps = torch.cat(lps, 1).to(torch.get_default_dtype()).masked_fill_(~chosen[:, :n], 0.0)
+            logps = logps if n == W else F.pad(logps, (0, W - n))
         if draw is not None:
             draw.finish(t + 1)
         if logprobs:

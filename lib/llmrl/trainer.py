@@ -197,14 +197,22 @@ class PolicyOptimizer:
         grads = [p.grad for p in self.params if p.grad is not None]
         if not grads:
             return [0.0] * S
-        # each seed's norm from its parameters' norms, [S, n] reduced along contiguous rows (the
-        # same reduction for any S, so seed s gets the norm of a one-seed run to the last bit)
-        norms = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.reshape(S, -1), 2, dim=1)
-                                                      for g in grads], 1), 2, dim=1)
+        # each seed's norm from its parameters' norms, [S, n] reduced along contiguous rows. One seed:
+        # one foreach call over the whole gradients; several: each parameter's [S, -1] rows. Both
+        # reduce a seed's slice with the same kernel (checked to the last bit), so seed s of a stack
+        # gets the norm of its one-seed run; foreach over S*n slices would be slower on the CPU
+        if S == 1:
+            per = torch.stack(torch._foreach_norm(grads)).view(1, -1)
+        else:
+            per = torch.stack([torch.linalg.vector_norm(g.reshape(S, -1), 2, dim=1) for g in grads], 1)
+        norms = torch.linalg.vector_norm(per, 2, dim=1)
         if max_grad_norm is not None:
             coef = (max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
-            for g in grads:
-                g.mul_(coef.view(S, *([1] * (g.ndim - 1))) if g.ndim else coef)
+            if S == 1:
+                torch._foreach_mul_(grads, coef[0])
+            else:
+                for g in grads:
+                    g.mul_(coef.view(S, *([1] * (g.ndim - 1))))
         return norms.tolist()
 
     def step(self, max_grad_norm: float | None) -> float | list[float]:

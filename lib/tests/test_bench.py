@@ -47,3 +47,25 @@ def test_baseline_clock_reads_cpu_time(tmp_path):
 def test_emit_prints_one_json_object_per_figure(capsys):
     rec = bench.emit("x_ms", 1.5, "ms", cpu_ms=1.0)
     assert json.loads(capsys.readouterr().out) == rec == {"figure": "x_ms", "value": 1.5, "unit": "ms", "cpu_ms": 1.0}
+
+
+def test_against_runs_each_library_in_its_own_process(tmp_path):
+    """--against: the "before" library is the one the worker imports (a folder or a git revision),
+    never the installed one; a worker that imports another library is refused."""
+    from pathlib import Path
+
+    here = Path(bench.__file__).resolve().parents[1]
+    assert bench.library_at(str(here), tmp_path) == here  # a folder holding llmrl/
+    got = bench.step_in_process(here, 1, [2])
+    assert set(got) == {2} and got[2][0] > 0 and got[2][1] > 0
+    lib = bench.library_at("HEAD", tmp_path)  # a revision, extracted with git archive
+    assert (lib / "llmrl" / "trainer.py").is_file() and lib != here
+    fake = tmp_path / "fake"
+    (fake / "llmrl").mkdir(parents=True)
+    (fake / "llmrl" / "__init__.py").write_text("")  # no trainer in it: the worker fails with the reason
+    try:
+        bench.step_in_process(fake, 1, [1])
+    except RuntimeError as e:
+        assert "step worker failed" in str(e) and "llmrl.tinylm" in str(e)
+    else:
+        raise AssertionError("a library without the step was timed")

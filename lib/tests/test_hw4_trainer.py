@@ -206,6 +206,27 @@ def test_ablation_sweep_goes_through_the_runner_and_resumes(impl, tmp_path):
     assert not built and [r["final_reward"] for r in again] == [r["final_reward"] for r in rows]  # nothing rerun
 
 
+def test_ablation_sweep_runs_every_seed_and_trains_the_shared_default_once(impl, tmp_path):
+    from llmrl.hw4.ablation import sweep
+
+    base = default_config("format_copy", "grpo", steps=1, **TINY)
+    built = []
+    rows = sweep(impl, tmp_path, base, {"kl_coef": [0.05, 8.0], "clip_eps": [0.2, 0.02]}, progress=False,
+                 seeds=(0, 1), backend_factory=lambda: built.append(1) or tiny_backend(len(built)))
+    # kl_coef=0.05 and clip_eps=0.2 are the same (default) run: 3 configurations x 2 seeds, not 4 x 2
+    assert len(built) == 6
+    by = {(r["axis"], r["label"]): r for r in rows}
+    assert set(by) == {("kl_coef", "0.05"), ("kl_coef", "8"), ("clip_eps", "0.2"), ("clip_eps", "0.02")}
+    default, again = by[("kl_coef", "0.05")], by[("clip_eps", "0.2")]
+    assert again["is_default"] and again["final_reward_seeds"] == default["final_reward_seeds"]
+    for r in rows:
+        assert r["seeds"] == [0, 1] and len(r["final_eval_exact_match_seeds"]) == 2
+        assert r["final_reward"] == pytest.approx(sum(r["final_reward_seeds"]) / 2)
+        assert r["final_reward_std"] == pytest.approx(abs(r["final_reward_seeds"][0] - r["final_reward_seeds"][1]) / 2)
+    with pytest.raises(ValueError, match="seeds"):
+        sweep(impl, tmp_path, base, {"kl_coef": [0.05]}, progress=False, seeds=(0, 0))
+
+
 @pytest.mark.slow
 def test_grpo_and_reinforce_learn_math_toy(impl, tmp_path):
     """math_toy at the notebook's budget (30 steps), from the shipped character model. Published

@@ -105,6 +105,38 @@ def test_temperature_sweep_shapes_and_greedy_is_one_answer(sft):
         lab11.temperature_sweep(sft, (1.0,), n_samples=0)
 
 
+def test_temperature_sweep_over_seeds_is_the_mean_of_one_sweep_per_seed(sft, tmp_path):
+    import matplotlib.pyplot as plt
+
+    one = {s: lab11.temperature_sweep(sft, (0.0, 1.5), n_problems=12, n_samples=4, seed=s) for s in (0, 3)}
+    both = lab11.temperature_sweep_seeds(sft, (0.0, 1.5), seeds=(0, 3), n_problems=12, n_samples=4)
+    assert both["seeds"] == [0, 3] and both["accuracy_seeds"].shape == (2, 2)
+    for j, s in enumerate((0, 3)):  # seed s is exactly temperature_sweep(seed=s): the same numbers as reproduce's
+        assert np.array_equal(both["accuracy_seeds"][j], one[s]["accuracy"])
+        assert np.array_equal(both["distinct_seeds"][j], one[s]["distinct_answers"])
+    assert np.allclose(both["accuracy"], (one[0]["accuracy"] + one[3]["accuracy"]) / 2)
+    assert both["accuracy_std"][0] == 0.0  # greedy decoding does not depend on the seed
+    assert not np.array_equal(one[0]["accuracy"], one[3]["accuracy"]) or not np.array_equal(
+        one[0]["distinct_answers"], one[3]["distinct_answers"])  # at T = 1.5 the seeds draw different samples
+    fig = lab11.plot_temperature_sweep(both, path=tmp_path / "sweep.png")
+    labels = [line.get_label() for ax in fig.axes for line in ax.get_lines()]
+    plt.close(fig)
+    assert "accuracy, each of seeds 0, 3" in labels and "accuracy, mean" in labels  # every seed drawn
+    with pytest.raises(ValueError, match="seed"):
+        lab11.temperature_sweep_seeds(sft, (1.0,), seeds=())
+
+
+def test_frontier_readings_are_the_curves_values(front):
+    read = lab11.frontier_readings(front)
+    hack, worked = read["hack"], read["worked"]
+    assert hack["peak"] == front["hack"]["peak"]
+    assert hack["smallest_beta"]["beta"] == front["hack"]["optimum"]["beta"].min()
+    assert hack["smallest_beta"]["reward"] > hack["peak"]["reward"]  # the proxy keeps climbing past the peak
+    assert hack["smallest_beta"]["true_reward"] < hack["peak"]["true_reward"]  # the true reward turns down
+    assert worked["cold_T"] == front["worked"]["temperature"]["temperature"].min()
+    assert worked["reward_cold"] < worked["reward_T1"]  # cooling moves "worked" toward its reward-0 response
+
+
 @pytest.mark.slow
 def test_experiment1_matches_the_handout(sweep):
     E = lab11.EXPECTED

@@ -341,3 +341,37 @@ def test_smoothing_is_a_nan_aware_trailing_mean():
     # lab19's: NaN until the window is full, then the same numbers
     assert np.allclose(lab19.smooth(y, 3), [float("nan")] * 2 + want[2:], equal_nan=True)
     assert np.array_equal(plotting.smooth([2.0, 4.0], 1), [2.0, 4.0])
+
+
+def test_notebook_runs_use_the_students_functions_and_the_checks_catch_a_wrong_one():
+    # The notebook trains parts 2 and 3 on the student's functions (issue 18: a wrong Task 2 must not
+    # show the reference curve). Four steps of seed 0: the reference code's functions match the
+    # stored runs (check passes); a KL penalty with the wrong sign and a loss without the clip give
+    # other numbers on the same seed, and the checks say so.
+    def kl_added(rewards, logprobs, ref_logprobs, mask, beta):
+        return rewards + beta * torch.where(mask, logprobs - ref_logprobs, torch.zeros_like(logprobs)).sum(1)
+
+    def unclipped(batch):
+        ratio = torch.exp(batch.logprobs - batch.old_logprobs)
+        m = batch.mask.float()
+        return -(ratio * batch.advantages[:, None] * m).sum() / m.sum()
+
+    right = lab19.part2_runs(None, seeds=[0], steps=4)
+    assert set(right) == set(lab19.PART2_ARMS) and all(len(r) == 1 for r in right.values())
+    assert lab19.check_part2(right, REF, quiet=True)
+    wrong = lab19.part2_runs(kl_added, seeds=[0], steps=4)
+    assert not lab19.check_part2(wrong, REF, quiet=True)
+    # the no-KL and gold runs never call the penalty (beta = 0): only beta = 0.05 moves
+    assert wrong["0"].series("shaped_reward_mean").tolist() == right["0"].series("shaped_reward_mean").tolist()
+    runs3 = lab19.part3_runs(unclipped, seeds=[0], steps=4)
+    assert set(runs3) == set(lab19.CLIP_ARMS) and runs3["symmetric"].policies is not None
+    assert not lab19.check_part3(runs3, REF, quiet=True)
+    assert lab19.check_part3(lab19.part3_runs(None, seeds=[0], steps=4), REF, quiet=True)
+
+
+def test_expected_report_prints_the_notes_of_the_numbers_we_could_not_match():
+    text = lab19.expected_report({"exact_gold_gain_n3000": -0.19, "gao_alpha": 1.06})
+    lines = text.splitlines()  # in the order of EXPECTED: alpha first
+    assert lines[0].startswith("gao_alpha") and lines[1].startswith("exact_gold_gain_n3000")
+    assert lines[2].strip().startswith("note: differs") and len(lines) > 3
+    assert "note" not in lab19.expected_report({"exact_gold_gain_n3000": -0.19}, notes={})

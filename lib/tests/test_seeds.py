@@ -148,6 +148,76 @@ def test_equal_completions_get_equal_scores(sft):
         assert torch.equal(lp[4 * g], lp[4 * g + 2]) and torch.equal(lp[4 * g], lp[4 * g + 3])
 
 
+def test_no_grad_passes_score_what_the_gradient_pass_scores(sft):
+    # Without gradient the last layer goes on with the positions its head reads only (and the
+    # LayerNorms are folded into the weights); with gradient every position goes through. Same
+    # numbers up to rounding (another summation order: last bits, hence 1e-5), for a batch above
+    # and below the row count at which the pass keeps rows (KEEP_MIN_ROWS), one seed and three.
+    from llmrl.stacked import KEEP_MIN_ROWS
+    for models, n, G in (([copy.deepcopy(sft)], 16, 8), ([_perturbed(sft, s) for s in range(3)], 16, 8),
+                         ([copy.deepcopy(sft)], 1, 2)):
+        assert (n * (1 + G) >= KEEP_MIN_ROWS) == (n > 1)  # the big batch keeps rows, the small one does not
+        stack = TinyLMStack(models)
+        S = len(models)
+        prompts = torch.cat([sample_problems(n, generator=s).prompt_tokens() for s in range(S)])
+        gens = [torch.Generator().manual_seed(s) for s in range(S)]
+        out, _, _ = stack.sample(prompts, G, MAX_ANSWER_CHARS, 1.0, gens, eos=EOS, pad=PAD, cap_with_eos=True)
+        tokens = torch.cat([prompts.repeat_interleave(G, 0), out], 1)
+        with torch.no_grad():
+            fast = stack.completion_logits(tokens, 7, G)[..., :15]
+            fast_rows = stack.row_logits(tokens, start=6)[..., :15]
+        whole = stack.completion_logits(tokens, 7, G)[..., :15].detach()
+        whole_rows = stack.row_logits(tokens, start=6)[..., :15].detach()
+        assert fast.shape == whole.shape and fast_rows.shape == whole_rows.shape == (S * n * G, 6, 15)
+        assert (fast - whole).abs().max() < STEP_TOL
+        assert (fast_rows - whole_rows).abs().max() < STEP_TOL
+        # position 6 on scores the completion: packed by group or one row each, the same logits
+        assert (fast_rows[:, :5] - fast).abs().max() < 1e-4
+
+
+def test_kept_decode_buffers_change_nothing(sft):
+    # sample() keeps its key/value buffers between calls: what an earlier call (another batch,
+    # other weights) left there is masked out, so the same stream gives the same tokens and
+    # log-probs; after weights that give nan the buffers are dropped.
+    stack = TinyLMStack([copy.deepcopy(sft)])
+    prompts = sample_problems(16, generator=3).prompt_tokens()
+
+    def draw(p, seed=7):
+        return stack.sample(p, 8, MAX_ANSWER_CHARS, 1.0, [torch.Generator().manual_seed(seed)], eos=EOS, pad=PAD,
+                            cap_with_eos=True)
+
+    first = draw(prompts)
+    assert stack._caches  # kept
+    draw(sample_problems(16, generator=4).prompt_tokens(), seed=8)  # same shape: overwrites the buffers
+    draw(prompts[:4])  # another shape: another buffer
+    again = draw(prompts)
+    for a, b in zip(first, again):
+        assert torch.equal(a, b)
+    fresh = TinyLMStack([copy.deepcopy(sft)])  # a stack that never sampled: the same numbers too
+    for a, b in zip(first, fresh.sample(prompts, 8, MAX_ANSWER_CHARS, 1.0, [torch.Generator().manual_seed(7)],
+                                        eos=EOS, pad=PAD, cap_with_eos=True)):
+        assert torch.equal(a, b)
+    saved = {k: v.detach().clone() for k, v in stack.weights.items()}
+    with torch.no_grad():
+        stack.weights["blocks.0.qkv.weight"].fill_(float("nan"))
+        draw(prompts)
+        assert not stack._caches  # keys of nan weights are not kept
+        for k, v in saved.items():
+            stack.weights[k].copy_(v)
+    for a, b in zip(first, draw(prompts)):
+        assert torch.equal(a, b)
+    import llmrl.stacked as stacked
+    big = TinyLMStack([copy.deepcopy(sft)])
+    keep, stacked.KEEP_CACHE_BYTES = stacked.KEEP_CACHE_BYTES, 1024  # a batch too big to keep buffers for
+    try:
+        for a, b in zip(first, big.sample(prompts, 8, MAX_ANSWER_CHARS, 1.0, [torch.Generator().manual_seed(7)],
+                                          eos=EOS, pad=PAD, cap_with_eos=True)):
+            assert torch.equal(a, b)
+        assert not big._caches
+    finally:
+        stacked.KEEP_CACHE_BYTES = keep
+
+
 def test_padded_softmax_is_the_softmax():
     x = torch.randn(50, 15) * 3
     assert torch.allclose(log_softmax(x), torch.log_softmax(x, -1), atol=1e-6)

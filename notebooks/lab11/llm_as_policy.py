@@ -628,30 +628,37 @@ assert _ps[0, 1] == 0 and np.all(np.isfinite(_ps))
 # Now the real model: the course's SFT TinyLM (about 100k parameters) after supervised training on
 # additions like `37+48=85`. We ask it 200 fixed two-digit problems, 8 samples each, at several
 # temperatures, with **your** `sample_with_temperature` choosing every token, and count how often
-# it is right and how many different answers the 8 samples give.
+# it is right and how many different answers the 8 samples give. The sweep runs three times, with
+# seeds 0, 1 and 2 (each seed draws its own samples): the table gives the mean and the standard
+# deviation over the seeds, the plot every seed as a thin line under the mean.
 
 # %% tags=["nbval-mask-numbers"]
 sft_model = load_checkpoint("sft", progress=False)
 temperatures = (0.0, 1.0, 2.0) if grading_mode() else lab11.SWEEP_TEMPERATURES
-SWEEP_ARGS = dict(n_problems=20 if grading_mode() else 200, n_samples=8, seed=0)
-sweep = lab11.temperature_sweep(sft_model, temperatures, sampler=sample_with_temperature, **SWEEP_ARGS)
-for T, acc, d in zip(sweep["temperature"], sweep["accuracy"], sweep["distinct_answers"]):
-    print(f"T = {T:4.2f}: accuracy {acc:.3f}, distinct answers among 8: {d:.2f}")
+SWEEP_ARGS = dict(n_problems=20 if grading_mode() else 200, n_samples=8, seeds=(0,) if grading_mode() else (0, 1, 2))
+sweep = lab11.temperature_sweep_seeds(sft_model, temperatures, sampler=sample_with_temperature, **SWEEP_ARGS)
+print(f"mean ± standard deviation over seeds {', '.join(map(str, sweep['seeds']))}")
+for T, acc, acc_sd, d, d_sd in zip(sweep["temperature"], sweep["accuracy"], sweep["accuracy_std"],
+                                   sweep["distinct_answers"], sweep["distinct_std"]):
+    print(f"T = {T:4.2f}: accuracy {acc:.3f} ± {acc_sd:.3f}, distinct answers among 8: {d:.2f} ± {d_sd:.2f}")
 lab11.plot_temperature_sweep(sweep)
 plt.show()
 
 # %% tags=["nbval-mask-numbers"]
 # The same sweep with the course's reference sampler: a correct sampler may draw its tokens in
 # another order, so the accuracies may differ by sampling noise, and by no more.
-_ref = lab11.temperature_sweep(sft_model, temperatures, **SWEEP_ARGS)
+_ref = lab11.temperature_sweep_seeds(sft_model, temperatures, **SWEEP_ARGS)
 _ok = live_checks.compare_rates("Experiment 1, accuracy at each temperature", sweep["accuracy"], _ref["accuracy"],
-                                n=sweep["n_problems"] * sweep["n_samples"], task="Task 2 (`sample_with_temperature`)")
+                                n=sweep["n_problems"] * sweep["n_samples"] * len(sweep["seeds"]),
+                                task="Task 2 (`sample_with_temperature`)")
 
 # %% [markdown]
-# Greedy decoding is the model's single best guess and is right most often. Raising `T` spreads
-# probability onto the second and third most likely digits: the answers get more varied and more
-# often wrong. RL needs that variety (a group of identical answers teaches nothing), but every bit
-# of it is paid for in accuracy: this is the exploration knob of everything that follows.
+# **Reading the plot.** Greedy decoding is the model's single best guess and is right most often.
+# Raising `T` spreads probability onto less likely digits: accuracy falls at every step of the sweep
+# while the number of different answers among 8 grows, to about 6 at `T = 2`. The seeds lie close
+# together (the spread is a few hundredths at most; greedy decoding has none). RL needs that variety
+# (a group of identical answers teaches nothing), but every bit of it is paid for in accuracy: this
+# is the exploration knob of everything that follows.
 #
 # ## Experiment 2: how far does temperature move the policy?
 #
@@ -673,7 +680,8 @@ kl = lab11.kl_estimates(sft_model, lab11.KL_TEMPERATURES, **KL_ARGS, **YOUR_KL_F
 for T, row in lab11.kl_checks(kl).items():
     print(f"T = {T:4.2f}: exact KL {row['exact']:.3f} nats per response | median batch / exact: "
           f"k1 {row['k1_ratio']:.2f}, k3 {row['k3_ratio']:.2f} | bars covering the truth: "
-          f"k1 {row['k1_covers']:.0%}, k3 {row['k3_covers']:.0%}")
+          f"k1 {row['k1_covers']:.0%}, k3 {row['k3_covers']:.0%} | all batches pooled / exact: "
+          f"k1 {row['k1_pooled_ratio']:.2f}, k3 {row['k3_pooled_ratio']:.2f}")
 lab11.plot_kl_estimates(kl)
 plt.show()
 
@@ -696,14 +704,18 @@ if not live_checks.compare_exact("Experiment 2, the exact KL and k1, k2, k3", _y
     print("  each of these changes the numbers on its own: " + (", ".join(_culprits) or "none alone (look at them together)"))
 
 # %% [markdown]
-# Above `T = 1`, k1 and k3 both sit on the exact value. At `T = 0.25` k1 is still fine, but k3 is
-# typically about half of the truth and its error bars miss it in half of the batches or more, even
-# though k3 is unbiased. Where does the rest of its mean hide? In rare tokens. When $\pi_T$ is much
-# sharper than $\pi_{\text{ref}}$, a token that $\pi_{\text{ref}}$ finds plausible but $\pi_T$ almost
-# never draws has $e^{-\ell} = \pi_{\text{ref}} / \pi_T$ enormous; it turns up once in many
-# batches, and that batch's k3 shoots up (the few dots far above 1). The average over all batches
-# is right; the typical batch is not, and its own error bar cannot know. RL sharpens the policy
-# relative to its reference, so this is the regime training actually runs in.
+# **Reading the plot.** Above `T = 1`, k1 and k3 both sit close to the exact value: their median
+# batch is within a tenth of it. At `T = 0.25` k1 still is, but k3's median batch is well under half
+# of the truth (about 0.4) and its error bars miss the truth in most batches, even though k3 is
+# unbiased. Pooling all 16 batches does not rescue it either (about 0.7 of the truth). Where does the
+# rest of its mean hide? In rare tokens. When $\pi_T$ is much sharper than $\pi_{\text{ref}}$, a
+# token that $\pi_{\text{ref}}$ finds plausible but $\pi_T$ almost never draws has
+# $e^{-\ell} = \pi_{\text{ref}} / \pi_T$ enormous; it turns up in few batches, and those batches'
+# k3 shoots up (the dots far above 1). Only over very many batches does the mean come out right; the
+# typical batch is too low, and its own error bar cannot know. RL sharpens the policy relative to its
+# reference, so this is the regime training actually runs in. (The 16 batches of each temperature
+# are one draw with seed 0 on different problems: their spread is the sampling noise this plot is
+# about, so it shows every batch rather than a band over seeds.)
 #
 # ## Experiment 3: the reward-KL frontier
 #
@@ -721,6 +733,13 @@ for name in frontier:
           f"{bool(np.all(lab11.temperature_gap(frontier, name) >= -1e-9))}")
 _peak = frontier["hack"]["peak"]
 print(f"hack: the true reward of pi* peaks at KL {_peak['kl_nats']:.2f} nats (beta = {_peak['beta']:.2f})")
+_read = lab11.frontier_readings(frontier)
+print(f"worked: cooling pi_ref from T = 1 to T = {_read['worked']['cold_T']:g} takes its reward from "
+      f"{_read['worked']['reward_T1']:.2f} to {_read['worked']['reward_cold']:.2f}")
+_last = _read["hack"]["smallest_beta"]
+print(f"hack: pi* at the peak: proxy reward {_peak['reward']:.2f}, true reward {_peak['true_reward']:.2f}; "
+      f"at the smallest beta ({_last['beta']:g}, KL {_last['kl_nats']:.2f} nats): proxy reward "
+      f"{_last['reward']:.2f}, true reward {_last['true_reward']:.2f}")
 lab11.plot_frontier(frontier)
 plt.show()
 
@@ -733,13 +752,14 @@ _ok = live_checks.compare_exact("Experiment 3, reward and KL of pi* along the fr
                                 task="Task 4 (`tilted_optimum`)", atol=1e-6)
 
 # %% [markdown]
-# Temperature never reaches the frontier, and it cannot: $\pi^*$ maximises reward minus
-# $\beta$ KL, so any other policy with the same KL has no more reward. In "worked" it is worse than
-# that: cooling the model moves it toward its likeliest response, `ax`, which has reward 0, so the
-# reward falls. Temperature knows the model's preferences, not the reward. In "hack" the proxy
-# reward keeps climbing as $\beta$ shrinks, but the true reward peaks at about half a nat and then
-# falls as $\pi^*$ moves onto `bz`. The KL penalty is the leash that keeps the policy where the
-# reward model can still be trusted.
+# **Reading the plot.** Temperature never reaches the frontier, and it cannot: $\pi^*$ maximises
+# reward minus $\beta$ KL, so any other policy with the same KL has no more reward. In "worked" it
+# is worse than that: cooling the model moves it toward its likeliest response, `ax`, which has
+# reward 0, so the reward falls, to nearly 0 at the coldest temperature. Temperature knows the
+# model's preferences, not the reward. In "hack" the proxy reward keeps climbing as $\beta$ shrinks,
+# to 2 at the smallest $\beta$, but the true reward peaks at about 0.5 nats and then falls, to 0, as
+# $\pi^*$ moves onto `bz`. The KL penalty is the leash that keeps the policy where the reward model
+# can still be trusted.
 #
 # ## What you should see
 #

@@ -14,7 +14,8 @@
 # # Lab 19: failure modes you can watch happen
 #
 # > **Before you start.** 14 points, all graded automatically. Plan on about 2 hours for the
-# > tasks; the cells that train (your code's live runs) take under a minute on a laptop.
+# > tasks; the two cells that train (parts 2 and 3, five seeds each, on your code) take about a
+# > minute each on a quiet laptop.
 # >
 # > | task | you write | points | about |
 # > |---|---|---|---|
@@ -31,8 +32,8 @@
 # > order.
 # >
 # > **Done** means: every test cell prints `visible tests for task ... passed`; in parts 2 and 3
-# > your live run (black) lies on the stored reference curve it copies; the printed tables show
-# > your numbers beside the published ones. The grader runs further tests in the same cells (ties,
+# > the check under each experiment says your runs agree with the course's reference code on the
+# > same seed; the printed tables show your numbers beside the published ones. The grader runs further tests in the same cells (ties,
 # > `-inf` padding, very unlikely tokens, peaked logits), so a visible pass is necessary, not
 # > sufficient.
 #
@@ -46,9 +47,9 @@
 # 3. **Entropy collapse.** Train with several gradient epochs per batch, see the policy's entropy
 #    fall step after step, and find out which tokens PPO's upper clip silences.
 #
-# Fill in every cell that says `raise NotImplementedError()`. The training runs you would need for
-# the full pictures take minutes, so the plots show stored runs of the course's reference code and
-# your own code runs the first stretch of each live, drawn on top in black.
+# Fill in every cell that says `raise NotImplementedError()`. Every experiment runs on **your**
+# functions: part 1 computes its curves with them, and parts 2 and 3 train five seeds of each run
+# with them (all seeds as one computation), so a wrong function shows up in the plots.
 
 # %%
 import matplotlib.pyplot as plt
@@ -63,8 +64,9 @@ from llmrl.utils import grading_mode, set_threads
 
 set_threads(1)
 EXPECTED = lab19.EXPECTED  # the published reference numbers, printed beside yours
-REFERENCE = lab19.load_reference()  # stored full-length runs of parts 2 and 3, seeds 0-4
-LIVE_STEPS = 3 if grading_mode() else 30  # steps of each live run (the stored runs are longer)
+REFERENCE = lab19.load_reference()  # the reference code's runs of parts 2 and 3, seeds 0-4 (checks, slider)
+SEEDS = [0] if grading_mode() else list(lab19.REFERENCE_SEEDS)  # seeds of every training run below
+STEPS = 3 if grading_mode() else None  # None: the full length of each run (300 steps in part 2, 120 in part 3)
 
 # %% [markdown]
 # ## Part 1: overoptimization of best-of-n
@@ -167,11 +169,12 @@ def best_of_n_stats(proxy, gold, n):
     proxy = np.asarray(proxy, dtype=float)
     gold = np.asarray(gold, dtype=float)
     M = len(proxy)
-    ranked = np.sort(proxy)
-    lo = np.searchsorted(ranked, proxy, side="left")   # responses with a strictly lower score
-    hi = np.searchsorted(ranked, proxy, side="right")  # ... with a lower or equal score
-    w = ((hi / M) ** n - (lo / M) ** n) / (hi - lo)    # the block's weight, shared by its hi - lo members
-    return float(w @ proxy), float(w @ gold)
+    order = np.argsort(proxy)                       # lowest proxy first; the same order for both scores
+    p, g = proxy[order], gold[order]
+    lo = np.searchsorted(p, p, side="left")         # responses with a strictly lower score
+    hi = np.searchsorted(p, p, side="right")        # ... with a lower or equal score
+    w = ((hi / M) ** n - (lo / M) ** n) / (hi - lo)  # the block's weight, shared by its hi - lo members
+    return float(w @ p), float(w @ g)
     ### END SOLUTION
 
 
@@ -279,17 +282,21 @@ assert abs(_a - 0.5) < 1e-8 and abs(_b + 0.1) < 1e-8, "a curve bending upwards h
 # ### The experiment: a length-biased proxy
 #
 # `llmrl.overopt` holds a small generative model of a reward pool. Every response has a hidden
-# *quality* $q \sim N(0, 1)$ and some *padding* $\ell \ge 0$ (extra length, exponentially
-# distributed). The gold reward likes quality and dislikes padding; the proxy likes quality, is
-# fooled by length with strength $b$ and is noisy with strength $\sigma$:
+# *quality* $q \sim N(0, 1)$ and some *padding* $\ell \ge 0$ (extra length): a quarter of the
+# responses pad, by an exponentially distributed amount with mean 1.4, the rest have $\ell = 0$.
+# The gold reward likes quality and dislikes padding; the proxy likes quality, is fooled by length
+# with strength $b$ and is noisy with strength $\sigma$:
 #
-# $$\text{gold} = q - 0.3\,\ell, \qquad \text{proxy} = q + b\,\ell + \sigma\,\varepsilon .$$
+# $$\text{gold} = q - 0.1\,\ell, \qquad \text{proxy} = q + b\,\ell + \sigma\,\varepsilon .$$
 #
 # The exponential tail of the padding is heavier than the Gaussian tails of $q$ and
-# $\varepsilon$, so the proxy's very top is increasingly made of padded responses. The cell
-# below draws a pool of 200,000 responses and computes the best-of-n curves with **your**
-# functions, next to the exact population values (integrated numerically, as if the pool were
-# infinite).
+# $\varepsilon$, so the proxy's very top is increasingly made of padded responses. (The padding's
+# share, mean and cost are this course's calibration: with them the published numbers of this
+# part hold; see the note under the table.) The cell
+# below draws three pools of 200,000 responses (seeds 0-2) and computes their best-of-n curves
+# with **your** functions, next to the exact population values (integrated numerically, as if the
+# pool were infinite). The plot shows seed 0's pool with its fit and every other seed's gold curve
+# as a thin line; the table gives the mean ± standard deviation over the three pools.
 
 # %%
 NS = overopt.DEFAULT_NS
@@ -303,24 +310,36 @@ def pool_curves_with(pool, ns=NS):
             "proxy_gain": stats[:, 0] - pool.proxy.mean(), "gold_gain": stats[:, 1] - pool.gold.mean()}
 
 
-biased = pool_curves_with(overopt.make_pool(b=1.0, sigma=1.0, seed=0))
-noisy = pool_curves_with(overopt.make_pool(b=0.0, sigma=1.0, seed=0))
+POOL_SEEDS = SEEDS[:3]  # three pools (a pool's 18 best-of-n values take a second or two)
+biased_seeds = [pool_curves_with(overopt.make_pool(b=1.0, sigma=1.0, seed=s)) for s in POOL_SEEDS]
+noisy_seeds = [pool_curves_with(overopt.make_pool(b=0.0, sigma=1.0, seed=s)) for s in POOL_SEEDS]
+biased, noisy = biased_seeds[0], noisy_seeds[0]  # seed 0's pool: the plot's fit and the checks below
 exact = overopt.exact_best_of_n(NS, b=1.0, sigma=1.0)
-fit_biased = fit_gao_bon(biased["d"], biased["gold_gain"])
-fit_noisy = fit_gao_bon(noisy["d"], noisy["gold_gain"])
+fits_biased = [fit_gao_bon(c["d"], c["gold_gain"]) for c in biased_seeds]
+fits_noisy = [fit_gao_bon(c["d"], c["gold_gain"]) for c in noisy_seeds]
 
-fig = lab19.overopt_figure({"length-biased proxy: b = 1, sigma = 1": (biased, fit_biased, exact),
-                            "noise-only proxy: b = 0, sigma = 1": (noisy, fit_noisy, None)},
-                           lab19.ARTIFACTS / "overopt.png")
+fig = lab19.overopt_figure({"length-biased proxy: b = 1, sigma = 1": (biased, fits_biased[0], exact),
+                            "noise-only proxy: b = 0, sigma = 1": (noisy, fits_noisy[0], None)},
+                           lab19.ARTIFACTS / "overopt.png",
+                           seeds={"length-biased proxy: b = 1, sigma = 1": biased_seeds[1:],
+                                  "noise-only proxy: b = 0, sigma = 1": noisy_seeds[1:]})
 plt.show()
 
-_pk = overopt.peak(biased)
-part1 = {"bon_peak_n": _pk["n"], "bon_peak_kl": _pk["kl"], "bon_peak_gold_gain": _pk["gold_gain"],
-         "bon_gold_gain_n3000_sign": "negative" if biased["gold_gain"][-1] < 0 else "positive",
-         "gao_alpha": fit_biased[0], "gao_beta": fit_biased[1], "noise_only_gao_beta": fit_noisy[1],
-         "pool_gold_gain_n3000": float(biased["gold_gain"][-1]), "exact_gold_gain_n3000": float(exact["gold_gain"][-1])}
-print(lab19.expected_report(part1))
-print(f"gold gain at best-of-10: {biased['gold_gain'][list(NS).index(10)]:+.3f}")
+_peaks = [overopt.peak(c) for c in biased_seeds]
+_n3000 = [float(c["gold_gain"][-1]) for c in biased_seeds]
+part1 = {"bon_peak_n": [p["n"] for p in _peaks], "bon_peak_kl": [p["kl"] for p in _peaks],
+         "bon_peak_gold_gain": [p["gold_gain"] for p in _peaks],
+         "bon_gold_gain_n3000_sign": "negative" if np.mean(_n3000) < 0 else "positive",
+         "gao_alpha": [f[0] for f in fits_biased], "gao_beta": [f[1] for f in fits_biased],
+         "noise_only_gao_beta": [f[1] for f in fits_noisy],
+         "pool_gold_gain_n3000": _n3000, "exact_gold_gain_n3000": float(exact["gold_gain"][-1])}
+print(lab19.expected_report(part1))  # lists: mean ± standard deviation over the pools' seeds
+for _n in (10, 3000):
+    print(f"gold gain at best-of-{_n}, every pool: {np.round([c['gold_gain'][list(NS).index(_n)] for c in biased_seeds], 3)}")
+print(f"smallest step of the proxy gain from one n to the next, every pool: "
+      f"{np.round([np.diff(c['proxy_gain']).min() for c in biased_seeds], 3)}")
+print(f"noise-only proxy, smallest step of the gold gain, every pool: "
+      f"{np.round([np.diff(c['gold_gain']).min() for c in noisy_seeds], 3)}")
 
 # %%
 # The same pool through the course's reference code: each of your three functions must give the
@@ -335,21 +354,22 @@ _ok = live_checks.compare_exact("Part 1, the fitted alpha and beta", fit_gao_bon
                                 atol=1e-6)
 
 # %% [markdown]
-# **Reading the plot.** With the length bias, the gold gain climbs to about +0.7 around
-# best-of-10 to best-of-30 and then sinks, while the proxy gain keeps climbing: past the peak, a
-# higher proxy score buys more padding than quality. The fitted $\alpha, \beta$ describe it well.
-# With a noise-only proxy the gold gain never turns down ($\beta \approx 0$): noise wastes
-# samples but does not point the search anywhere harmful.
+# **Reading the plot.** With the length bias, the gold gain climbs to about +0.69 at best-of-10
+# (every pool peaks there) and then sinks below zero by best-of-3000, while the proxy gain keeps
+# climbing: past the peak, a higher proxy score buys more padding than quality. The fitted
+# $\alpha, \beta$ describe it well. With a noise-only proxy the gold gain never turns down
+# ($\beta \approx 0$): noise wastes samples but does not point the search anywhere harmful.
 #
 # Trust the right end of the pool curves less than the left. At $n = 3000$ nearly every winner is
 # one of a few hundred responses at the very top of the 200,000 in the pool, so each of those
-# points rests on a small sample: here the pool puts the gain below zero at best-of-3000 while the
-# exact population value is still slightly above it. (This model's pool misses by about 0.1
-# there; the published model's pool missed by 0.5.) Try another `seed` in `make_pool` and watch
-# the right end move while the left end stays put.
+# points rests on a small sample: at best-of-3000 the three pools give -0.27, -0.25 and -0.03,
+# at best-of-10 they all give 0.68 to 0.69. The published pool said about -0.4 there with an
+# exact value of about +0.10; our pools scatter around our exact value, itself below zero (the
+# note under the table says why we could not match the +0.10). Try another `seed` in `make_pool`
+# and watch the right end move while the left end hardly moves at all.
 #
 # The sliders below redraw the exact curves for any $b$ and $\sigma$ (it takes a fraction of a
-# second). Which of the two makes the gold curve turn down, and which only flattens it?
+# second). Which of $b$ and $\sigma$ makes the gold curve turn down, and which only flattens it?
 
 # %% tags=["nbval-ignore-output"]
 display(lab19.bon_widget(b=1.0, sigma=1.0))
@@ -449,46 +469,48 @@ assert torch.allclose(_out, torch.tensor([-1.0])), f"log pi - log pi_ref = +2 wi
 #
 # Three runs from the SFT checkpoint, 16 prompts with 8 samples each per step, learning rate
 # 5e-4, 300 steps: the proxy reward without a KL penalty, with $\beta = 0.05$ and, for
-# comparison, the gold (exact-match) reward. The curves are stored runs of the reference
-# code for seeds 0 to 4, trained together (five seeds of a 300-step run take well under a minute
-# on a quiet laptop): the thick line is the mean over the seeds, the band runs from the lowest to
-# the highest seed and the thin lines are the single seeds. The cell first runs 30 steps of the
-# $\beta = 0.05$ run **with your** `kl_penalized_rewards` (seed 0) and draws them as
-# a black dashed line. With a correct function it lies on seed 0's thin orange line (same seed,
-# so usually exactly).
+# comparison, the gold (exact-match) reward. Each run trains five seeds (0 to 4) together, with
+# **your** `kl_penalized_rewards` shaping the rewards; the three take about a minute on a quiet
+# laptop. The thick line is the mean over the seeds, the band runs from the lowest to the highest
+# seed and the thin lines are the single seeds. Below the plot, a check compares your
+# $\beta = 0.05$ run with the course's reference code on seed 0: same seed, same samples, so a
+# correct function gives the same shaped rewards.
 
-# %% tags=["nbval-ignore-output"]
-live_kl = lab19.hacking_run(0.05, kl_reward_fn=kl_penalized_rewards, steps=LIVE_STEPS)
-_stored = lab19.as_series(REFERENCE["hacking"]["0.05"])["shaped_reward_mean"][:LIVE_STEPS]
-# the stored run is the reference code with the same seed: a correct Task 2 gives the same shaped
-# rewards (1e-3: the stored values are rounded and a different sum order drifts a little)
-_ok = live_checks.compare_exact("Part 2, your live run's shaped rewards", live_kl.series("shaped_reward_mean"),
-                                _stored, task="Task 2 (`kl_penalized_rewards`)", atol=1e-3)
+# %% tags=["nbval-mask-numbers"]
+hack_runs = lab19.part2_runs(kl_penalized_rewards, seeds=SEEDS, steps=STEPS)  # {"0", "0.05", "gold"}: a run per seed
+_ok = lab19.check_part2(hack_runs, REFERENCE)
 
-# %%
-seeds = REFERENCE["hacking_seeds"]  # {beta or "gold": one run per stored seed}
-runs = {"proxy, no KL": seeds["0"], "proxy, beta = 0.05": seeds["0.05"], "gold reward": seeds["gold"]}
-fig = lab19.plot_hacking(runs, lab19.ARTIFACTS / "hack.png", live={"your code, beta = 0.05": live_kl})
+# %% tags=["nbval-mask-numbers"]
+runs = {"proxy, no KL": hack_runs["0"], "proxy, beta = 0.05": hack_runs["0.05"], "gold reward": hack_runs["gold"]}
+fig = lab19.plot_hacking(runs, lab19.ARTIFACTS / "hack.png")
 plt.show()
-# every number as the mean ± standard deviation over the stored seeds
-print(lab19.expected_report(lab19.part2_values(REFERENCE)))
+for _label, _run in runs.items():  # every seed's summary (10-step means; the end: the last 20 steps)
+    for _seed, _r in zip(SEEDS, _run):
+        _s = lab19.hack_summary(_r)
+        print(f"{_label:18s} seed {_seed}: accuracy {_s['accuracy_start']:.2f} -> best {_s['accuracy_peak']:.2f} "
+              f"(step {_s['peak_step']}) -> end {_s['final_accuracy']:.2f}, length {_s['final_length']:.2f}, "
+              f"KL {_s['final_kl']:.1f}, training reward {_s['final_proxy']:.2f}")
+# every number as the mean ± standard deviation over your runs' seeds
+print(lab19.expected_report(lab19.part2_values({"hacking_seeds": hack_runs})))
 
 # %% [markdown]
 # **What happened.** Without a penalty the policy first gets a little better at addition (the
-# proxy rewards a correct answer too), then discovers that `85` followed by more digits still
-# contains `85` and earns the length bonus. Every seed starts padding: its responses grow past the
-# SFT model's 2.6 characters, its log-ratio to the SFT model climbs to several nats and its
-# exact-match accuracy falls far below the gold-reward run's, while the proxy reward keeps rising.
-# *When* it goes all the way is a matter of the seed: in some seeds every response reaches the
-# maximum of 4 characters, the KL is in the double digits and accuracy is zero within 300 steps;
-# the others are still writing one extra digit at step 300. Seed 0 (the published run's seed)
-# is one of those that go all the way, which is why one run can make the hack look more
+# proxy rewards a correct answer too): on every seed its best 10-step accuracy is above its start.
+# Then it discovers that `85` followed by more digits still contains `85` and earns the length
+# bonus. Every seed pads: it ends with longer responses than any $\beta = 0.05$ run, a KL to the
+# SFT model of several nats and an exact-match accuracy far below its own seed's gold-reward run.
+# *When* it goes all the way is a matter of the seed: in seeds 0 and 3 every response reaches the
+# maximum of 4 characters, the KL is about 16 nats and the accuracy is zero within 300 steps; the
+# other seeds still write one extra digit at step 300 (length 3.0). Seed 0 (the published run's
+# seed) is one of those that go all the way, which is why one run can make the hack look more
 # predictable than it is. With $\beta = 0.05$ the extra 0.1 to 0.2 of length bonus is not worth
 # the several nats it takes to write unusual digits after the answer: on every seed the policy
-# learns addition instead and ends close to the gold-reward run of the same seed.
+# learns addition instead and ends within 0.1 of the gold-reward run of the same seed.
 #
-# The slider shows the stored sweep $\beta \in \{0, 0.01, 0.02, 0.05\}$, every seed. Below which $\beta$
-# is the penalty too weak to hold the policy back, and is the answer the same for every seed?
+# The slider shows a finer sweep, $\beta \in \{0, 0.01, 0.02, 0.05\}$, every seed: stored runs of
+# the course's reference code (the same settings; your runs above are the ones for 0 and 0.05).
+# Below which $\beta$ is the penalty too weak to hold the policy back, and is the answer the same
+# for every seed?
 
 # %% tags=["nbval-ignore-output"]
 display(lab19.beta_widget(REFERENCE))
@@ -694,44 +716,37 @@ assert abs(_yours - _lib) < 1e-5, f"SFT model: your entropy {_yours:.4f}, the li
 # and common ones; it counts epochs 2 to 4, because in the first epoch the policy still equals
 # the sampling policy and nothing can be clipped.
 #
-# As in part 2 the curves are stored reference runs (seeds 0-4: mean, band, single seeds); the
-# black dashed line (left panel) is 30 steps of the symmetric run with **your** `clipped_pg_loss`
-# (seed 0), and your `token_entropy` measures the trained policy.
+# As in part 2 each run trains seeds 0 to 4 together (mean, band, single seeds), here with **your**
+# `clipped_pg_loss` as the loss; the check below compares your symmetric run with the reference
+# code's on seed 0, and your `token_entropy` measures seed 0's trained policy.
 
-# %% tags=["nbval-ignore-output"]
-from llmrl.checkpoints import load_checkpoint
-
-live_policy = load_checkpoint("sft", progress=False)
-live_clip = lab19.entropy_run("symmetric", policy_loss_fn=clipped_pg_loss, policy=live_policy, steps=LIVE_STEPS)
-_yours, _lib = lab19.policy_entropy(live_policy, token_entropy)
-print(f"your token_entropy on the policy you just trained: {_yours:.4f} (library: {_lib:.4f})")
-_stored = REFERENCE["entropy"]["symmetric"]
-_keys = ("sampled_accuracy", "entropy_token_mean_nats")
-_ok = live_checks.compare_exact("Part 3, your live run's accuracy and entropy", [live_clip.series(k) for k in _keys],
-                                [_stored[k][:LIVE_STEPS] for k in _keys], task="Task 3 (`clipped_pg_loss`)", atol=1e-3)
+# %% tags=["nbval-mask-numbers"]
+clip_runs = lab19.part3_runs(clipped_pg_loss, seeds=SEEDS, steps=STEPS)  # {clip arm: a run per seed}
+_ok = lab19.check_part3(clip_runs, REFERENCE)
+_yours, _lib = lab19.policy_entropy(clip_runs["symmetric"].policies[0], token_entropy)
+print(f"your token_entropy on seed 0's trained policy: {_yours:.4f} (library: {_lib:.4f})")
 _ok = live_checks.compare_exact("Part 3, entropy of the trained policy", _yours, _lib, task="Task 4 (`token_entropy`)",
                                 atol=1e-5)
 
-# %%
-fig = lab19.plot_entropy(REFERENCE["entropy_seeds"], lab19.ARTIFACTS / "entropy.png",
-                         live={"your code, symmetric": live_clip})
+# %% tags=["nbval-mask-numbers"]
+fig = lab19.plot_entropy(clip_runs, lab19.ARTIFACTS / "entropy.png")
 plt.show()
-for _arm in lab19.CLIP_ARMS:  # mean ± standard deviation over the stored seeds
-    _sum = lab19.seed_summary(lab19.entropy_summary, REFERENCE["entropy_seeds"][_arm])
+for _arm in lab19.CLIP_ARMS:  # mean ± standard deviation over your runs' seeds
+    _sum = lab19.seed_summary(lab19.entropy_summary, clip_runs[_arm])
     _pm = lambda k, f: f"{_sum[k][0]:{f}} ± {_sum[k][1]:{f}}"  # noqa: E731
     print(f"{_arm:14s} entropy {_pm('entropy_start', '.3f')} -> {_pm('entropy_end', '.3f')} nats/token, "
           f"accuracy {_pm('accuracy_start', '.2f')} -> {_pm('final_accuracy', '.2f')}")
-print(lab19.expected_report(lab19.part3_values(REFERENCE)))
+print(lab19.expected_report(lab19.part3_values({"entropy_seeds": clip_runs})))
 
 # %% [markdown]
 # **What happened.** Entropy drains steadily under both clipped settings, and at this scale you
 # cannot tell the symmetric clip from clip-higher: their bands overlap and the gap between their
 # means is smaller than the spread between seeds (the table's ± is one standard deviation over the
-# five seeds). The diagnostic shows why clip-higher was proposed: the upper clip almost never
-# touches common tokens, but it silences most of the rare positive-advantage tokens, exactly the
-# exploratory choices whose probability RL would need to raise to keep entropy up. Removing the
-# upper bound entirely keeps entropy higher, but nothing stops a ratio from running away and the
-# accuracy suffers: the clip is a safety device, not only a brake on exploration.
+# seeds). The diagnostic shows why clip-higher was proposed: the upper clip rarely touches common
+# tokens (about 5% of them), but it silences most of the rare positive-advantage tokens (about
+# 85%), exactly the exploratory choices whose probability RL would need to raise to keep entropy
+# up. Removing the upper bound entirely keeps entropy higher, but nothing stops a ratio from running
+# away and the accuracy suffers: the clip is a safety device, not only a brake on exploration.
 #
 # ## Things to try (not graded)
 #
@@ -807,7 +822,7 @@ if RUN:
 # %%
 RUN = False  # 3. std-normalised advantages: compare the step where accuracy peaks with the mean-baseline run
 if RUN:
-    print("mean baseline (the stored run):", lab19.hack_summary(REFERENCE["hacking"]["0"])["peak_step"])
+    print("mean baseline (your run above, seed 0):", lab19.hack_summary(hack_runs["0"][0])["peak_step"])
     hack_verdict(lab19.hacking_run(0.0, advantage="std"))
 # BEGIN MARK SCHEME
 # What the reference code shows: on seed 0 a little sooner, accuracy peaks at step 29 instead of
@@ -833,7 +848,7 @@ def final_entropies(label, runs):
 
 if RUN:
     for arm in ("symmetric", "clip-higher"):
-        final_entropies(f"{arm}, stored (4 epochs)", REFERENCE["entropy_seeds"][arm])
+        final_entropies(f"{arm}, 4 epochs (your runs above)", clip_runs[arm])
         final_entropies(f"{arm}, 2 epochs", lab19.entropy_run(arm, policy_loss_fn=clipped_pg_loss, epochs=2,
                                                                 seeds=[0, 1, 2]))
     final_entropies("eps_high = 0.4", lab19.entropy_run("clip-higher", policy_loss_fn=clipped_pg_loss, eps_high=0.4,

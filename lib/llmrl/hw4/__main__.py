@@ -73,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tolerance", type=float, default=0.15, help="drop in final eval exact match that counts as degraded")
     s.add_argument("--out", default="artifacts/hw4/ablation")
     s.add_argument("--workers", type=int, default=1, help="parallel processes (the two directions of an axis side by side)")
+    s.add_argument("--seeds", default="0", help="comma-separated seeds; each run once per seed, judged on the mean")
     s.add_argument("--no-progress", action="store_true")
 
     sub.add_parser("pretrain", help="build (or check) the cached character model")
@@ -182,8 +183,12 @@ def main(argv=None) -> int:
         if bad:
             raise SystemExit(f"--axes: unknown {bad}; known: {sorted(AXES)}")
         base = default_config("format_copy", "grpo", steps=args.steps)
+        try:
+            seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+        except ValueError:
+            raise SystemExit(f"--seeds: comma-separated integers, got {args.seeds!r}") from None
         rows = sweep(impl, args.out, base, {a: AXES[a] for a in names}, args.tolerance, progress=not args.no_progress,
-                     workers=args.workers,
+                     workers=args.workers, seeds=seeds,
                      callback=lambda r: print(f"  {r['axis']:>10} = {r['label']:>6}: eval exact match "
                                               f"{r['final_eval_exact_match']:.3f}, reward {r['final_reward']:.3f}",
                                               flush=True))

@@ -3,10 +3,10 @@
 Four axes, each an ordered list of values around the default run (``AXES``): ``ppo_epochs``; the
 minibatch layout ``(minibatch_size, grad_accum_steps)``, i.e. how many optimizer steps each epoch
 takes; ``kl_coef``; ``clip_eps``. From the default value the sweep walks outwards in both
-directions, one run per value (the two directions' next runs side by side with ``workers=2``),
+directions, one run per value and seed (the two directions' next runs side by side with ``workers=2``),
 and stops walking a direction at the first run that degrades: its final eval exact match falls
 more than ``tolerance`` below the default run's, or its final rollout reward (mean of the last 5
-steps) more than ``1.3 * tolerance`` below.
+steps) more than ``1.3 * tolerance`` below (with several seeds: the means over the seeds).
 
 Each run is one job of the library's runner (:func:`llmrl.runner.run_arms`, arm ``"<axis>=<value>"``)
 and its result, in the runner's schema, is written to ``out_dir/hw4-ablation/<arm>_seed<k>.json``
@@ -22,6 +22,8 @@ from __future__ import annotations
 import shutil
 from dataclasses import replace
 from pathlib import Path
+
+import numpy as np
 
 from ..plotting import save
 from ..runner import result_from_history, run_arms
@@ -63,13 +65,36 @@ def summary(history, axis, value) -> dict:
             "first_step_reward_ge_1": jump, "key": history.config.key()}
 
 
+SEEDED = ("final_eval_exact_match", "final_reward", "max_kl", "mean_clip_fraction")
+
+
+def _over_seeds(per_seed: list[dict], seeds: list[int]) -> dict:
+    """One run's row from its seeds' summaries: the mean of each number in ``SEEDED`` (None if a seed
+    has none), every seed's value in ``<name>_seeds`` and the standard deviation in ``<name>_std``."""
+    row = dict(per_seed[0])
+    for k in SEEDED:
+        vals = [r[k] for r in per_seed]
+        ok = all(v is not None for v in vals)
+        row[k] = float(np.mean(vals)) if ok else None
+        row[k + "_std"] = float(np.std(vals)) if ok else None
+        row[k + "_seeds"] = vals
+    row["first_step_reward_ge_1_seeds"] = [r["first_step_reward_ge_1"] for r in per_seed]
+    row["seeds"] = list(seeds)
+    return row
+
+
 def sweep(impl: Impl, out_dir="artifacts/hw4/ablation", base: HW4Config | None = None,
           axes: dict[str, list] | None = None, tolerance: float = 0.15, progress: bool = True,
-          callback=None, fresh: bool = False, backend_factory=None, workers: int = 1) -> list[dict]:
+          callback=None, fresh: bool = False, backend_factory=None, workers: int = 1,
+          seeds=None) -> list[dict]:
     """Run the study; returns the summaries (each also in its run's result under ``out_dir``).
 
-    ``fresh``: forget earlier results in ``out_dir`` and rerun everything. ``backend_factory()``:
-    a fresh policy for each run (default: built from the config). ``workers``: processes."""
+    ``seeds``: each run once per seed (default: ``base.seed`` alone); a row's numbers are the means
+    over its seeds (every seed's value in ``<name>_seeds``), and "degraded" is judged on the means.
+    A configuration that two axes share (the default run is on every axis) is trained once and
+    reported on each. ``fresh``: forget earlier results in ``out_dir`` and rerun everything.
+    ``backend_factory()``: a fresh policy for each run (default: built from the config).
+    ``workers``: processes (the runs of one walk step, all seeds, side by side)."""
     base = base or default_config("format_copy", "grpo")
     axes = AXES if axes is None else axes
     for axis in axes:
@@ -77,6 +102,9 @@ def sweep(impl: Impl, out_dir="artifacts/hw4/ablation", base: HW4Config | None =
             raise ValueError(f"unknown axis {axis!r}; known: {sorted(DEFAULT_VALUES)}")
     for k, v in DEFAULT_VALUES.items():  # the reference point is the default of every axis at once
         base = _apply(base, k, v)
+    seeds = [base.seed] if seeds is None else [int(s) for s in seeds]
+    if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be distinct non-negative integers, got {seeds!r}")
     out = Path(out_dir)
     if fresh and (out / EXPERIMENT).is_dir():
         shutil.rmtree(out / EXPERIMENT)
@@ -88,14 +116,26 @@ def sweep(impl: Impl, out_dir="artifacts/hw4/ablation", base: HW4Config | None =
 
     def arm_fn(arm, seed, progress=False):
         cfg = config_of(arm, seed)
-        history = train(cfg, impl, run_dir=out / f"{arm.replace('=', '-')}", resume=not fresh, progress=progress,
-                        backend=backend_factory() if backend_factory else None)
+        history = train(cfg, impl, run_dir=out / f"{arm.replace('=', '-')}-seed{seed}", resume=not fresh,
+                        progress=progress, backend=backend_factory() if backend_factory else None)
         return result_from_history(history, cfg.to_dict(), extra=summary(history, *values_of[arm]))
 
+    trained: dict[str, list[dict]] = {}  # configuration (at the first seed) -> its seeds' summaries
+
     def run(arms) -> list[dict]:
-        res = run_arms(EXPERIMENT, arm_fn, arms, [base.seed], workers=workers, out_dir=out, progress=progress,
-                       resume_key=lambda a, s: config_of(a, s).key())
-        rows = [dict(res[a][0]["extra"]) for a in arms]
+        todo = [a for a in arms if config_of(a, seeds[0]).key() not in trained]
+        if todo:
+            res = run_arms(EXPERIMENT, arm_fn, todo, seeds, workers=workers, out_dir=out, progress=progress,
+                           resume_key=lambda a, s: config_of(a, s).key())
+            for a in todo:
+                trained[config_of(a, seeds[0]).key()] = [res[a][i]["extra"] for i in range(len(seeds))]
+        rows = []
+        for a in arms:
+            axis, value = values_of[a]
+            per_seed = [dict(r, axis=axis, label=_label(axis, value),
+                             value=list(value) if isinstance(value, tuple) else value)
+                        for r in trained[config_of(a, seeds[0]).key()]]
+            rows.append(_over_seeds(per_seed, seeds))
         for row in rows:
             if callback is not None:
                 callback(row)
@@ -140,8 +180,16 @@ def plot_sweep(rows: list[dict], path=None):
                      key=lambda r: order.index(tuple(r["value"]) if isinstance(r["value"], list) else r["value"])
                      if (tuple(r["value"]) if isinstance(r["value"], list) else r["value"]) in order else 0)
         xs = list(range(len(pts)))
-        ax.plot(xs, [p["final_eval_exact_match"] for p in pts], "o-", label="eval exact match")
-        ax.plot(xs, [p["final_reward"] / 1.3 for p in pts], "s--", alpha=0.7, label="rollout reward / 1.3")
+        n_seeds = len(pts[0].get("seeds", [])) if pts else 0
+        mean = ", mean of {} seeds".format(n_seeds) if n_seeds > 1 else ""
+        ax.plot(xs, [p["final_eval_exact_match"] for p in pts], "o-", label="eval exact match" + mean)
+        ax.plot(xs, [p["final_reward"] / 1.3 for p in pts], "s--", alpha=0.7, label="rollout reward / 1.3" + mean)
+        if n_seeds > 1:  # every seed, as small marks beside the means
+            jitter = np.linspace(-0.12, 0.12, n_seeds)
+            for x, p in zip(xs, pts):
+                ax.plot(x + jitter, p["final_eval_exact_match_seeds"], ".", color="C0", ms=5, alpha=0.6,
+                        label="each seed" if x == 0 else None)
+                ax.plot(x + jitter, [v / 1.3 for v in p["final_reward_seeds"]], ".", color="C1", ms=5, alpha=0.6)
         for x, p in zip(xs, pts):
             if p.get("degraded"):
                 ax.axvspan(x - 0.4, x + 0.4, color="tab:red", alpha=0.15)

@@ -139,6 +139,24 @@ def temperature_sweep(model, temperatures: Sequence[float] = SWEEP_TEMPERATURES,
             "n_problems": n_problems, "n_samples": n_samples}
 
 
+def temperature_sweep_seeds(model, temperatures: Sequence[float] = SWEEP_TEMPERATURES,
+                            seeds: Sequence[int] = (0, 1, 2), **kwargs) -> dict:
+    """:func:`temperature_sweep` once per seed (``temperature_sweep(..., seed=s)``, the samples of
+    each seed its own). ``accuracy`` and ``distinct_answers`` are the means over the seeds, so the
+    result reads like one sweep; ``accuracy_seeds`` and ``distinct_seeds`` ``[len(seeds), len(T)]``
+    hold every seed's values, ``*_std`` their standard deviation over seeds, ``seeds`` the seeds."""
+    seeds = [check_int("seed", s, minimum=0) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds must name at least one seed")
+    runs = [temperature_sweep(model, temperatures, seed=s, **kwargs) for s in seeds]
+    acc = np.stack([r["accuracy"] for r in runs])
+    distinct = np.stack([r["distinct_answers"] for r in runs])
+    return {"temperature": runs[0]["temperature"], "accuracy": acc.mean(0), "distinct_answers": distinct.mean(0),
+            "accuracy_std": acc.std(0), "distinct_std": distinct.std(0), "accuracy_seeds": acc,
+            "distinct_seeds": distinct, "seeds": seeds, "n_problems": runs[0]["n_problems"],
+            "n_samples": runs[0]["n_samples"]}
+
+
 def sweep_value(sweep: dict, key: str, temperature: float) -> float:
     """The value of ``sweep[key]`` at one temperature of the sweep."""
     idx = np.flatnonzero(np.isclose(sweep["temperature"], temperature))
@@ -278,6 +296,24 @@ def temperature_gap(data: dict, name: str) -> np.ndarray:
     return toylm.frontier_reward_at(front, temp["kl_nats"][inside]) - temp["reward"][inside]
 
 
+def frontier_readings(data: dict) -> dict:
+    """The numbers Experiment 3's reading rests on, per scenario: the tempered policy's reward at T = 1
+    and at the coldest temperature of its curve (``cold_T``); pi*'s reward and true reward at the
+    true reward's peak and at the smallest beta of the sweep (with their KLs)."""
+    out = {}
+    for name, d in data.items():
+        temp, front = d["temperature"], d["optimum"]
+        one = int(np.argmin(np.abs(temp["temperature"] - 1.0)))
+        cold = int(np.argmin(temp["temperature"]))
+        last = int(np.argmin(front["beta"]))
+        out[name] = {"reward_T1": float(temp["reward"][one]), "cold_T": float(temp["temperature"][cold]),
+                     "reward_cold": float(temp["reward"][cold]), "peak": dict(d["peak"]),
+                     "smallest_beta": {"beta": float(front["beta"][last]), "kl_nats": float(front["kl_nats"][last]),
+                                       "reward": float(front["reward"][last]),
+                                       "true_reward": float(front["true_reward"][last])}}
+    return out
+
+
 # ----------------------------------------------------------------------------------------------
 # What you should see
 
@@ -346,15 +382,26 @@ def plot_temperature_sweep(sweep: dict, path=ARTIFACTS / "temperature_sweep.png"
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(6, 3.6))
     T = sweep["temperature"]
-    ax.plot(T, sweep["accuracy"], "o-", color="C0", label="accuracy")
+    seeds = sweep.get("seeds", [])
+    for j, s in enumerate(seeds if len(seeds) > 1 else []):  # every seed, thin, under the mean
+        ax.plot(T, sweep["accuracy_seeds"][j], "-", color="C0", lw=0.8, alpha=0.45,
+                label=f"accuracy, each of seeds {', '.join(map(str, seeds))}" if j == 0 else None)
+    ax.plot(T, sweep["accuracy"], "o-", color="C0", label="accuracy" + (", mean" if len(seeds) > 1 else ""))
     ax.set_xlabel("temperature T (0 = greedy)")
     ax.set_ylabel("accuracy", color="C0")
     ax.set_ylim(0, 1)
     ax2 = ax.twinx()
-    ax2.plot(T, sweep["distinct_answers"], "s--", color="C1", label="distinct answers")
+    for j in range(len(seeds) if len(seeds) > 1 else 0):
+        ax2.plot(T, sweep["distinct_seeds"][j], "--", color="C1", lw=0.8, alpha=0.45,
+                 label="distinct answers, each seed" if j == 0 else None)
+    ax2.plot(T, sweep["distinct_answers"], "s--", color="C1",
+             label="distinct answers" + (", mean" if len(seeds) > 1 else ""))
     ax2.set_ylabel(f"distinct answers among {sweep['n_samples']}", color="C1")
     ax2.set_ylim(0, sweep["n_samples"] + 0.5)
-    ax.set_title("Temperature trades accuracy for diversity (SFT TinyLM)")
+    ax.set_title("Temperature trades accuracy for diversity (SFT TinyLM"
+                 + (f", {len(seeds)} seeds)" if len(seeds) > 1 else ")"))
+    lines = ax.get_legend_handles_labels(), ax2.get_legend_handles_labels()
+    ax.legend(lines[0][0] + lines[1][0], lines[0][1] + lines[1][1], fontsize=7, loc="center left")
     fig.tight_layout()
     save(fig, path)
     return fig
@@ -549,7 +596,7 @@ def beta_widget(toy: toylm.ToyLM | str = "worked", optimum_fn: toylm.OptimumFn |
 
 __all__ = [
     "EXPECTED", "SWEEP_TEMPERATURES", "KL_TEMPERATURES", "generate_with_sampler", "temperature_sweep",
-    "sweep_value", "kl_estimates", "kl_checks", "frontier_data", "temperature_gap", "measured",
+    "temperature_sweep_seeds", "sweep_value", "frontier_readings", "kl_estimates", "kl_checks", "frontier_data", "temperature_gap", "measured",
     "expected_report", "summary_line", "plot_temperature_sweep", "plot_kl_estimates", "plot_frontier",
     "temperature_view", "format_temperature_view", "temperature_widget", "beta_view", "beta_figure_png",
     "format_beta_view", "beta_widget", "reference_response_logprobs", "reference_sequence_logprob",

@@ -7,10 +7,11 @@ folded into the reward by the student's ``kl_penalized_rewards``.
 Part 3 (entropy collapse): :func:`entropy_run` trains with 4 epochs per batch under one of three
 clip settings (:data:`CLIP_ARMS`) and records which tokens the upper clip switches off.
 
-Full-length runs take minutes on a laptop CPU, longer than the notebook may spend, so the runs
-behind the notebook's plots and the beta slider are stored in ``lab19_reference.json`` (made by
-:func:`compute_reference`; ``python -m llmrl.labs.lab19 reference`` rebuilds it). The notebook
-runs a short stretch of the same runs live on the student's code and overlays it.
+The notebook trains parts 2 and 3 at full length on the student's functions, five seeds of each run
+as one computation (:func:`part2_runs`, :func:`part3_runs`). The reference code's runs of the same
+settings are stored in ``lab19_reference.json`` (made by :func:`compute_reference`;
+``python -m llmrl.labs.lab19 reference`` rebuilds it): the notebook checks the student's runs
+against them on seed 0 (:func:`check_part2`, :func:`check_part3`) and its beta slider draws them.
 
 :data:`EXPECTED` holds the published numbers; :func:`expected_report` prints them beside ours.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import textwrap
 from pathlib import Path
 from typing import Callable
 
@@ -33,6 +35,8 @@ from ..runner import seeds_together
 from ..utils import check_float
 
 ARTIFACTS = Path("artifacts") / "lab19"
+#: The seeds of the stored runs and of the notebook's runs.
+REFERENCE_SEEDS = (0, 1, 2, 3, 4)
 REFERENCE_PATH = Path(__file__).with_name("lab19_reference.json")
 
 #: The published "what you should see" (a reference solution on its own machine and model).
@@ -49,6 +53,32 @@ EXPECTED = {
     # Part 3
     "entropy_start": 0.35, "entropy_end_clipped": 0.15, "entropy_end_no_upper": 0.19,
     "clip_high_of_positive_rare": 0.90, "clip_high_of_positive_common": 0.0,
+}
+
+#: The published numbers we could not match, with the reason (printed under them by
+#: :func:`expected_report`; the search behind them: docs/reproducibility.md, "lab19 calibration").
+NOTES = {
+    "exact_gold_gain_n3000": (
+        "differs from the published +0.10. A pool of 200,000 is a fair sample at n = 3000: over pool "
+        "seeds its value scatters around the exact one, so the published pool's -0.4 and exact +0.10 "
+        "cannot both hold in the mean over seeds. The pool model is calibrated to the pool's value, the "
+        "peak at best-of-10 and the fit (alpha 1.1 and beta 0.47 themselves give -0.38 at n = 3000); no "
+        "candidate of the search put the exact value near +0.10 with the peak at best-of-10."),
+    "hack_final_kl": (
+        "the last three numbers differ from the published 0, 4 and ~15: the complete hack (every response "
+        "at 4 characters, accuracy 0, KL ~16 nats) comes by step 300 in only some seeds (2 of seeds 0-4: "
+        "0 and 3); the others still pad one digit there (length 3.0, KL 4-5 nats, accuracy 0.4-0.5). A higher "
+        "learning rate completes it in 3 of 5 seeds, not all, and pulls the early accuracy below the "
+        "published 0.52 (7e-4: 0.47, 1e-3: 0.34), so the learning rate stays 5e-4."),
+    "entropy_end_no_upper": (
+        "the last two entropies differ from the published ~0.15 and ~0.19: on this TinyLM the entropy "
+        "levels off near 0.21 within 120 steps (0.26 without an upper clip), about 0.12 below its start. "
+        "Other learning rates (3e-4, 7e-4, 1e-3), std-normalised advantages and sampling at temperature "
+        "0.8 all ended the symmetric run at 0.21-0.25, so the settings stay."),
+    "clip_high_of_positive_rare": (
+        "differs from the published 'over 0.90': about 0.85 here (epochs 2-4, second half of the run). A "
+        "higher learning rate raises it to 0.87 but also the common tokens' share (0.06-0.08, no longer "
+        "'almost none') and costs accuracy; a lower one (3e-4) drops it to 0.72."),
 }
 
 #: Settings of the reward-hacking runs (SFT TinyLM, 16 prompts x 8 samples, mean-centred advantages).
@@ -263,6 +293,70 @@ def entropy_summary(run, window: int = 10) -> dict[str, float]:
     return out
 
 
+# ------------------------------------------------------------------------------- the notebook's runs
+
+#: The runs of part 2's plot, {key: (beta, reward)}; the keys are those of the stored runs.
+PART2_ARMS = {"0": (0.0, "proxy"), "0.05": (0.05, "proxy"), "gold": (0.0, "gold")}
+#: Steps at the start of a run that the checks compare with the reference code's run of the same seed.
+CHECK_STEPS = 30
+
+
+def part2_runs(kl_reward_fn: Callable | None = None, seeds=REFERENCE_SEEDS, steps: int | None = None,
+               progress: bool = False) -> dict:
+    """Part 2's three runs (:data:`PART2_ARMS`) with ``kl_reward_fn`` (the student's
+    ``kl_penalized_rewards``; None: the trainer's) shaping the rewards: {key: one History per seed},
+    every run's seeds trained as one computation; ``steps`` None is the full length."""
+    over = {} if steps is None else {"steps": steps}
+    return {key: hacking_run(beta, reward=reward, kl_reward_fn=kl_reward_fn, seeds=list(seeds), progress=progress,
+                             **over) for key, (beta, reward) in PART2_ARMS.items()}
+
+
+def part3_runs(policy_loss_fn: Callable | None = None, seeds=REFERENCE_SEEDS, steps: int | None = None,
+               progress: bool = False) -> dict:
+    """Part 3's three clip arms with ``policy_loss_fn`` (the student's ``clipped_pg_loss``; None:
+    the library's): {arm: one History per seed}, each arm's seeds as one computation."""
+    over = {} if steps is None else {"steps": steps}
+    return {arm: entropy_run(arm, policy_loss_fn=policy_loss_fn, seeds=list(seeds), progress=progress, **over)
+            for arm in CLIP_ARMS}
+
+
+def _seed0(runs):
+    """Seed 0's History of a run of several seeds (None if seed 0 is not among them)."""
+    seeds = list(getattr(runs, "seeds", ()) or [])
+    return runs[seeds.index(0)] if 0 in seeds else None
+
+
+def _check_start(label: str, run, stored: dict, keys, task: str, quiet: bool = False) -> bool:
+    from .. import live_checks
+
+    if run is None:
+        print(f"{label}: not checked (seed 0 is not among the seeds run)")
+        return False
+    n = min(CHECK_STEPS, len(run.series(keys[0])))
+    # the stored run is the reference code with the same seed: a correct function gives the same
+    # numbers (1e-3: the stored values are rounded to 5 decimals and a different sum order drifts)
+    return live_checks.compare_exact(label, [run.series(k)[:n] for k in keys], [stored[k][:n] for k in keys],
+                                     task=task, atol=1e-3, quiet=quiet)
+
+
+def check_part2(runs: dict, reference: dict | None = None, quiet: bool = False) -> bool:
+    """Seed 0 of the student's beta = 0.05 run against the reference code's over its first
+    :data:`CHECK_STEPS` steps (shaped rewards and KL); prints the verdict, returns it."""
+    ref = reference or load_reference()
+    return _check_start("Part 2, your beta = 0.05 run against the reference code (seed 0)", _seed0(runs["0.05"]),
+                        ref["hacking"]["0.05"], ("shaped_reward_mean", "kl_to_reference_k1_sum_nats"),
+                        "Task 2 (`kl_penalized_rewards`)", quiet)
+
+
+def check_part3(runs: dict, reference: dict | None = None, quiet: bool = False) -> bool:
+    """Seed 0 of the student's symmetric-clip run against the reference code's over its first
+    :data:`CHECK_STEPS` steps (accuracy and entropy); prints the verdict, returns it."""
+    ref = reference or load_reference()
+    return _check_start("Part 3, your symmetric-clip run against the reference code (seed 0)",
+                        _seed0(runs["symmetric"]), ref["entropy"]["symmetric"],
+                        ("sampled_accuracy", "entropy_token_mean_nats"), "Task 3 (`clipped_pg_loss`)", quiet)
+
+
 # ------------------------------------------------------------------------------- reference
 
 REFERENCE_ARMS = tuple(f"hacking/{b:g}" for b in SWEEP_BETAS) + ("hacking/gold",) + tuple(f"entropy/{a}" for a in CLIP_ARMS)
@@ -297,7 +391,6 @@ def reference_arm(arm: str, seeds=(0,), progress: bool = False) -> list[dict]:
 
 
 
-REFERENCE_SEEDS = (0, 1, 2, 3, 4)
 
 
 def compute_reference(path: Path | str | None = REFERENCE_PATH, progress: bool = True, workers: int = 2,
@@ -409,9 +502,11 @@ def measured(reference: dict | None = None) -> dict:
     return out
 
 
-def expected_report(values: dict, keys=None) -> str:
+def expected_report(values: dict, keys=None, notes: dict | None = NOTES) -> str:
     """Lines "key: ours vs published" for the keys of :data:`EXPECTED` present in ``values``; a
-    list of values (one per seed) is given as mean ± standard deviation over the seeds."""
+    list of values (one per seed) is given as mean ± standard deviation over the seeds. A key of
+    ``notes`` (default :data:`NOTES`, the numbers we could not match and why) gets its note on
+    the next line."""
     lines = []
     for k in (keys or EXPECTED):
         if k not in values:
@@ -428,6 +523,8 @@ def expected_report(values: dict, keys=None) -> str:
         else:
             text = f"{ours!s:>8}"
         lines.append(f"{k:32s} ours {text}   published {theirs!s:>8}")
+        if k in (notes or {}):
+            lines.extend("    " + part for part in textwrap.wrap("note: " + notes[k], 96))
     return "\n".join(lines)
 
 
@@ -465,14 +562,19 @@ def _align(ax, pax, curves, gold_top: float = 2.0):
     ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
 
 
-def overopt_figure(panels: dict, path=None):
-    """One panel per {title: (pool curves, (alpha, beta) fit, exact curves or None)}; returns the figure."""
+def overopt_figure(panels: dict, path=None, seeds: dict | None = None):
+    """One panel per {title: (pool curves, (alpha, beta) fit, exact curves or None)}; ``seeds``
+    ({title: [pool curves of other pool seeds]}) adds each as a thin gold line. Returns the figure."""
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(panels), figsize=(6.8 * len(panels), 4.2), squeeze=False)
     for i, (ax, (title, (curves, fit, exact))) in enumerate(zip(axes[0], panels.items())):
         pax = ax.twinx()
         overopt.plot_best_of_n(ax, curves, label="(pool)", fit=fit, color=f"C{2 * i}", style="o-", proxy_ax=pax)
+        others = (seeds or {}).get(title, [])
+        for j, other in enumerate(others):
+            ax.plot(other["d"], other["gold_gain"], "-", color=f"C{2 * i}", lw=0.6, alpha=0.5,
+                    label=f"gold, {len(others)} other pool seeds" if j == 0 else None)
         if exact is not None:
             ax.plot(exact["d"], exact["gold_gain"], "k--", lw=1, label="gold (exact, infinite pool)")
         top = ax.secondary_xaxis("top")
