@@ -363,6 +363,15 @@ def test_notebook_runs_use_the_students_functions_and_the_checks_catch_a_wrong_o
     assert not lab19.check_part2(wrong, REF, quiet=True)
     # the no-KL and gold runs never call the penalty (beta = 0): only beta = 0.05 moves
     assert wrong["0"].series("shaped_reward_mean").tolist() == right["0"].series("shaped_reward_mean").tolist()
+    # with the stored runs at hand, the beta = 0 arms (no student function in them) are read, not
+    # trained: the stored series of the same seed, cut to the steps asked for; they equal the
+    # trained ones above (the same code and seed)
+    read = lab19.part2_runs(kl_added, seeds=[0, 2], steps=4, stored=REF)
+    assert read["0"][1] == {k: v[:4] for k, v in REF["hacking_seeds"]["0"][2].items()}
+    for key in ("0", "gold"):
+        np.testing.assert_allclose(read[key][0]["shaped_reward_mean"], right[key].series("shaped_reward_mean")[0],
+                                   atol=1e-5)  # the stored values have five decimals
+    assert not lab19.check_part2(read, REF, quiet=True)  # beta = 0.05 still trains on the given function
     runs3 = lab19.part3_runs(unclipped, seeds=[0], steps=4)
     assert set(runs3) == set(lab19.CLIP_ARMS) and runs3["symmetric"].policies is not None
     assert not lab19.check_part3(runs3, REF, quiet=True)

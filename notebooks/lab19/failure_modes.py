@@ -14,8 +14,8 @@
 # # Lab 19: failure modes you can watch happen
 #
 # > **Before you start.** 14 points, all graded automatically. Plan on about 2 hours for the
-# > tasks; the two cells that train (parts 2 and 3, five seeds each, on your code) take about a
-# > minute each on a quiet laptop.
+# > tasks; the two cells that train (parts 2 and 3, five seeds each, on your code) take about half
+# > a minute and a minute on a quiet laptop.
 # >
 # > | task | you write | points | about |
 # > |---|---|---|---|
@@ -49,7 +49,7 @@
 #
 # Fill in every cell that says `raise NotImplementedError()`. Every experiment runs on **your**
 # functions: part 1 computes its curves with them, and parts 2 and 3 train five seeds of each run
-# with them (all seeds as one computation), so a wrong function shows up in the plots.
+# that uses them (all seeds as one computation), so a wrong function shows up in the plots.
 
 # %%
 import matplotlib.pyplot as plt
@@ -469,15 +469,18 @@ assert torch.allclose(_out, torch.tensor([-1.0])), f"log pi - log pi_ref = +2 wi
 #
 # Three runs from the SFT checkpoint, 16 prompts with 8 samples each per step, learning rate
 # 5e-4, 300 steps: the proxy reward without a KL penalty, with $\beta = 0.05$ and, for
-# comparison, the gold (exact-match) reward. Each run trains five seeds (0 to 4) together, with
-# **your** `kl_penalized_rewards` shaping the rewards; the three take about a minute on a quiet
-# laptop. The thick line is the mean over the seeds, the band runs from the lowest to the highest
-# seed and the thin lines are the single seeds. Below the plot, a check compares your
-# $\beta = 0.05$ run with the course's reference code on seed 0: same seed, same samples, so a
-# correct function gives the same shaped rewards.
+# comparison, the gold (exact-match) reward. The $\beta = 0.05$ run trains five seeds (0 to 4)
+# together with **your** `kl_penalized_rewards` shaping the rewards (about 30 seconds on a quiet
+# laptop). The other two runs have $\beta = 0$: no penalty to compute, so none of your functions
+# takes part, and the plot takes them from the stored runs of the same code and seeds (training
+# them again would give the same numbers). The thick line is the mean over the seeds, the band
+# runs from the lowest to the highest seed and the thin lines are the single seeds. Under the cell,
+# a check compares your $\beta = 0.05$ run with the course's reference code on seed 0: same seed,
+# same samples, so a correct function gives the same shaped rewards.
 
 # %% tags=["nbval-mask-numbers"]
-hack_runs = lab19.part2_runs(kl_penalized_rewards, seeds=SEEDS, steps=STEPS)  # {"0", "0.05", "gold"}: a run per seed
+# {"0", "0.05", "gold"}: a run per seed; beta = 0.05 trains on your function, the beta = 0 runs are stored
+hack_runs = lab19.part2_runs(kl_penalized_rewards, seeds=SEEDS, steps=STEPS, stored=REFERENCE)
 _ok = lab19.check_part2(hack_runs, REFERENCE)
 
 # %% tags=["nbval-mask-numbers"]
@@ -508,7 +511,7 @@ print(lab19.expected_report(lab19.part2_values({"hacking_seeds": hack_runs})))
 # learns addition instead and ends within 0.1 of the gold-reward run of the same seed.
 #
 # The slider shows a finer sweep, $\beta \in \{0, 0.01, 0.02, 0.05\}$, every seed: stored runs of
-# the course's reference code (the same settings; your runs above are the ones for 0 and 0.05).
+# the course's reference code (the same settings; the plot above draws the same beta = 0 runs).
 # Below which $\beta$ is the penalty too weak to hold the policy back, and is the answer the same
 # for every seed?
 
@@ -822,7 +825,7 @@ if RUN:
 # %%
 RUN = False  # 3. std-normalised advantages: compare the step where accuracy peaks with the mean-baseline run
 if RUN:
-    print("mean baseline (your run above, seed 0):", lab19.hack_summary(hack_runs["0"][0])["peak_step"])
+    print("mean baseline (the run above, seed 0):", lab19.hack_summary(hack_runs["0"][0])["peak_step"])
     hack_verdict(lab19.hacking_run(0.0, advantage="std"))
 # BEGIN MARK SCHEME
 # What the reference code shows: on seed 0 a little sooner, accuracy peaks at step 29 instead of

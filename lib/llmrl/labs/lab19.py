@@ -302,13 +302,26 @@ CHECK_STEPS = 30
 
 
 def part2_runs(kl_reward_fn: Callable | None = None, seeds=REFERENCE_SEEDS, steps: int | None = None,
-               progress: bool = False) -> dict:
+               progress: bool = False, stored: dict | None = None) -> dict:
     """Part 2's three runs (:data:`PART2_ARMS`) with ``kl_reward_fn`` (the student's
-    ``kl_penalized_rewards``; None: the trainer's) shaping the rewards: {key: one History per seed},
-    every run's seeds trained as one computation; ``steps`` None is the full length."""
+    ``kl_penalized_rewards``; None: the trainer's) shaping the rewards: {key: one run per seed},
+    every run's seeds trained as one computation; ``steps`` None is the full length.
+
+    ``stored`` (:func:`load_reference`'s dict): the arms with beta = 0 (no KL, gold) call no
+    penalty, so no function of the student's; they are taken from the stored runs of the same code
+    and seeds (series dicts, cut to ``steps``) instead of being trained again. Only seeds the
+    stored runs hold can be taken; others are trained."""
     over = {} if steps is None else {"steps": steps}
-    return {key: hacking_run(beta, reward=reward, kl_reward_fn=kl_reward_fn, seeds=list(seeds), progress=progress,
-                             **over) for key, (beta, reward) in PART2_ARMS.items()}
+    out = {}
+    for key, (beta, reward) in PART2_ARMS.items():
+        held = (stored or {}).get("hacking_seeds", {}).get(key)
+        if beta == 0 and held is not None and set(seeds) <= set(stored["seeds"]):
+            n = steps or HACK_SETTINGS["steps"]
+            out[key] = [{k: v[:n] for k, v in held[stored["seeds"].index(s)].items()} for s in seeds]
+            continue
+        out[key] = hacking_run(beta, reward=reward, kl_reward_fn=kl_reward_fn, seeds=list(seeds), progress=progress,
+                               **over)
+    return out
 
 
 def part3_runs(policy_loss_fn: Callable | None = None, seeds=REFERENCE_SEEDS, steps: int | None = None,
