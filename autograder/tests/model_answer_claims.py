@@ -204,13 +204,19 @@ LAB11: list[Claim] = []
 LAB19: list[Claim] = []
 
 # lab21 tasks: owned by the lab21 notebooks' author.
-def _p0(out: str) -> dict[str, list[tuple[float, float]]]:
-    """arm -> [(start, end) of pass@1, pass@8, KL] from Project 0's summary table (seed means)."""
+def _summary_rows(out: str, arms: str) -> dict[str, list[tuple[float, float]]]:
+    """arm -> [(start, end) per metric] from a lab21.summary_table printout; ``arms``: a regex of arm names."""
     t = {}
     for line in out.splitlines():
-        m = re.match(r"(opd-full|sft-teacher|opd-sampled|rl)\s+(\d.*)$", line)
+        m = re.match(rf"({arms})\s+(\d.*)$", line)
         if m:
             t[m.group(1)] = [(float(a), float(b)) for a, b in re.findall(rf"({FLOAT})\s*->\s*({FLOAT})", m.group(2))]
+    return t
+
+
+def _p0(out: str) -> dict[str, list[tuple[float, float]]]:
+    """arm -> [(start, end) of pass@1, pass@8, KL] from Project 0's summary table (seed means)."""
+    t = _summary_rows(out, r"opd-full|sft-teacher|opd-sampled|rl")
     assert set(t) == {"opd-full", "sft-teacher", "opd-sampled", "rl"}, "no Project 0 summary table"
     return t
 
@@ -247,11 +253,7 @@ LAB21_TASKS: list[Claim] = [
 
 def _p2(out: str) -> dict[str, list[tuple[float, float]]]:
     """arm -> [(start, end) of gold pass@1, proxy reward, padded share] from Project 2's summary table."""
-    t = {}
-    for line in out.splitlines():
-        m = re.match(r"(binary|partial|stylish_w[\d.]+)\s+(\d.*)$", line)
-        if m:
-            t[m.group(1)] = [(float(a), float(b)) for a, b in re.findall(rf"({FLOAT})\s*->\s*({FLOAT})", m.group(2))]
+    t = _summary_rows(out, r"binary|partial|stylish_w[\d.]+")
     assert "binary" in t and "stylish_w1" in t, "no Project 2 summary table with the w = 1 arm"
     return t
 
