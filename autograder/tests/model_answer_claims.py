@@ -476,19 +476,96 @@ LAB19: list[Claim] = [
 ]
 
 # lab21 tasks: owned by the lab21 notebooks' author.
-LAB21_TASKS: list[Claim] = []
+def _summary_rows(out: str, arms: str) -> dict[str, list[tuple[float, float]]]:
+    """arm -> [(start, end) per metric] from a lab21.summary_table printout; ``arms``: a regex of arm names."""
+    t = {}
+    for line in out.splitlines():
+        m = re.match(rf"({arms})\s+(\d.*)$", line)
+        if m:
+            t[m.group(1)] = [(float(a), float(b)) for a, b in re.findall(rf"({FLOAT})\s*->\s*({FLOAT})", m.group(2))]
+    return t
+
+
+def _p0(out: str) -> dict[str, list[tuple[float, float]]]:
+    """arm -> [(start, end) of pass@1, pass@8, KL] from Project 0's summary table (seed means)."""
+    t = _summary_rows(out, r"opd-full|sft-teacher|opd-sampled|rl")
+    assert set(t) == {"opd-full", "sft-teacher", "opd-sampled", "rl"}, "no Project 0 summary table"
+    return t
+
+
+def _p0_dense_beats_sparse(out: str) -> Optional[str]:
+    t = _p0(out)
+    # both dense arms end above rl on pass@1 (column 0) and below it on the KL (column 2), seed means
+    bad = [a for a in ("opd-full", "sft-teacher") if not (t[a][0][1] > t["rl"][0][1] and t[a][2][1] < t["rl"][2][1])]
+    return f"{bad} do not end above rl on pass@1 and below it on KL" if bad else None
+
+
+def _p0_full_beats_sampled(out: str) -> Optional[str]:
+    t = _p0(out)
+    return None if t["opd-full"][0][1] > t["opd-sampled"][0][1] else "opd-full does not end above opd-sampled"
+
+
+def _p0_full_ahead_every_seed(out: str) -> Optional[str]:
+    d = value(out, r"opd-full minus opd-sampled, final pass@1")
+    m = re.search(r"seeds where opd-full is ahead: (\d+) of (\d+)", out)
+    assert m, "no count of seeds where opd-full is ahead"
+    return None if d > 0 and m.group(1) == m.group(2) else f"difference {d}, ahead on {m.group(1)} of {m.group(2)}"
+
+
+LAB21_TASKS: list[Claim] = [
+    # Project 0 rests on its summary table and the difference lines below it (the cell after project0(...)).
+    Claim("lab21/tasks", r"Dense signals beat the sparse one", r"published start: pass@1", _p0_dense_beats_sparse),
+    Claim("lab21/tasks", r"The exact KL beats its one-sample estimate", r"published start: pass@1", _p0_full_beats_sampled),
+    Claim("lab21/tasks", r"ends 0\.083 ahead on average, ahead on 3 of 3 seeds", r"seeds where opd-full is ahead",
+          _p0_full_ahead_every_seed),
+    Claim("lab21/tasks", r"seldom reaches a state the teacher never wrote", unchecked="a property of the task (answers "
+          "of 2 to 4 tokens), not a result of a run"),
+]
+
+
+def _p2(out: str) -> dict[str, list[tuple[float, float]]]:
+    """arm -> [(start, end) of gold pass@1, proxy reward, padded share] from Project 2's summary table."""
+    t = _summary_rows(out, r"binary|partial|stylish_w[\d.]+")
+    assert "binary" in t and "stylish_w1" in t, "no Project 2 summary table with the w = 1 arm"
+    return t
+
+
+def _p2_w1_hacked(out: str) -> Optional[str]:
+    pad = _p2(out)["stylish_w1"][2][1]
+    # "the hack already wins": most small sums padded (above 0.9, where the published w = 1 run had 0.08)
+    return None if pad > 0.9 else f"stylish w = 1 pads only {pad:.3f} of small sums"
+
+
+def _p2_partial_no_faster(out: str) -> Optional[str]:
+    t = _p2(out)
+    # "no faster": partial credit's final gold accuracy not above binary's by more than 0.05 (reproduce's bound)
+    gap = t["partial"][0][1] - t["binary"][0][1]
+    return None if gap <= 0.05 else f"partial ends {gap:.3f} above binary"
+
+
+def _p5_crosses(out: str) -> Optional[str]:
+    m = re.search(r"the curves cross at k = \[([^\]]*)\]", out)
+    assert m, "no crossing k printout"
+    ks = [k.strip() for k in m.group(1).split(",")]
+    bad = _p5_sharpens(out)
+    return bad or (None if "None" not in ks else f"the curves do not cross on every seed: {ks}")
+
+
+def _p5_lower_than_published(out: str) -> Optional[str]:
+    m = re.search(rf"in distribution: pass@1 {FLOAT} -> ({FLOAT}) \(published {FLOAT} -> ({FLOAT})\)", out)
+    assert m, "no Project 5 pass@1 printout with the published value"
+    return None if float(m.group(1)) < float(m.group(2)) else f"pass@1 ends at {m.group(1)}, published {m.group(2)}"
+
 
 LAB21_PROJECTS: list[Claim] = [
-    # lab21 Project 3 rests on its summary table and usage shares (the cell after project3(...)).
-    Claim("lab21/projects", r"Learnability puts almost nothing on 3d\+1d", r"share of samples", _p3_little_on_3d1d),
-    Claim("lab21/projects", r"matches or beats uniform on the 2-digit buckets", r"share of samples", _p3_matches_uniform),
-    Claim("lab21/projects", r"1d\+1d stays unsolved with groups of 8", r"share of samples", _p3_1d1d_unsolved),
-    # ... and on a printed run with rare_group=4 (its own line: 'rare_group=4 ... 1d+1d a -> b').
-    Claim("lab21/projects", r"improves with groups of 32", r"rare_group=4[^\n]*1d\+1d", _p3_rare_group_improves),
-    # lab21 Project 5 rests on its pass@k printout (the cell after project5(...)).
-    Claim("lab21/projects", r"pass@1 rises a lot, pass@64 barely moves or falls", r"in distribution: pass@1",
-          _p5_sharpens),
-    Claim("lab21/projects", r"3d\+1d stays near zero at every k", r"3d\+1d: pass@64", _p5_3d1d_near_zero),
+    # Project 2 rests on its summary table (the cell after project2(...)).
+    Claim("lab21/projects", r"in our runs the hack already wins there", r"stylish_w1\s+\d", _p2_w1_hacked),
+    Claim("lab21/projects", r"Partial credit ends at 0\.438 against binary's 0\.450: no faster", r"stylish_w1\s+\d",
+          _p2_partial_no_faster),
+    # Project 5 rests on its pass@k printout (the cell after project5(...)).
+    Claim("lab21/projects", r"the curves cross at k = 27, 21 and 12", r"the curves cross at k", _p5_crosses),
+    Claim("lab21/projects", r"pass@1 ends lower than the published 0\.67", r"in distribution: pass@1",
+          _p5_lower_than_published),
 ]
 
 CLAIMS: list[Claim] = HW4 + LAB11 + LAB19 + LAB21_TASKS + LAB21_PROJECTS

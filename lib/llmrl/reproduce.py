@@ -127,6 +127,8 @@ ACC_ABOUT = ("accuracies stated to two figures as 'about' or a single seed's val
 ACC_SEED = ("a single seed's published value of a short RL run: ±0.07 covers the seed-to-seed spread "
             "of such runs (about 0.03-0.05) and the evaluation noise")
 KL_ABOUT = "a single seed's KL: ±15% of the published value covers seed spread and rounding"
+SLOWER_P0 = ("the published numbers come from another TinyLM; ours learns more slowly at the published learning "
+             "rate (3e-4, not calibrated since it is published) and budget")
 ENT_ABOUT = "a single seed's entropy to two or three figures: ±0.03 nats/token covers seed spread"
 
 
@@ -378,12 +380,11 @@ def _claims() -> list[Claim]:
                         ("rl", 0.54, 1.07)):
         add(f"lab21.p0-{arm}-pass1", "lab21", f"Project 0, arm {arm}: pass@1 after 200 steps.", f"{p1:.2f}", P0,
             (lambda a: lambda r: _ev(r["lab21/project0"], a, "pass@1"))(arm), near(p1, 0.07, ACC_SEED),
-            known="the published numbers come from another TinyLM; ours learns more slowly at the same "
-                  "learning rate and budget" if arm != "rl" else "the RL arm learns little from one bit per "
-                                                                  "response in 200 steps of this student")
+            known=SLOWER_P0 if arm != "rl" else "the RL arm learns little from one bit per response in 200 steps "
+                                                "of this student")
         add(f"lab21.p0-{arm}-kl", "lab21", f"Project 0, arm {arm}: KL to the teacher per token after 200 steps.",
             f"{kl:.2f}", P0, (lambda a: lambda r: _ev(r["lab21/project0"], a, "kl_to_teacher_exact_token_mean_nats"))(arm),
-            near(kl, 0.15 * kl, KL_ABOUT))
+            near(kl, 0.15 * kl, KL_ABOUT), known=SLOWER_P0)
     add("lab21.p0-dense-beats-sparse", "lab21", "Dense signals beat one bit per response: the worse of "
         "opd-full and sft-teacher minus rl, final pass@1.", "dense > sparse", P0,
         lambda r: min(_ev(r["lab21/project0"], a, "pass@1") for a in ("opd-full", "sft-teacher"))
@@ -396,15 +397,20 @@ def _claims() -> list[Claim]:
         lambda r: _ev(r["lab21/project0"], "opd-full", "pass@1") - _ev(r["lab21/project0"], "sft-teacher", "pass@1"),
         between(-0.05, 0.08, "published +0.03; 'not by more': within -0.05 to +0.08", about=False), qualitative=True)
     P1 = ("lab21/project1",)
+    slower = ("ours learns more slowly than the published TinyLM; lab21_calibration's search (student snapshot, "
+              "Projects 1-5's learning rate) found no setting that closes the gap without breaking other claims")
     add("lab21.p1-start-entropy", "lab21", "Project 1: entropy before training, nats per token.", "0.54", P1,
         lambda r: _ev(r["lab21/project1"], "symmetric", "entropy_token_mean_nats", 0), near(0.54, 0.03, ENT_ABOUT))
     add("lab21.p1-collapse", "lab21", "Entropy collapses in every arm (the highest final entropy over the three "
         "arms, nats).", "about 0.22-0.26", P1,
         lambda r: max(_ev(r["lab21/project1"], a, "entropy_token_mean_nats") for a in ("symmetric", "clip-higher", "no-clip")),
-        between(0.19, 0.29, "the published range widened by 0.03 (seed spread)"))
+        between(0.19, 0.29, "the published range widened by 0.03 (seed spread)"),
+        known="at the calibrated lr 6e-4 with 4 epochs the unclipped arm's policy breaks down (pass@1 near 0) "
+              "and its entropy stays high; the clipped arms end near 0.27")
     for arm, ent in (("symmetric", 0.222), ("clip-higher", 0.235)):
         add(f"lab21.p1-{arm}-entropy", "lab21", f"Project 1, {arm}: final entropy.", f"{ent:.3f}", P1,
-            (lambda a: lambda r: _ev(r["lab21/project1"], a, "entropy_token_mean_nats"))(arm), near(ent, 0.03, ENT_ABOUT))
+            (lambda a: lambda r: _ev(r["lab21/project1"], a, "entropy_token_mean_nats"))(arm), near(ent, 0.03, ENT_ABOUT),
+            known=slower)
     add("lab21.p1-no-clip-highest", "lab21", "No clip ends with the highest entropy (no-clip minus the larger of "
         "the two clipped arms).", "highest", P1, lambda r: _ev(r["lab21/project1"], "no-clip", "entropy_token_mean_nats")
         - max(_ev(r["lab21/project1"], a, "entropy_token_mean_nats") for a in ("symmetric", "clip-higher")),
@@ -413,9 +419,10 @@ def _claims() -> list[Claim]:
         "lowest", P1, lambda r: min(_ev(r["lab21/project1"], a, "pass@1") for a in ("symmetric", "clip-higher"))
         - _ev(r["lab21/project1"], "no-clip", "pass@1"), above(0.0, "a direction"), qualitative=True)
     add("lab21.p1-clipped-pass1", "lab21", "Project 1: final pass@1 of the symmetric arm.", "0.57", P1,
-        lambda r: _ev(r["lab21/project1"], "symmetric", "pass@1"), near(0.57, 0.07, ACC_SEED))
+        lambda r: _ev(r["lab21/project1"], "symmetric", "pass@1"), near(0.57, 0.07, ACC_SEED), known=slower)
     add("lab21.p1-no-clip-pass1", "lab21", "Project 1: final pass@1 without a clip.", "0.50", P1,
-        lambda r: _ev(r["lab21/project1"], "no-clip", "pass@1"), near(0.50, 0.07, ACC_SEED))
+        lambda r: _ev(r["lab21/project1"], "no-clip", "pass@1"), near(0.50, 0.07, ACC_SEED),
+        known="without a clip, 4 epochs per batch at the calibrated lr 6e-4 break the policy down (at 3e-4: 0.34)")
     add("lab21.p1-no-clear-effect", "lab21", "No clear clip-higher effect: clip-higher minus symmetric final "
         "entropy.", "inside seed noise", P1, lambda r: _ev(r["lab21/project1"], "clip-higher", "entropy_token_mean_nats")
         - _ev(r["lab21/project1"], "symmetric", "entropy_token_mean_nats"),
@@ -476,9 +483,9 @@ def _claims() -> list[Claim]:
              for b in ("2d+2d_nocarry", "2d+2d_carry", "2d+2d_ge100")])) for a in ("uniform", "learnability")),
         above(0.0, "a direction"), qualitative=True)
     add("lab21.p3-uniform-ge100", "lab21", "Uniform: sum >= 100 accuracy after 200 steps.", "0.50", P3,
-        b3("uniform", "2d+2d_ge100"), near(0.50, 0.07, ACC_SEED))
+        b3("uniform", "2d+2d_ge100"), near(0.50, 0.07, ACC_SEED), known=slower)
     add("lab21.p3-learnability-ge100", "lab21", "Learnability: sum >= 100 accuracy after 200 steps.", "0.62", P3,
-        b3("learnability", "2d+2d_ge100"), near(0.62, 0.07, ACC_SEED))
+        b3("learnability", "2d+2d_ge100"), near(0.62, 0.07, ACC_SEED), known=slower)
     add("lab21.p3-learnability-ahead", "lab21", "Learnability ends slightly ahead of uniform on sum >= 100 "
         "(difference).", "slightly ahead", P3, lambda r: _ev(r["lab21/project3"], "learnability", "sampled_accuracy_2d+2d_ge100")
         - _ev(r["lab21/project3"], "uniform", "sampled_accuracy_2d+2d_ge100"), above(0.0, "a direction"), qualitative=True)
@@ -509,7 +516,7 @@ def _claims() -> list[Claim]:
     add("lab21.p5-start-pass1", "lab21", "Project 5: pass@1 of the student before RL, in distribution.", "0.31", P5,
         lambda r: x5(r)["before"]["in_dist"][0], near(0.31, 0.05, ACC_ABOUT))
     add("lab21.p5-end-pass1", "lab21", "...after 300 steps of RL.", "0.67", P5, lambda r: x5(r)["after"]["in_dist"][0],
-        near(0.67, 0.07, ACC_SEED))
+        near(0.67, 0.07, ACC_SEED), known=slower)
     add("lab21.p5-start-pass64", "lab21", "pass@64 before RL.", "0.97", P5, lambda r: x5(r)["before"]["in_dist"][63],
         near(0.97, 0.03, "pass@64 near 1: ±0.03"))
     add("lab21.p5-end-pass64", "lab21", "pass@64 after RL.", "0.92", P5, lambda r: x5(r)["after"]["in_dist"][63],
@@ -839,9 +846,14 @@ def _exp_hw4_k3(seed: int) -> dict:
     return {"min": float(k3.min()), "rel_err": float(abs(k3.mean() - exact) / exact), "exact": exact}
 
 
-def _experiments() -> dict[str, Experiment]:
+def _experiments(lr: float | None = None) -> dict[str, Experiment]:
+    """The experiments; ``lr``: lab21 Projects 1-5's learning rate (default ``lab21.PROJECT_LR``; in the
+    settings, so that a new one recomputes them)."""
     from . import overopt
     from .labs.lab19 import CLIP_ARMS
+    from .labs.lab21 import PROJECT_LR
+
+    lr = PROJECT_LR if lr is None else lr
 
     xs = [
         Experiment("lab11/exact", "lab11", per_seed(_exp_lab11_exact), {"betas": [0.3, 1.0, 3.0], "gibbs_q": 1000},
@@ -863,12 +875,12 @@ def _experiments() -> dict[str, Experiment]:
         Experiment("lab21/models", "lab21", per_seed(_exp_lab21_models), {"n": 200}, ("student", "teacher"),
                    cheap=True),
         Experiment("lab21/project0", "lab21", _lab21_project("project0"), {"steps": 200}, ("student", "teacher"), cost_s=330),
-        Experiment("lab21/project1", "lab21", _lab21_project("project1"), {"steps": 150}, ("student",), cost_s=140),
+        Experiment("lab21/project1", "lab21", _lab21_project("project1"), {"steps": 150, "lr": lr}, ("student",), cost_s=140),
         Experiment("lab21/project2", "lab21", _lab21_project("project2", ("binary", "partial", "stylish_w2",
-                                                                          "stylish_w1")), {"steps": 200}, ("student",), cost_s=170),
-        Experiment("lab21/project3", "lab21", _lab21_project("project3"), {"steps": 200}, ("student",), cost_s=130),
-        Experiment("lab21/project4", "lab21", _lab21_project("project4"), {"steps": 200}, ("student",), cost_s=140),
-        Experiment("lab21/project5", "lab21", _lab21_project("project5"), {"steps": 300}, ("student",), cost_s=90),
+                                                                          "stylish_w1")), {"steps": 200, "lr": lr}, ("student",), cost_s=170),
+        Experiment("lab21/project3", "lab21", _lab21_project("project3"), {"steps": 200, "lr": lr}, ("student",), cost_s=130),
+        Experiment("lab21/project4", "lab21", _lab21_project("project4"), {"steps": 200, "lr": lr}, ("student",), cost_s=140),
+        Experiment("lab21/project5", "lab21", _lab21_project("project5"), {"steps": 300, "lr": lr}, ("student",), cost_s=90),
         Experiment("hw4/k3", "hw4", per_seed(_exp_hw4_k3), {"n": 200_000}, cheap=True),
         Experiment("hw4/format_copy", "hw4", per_seed(_hw4_runs("format_copy", 51)), {"steps": 51}, ("hw4-charlm",), cost_s=150),
         Experiment("hw4/math_toy", "hw4", per_seed(_hw4_runs("math_toy", None)), {"steps": "default"},

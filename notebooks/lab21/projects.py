@@ -14,8 +14,9 @@
 # # Lab 21, part 2: five open projects
 #
 # > **Before you start.** 20 points, graded by hand: one write-up of 4 points per project.
-# > Each project takes an afternoon: the starter cells run in a few minutes in all, and the
-# > research part (more seeds, an extension) takes 10 to 30 minutes of computer time per project.
+# > Each project takes an afternoon: the starter cells run in about three minutes in all (every
+# > project at its published budget, with seeds), and the research part (an extension, a larger
+# > evaluation) takes 10 to 30 minutes of computer time per project.
 # >
 # > | project | the question | points | about |
 # > |---|---|---|---|
@@ -33,10 +34,10 @@
 # > tests here; the cell above each write-up says what a grader looks for.
 #
 # Each section below poses a question from the 2025-26 literature, runs a **starter experiment** end
-# to end on TinyLM, and plots it. The starter is where the research begins, not where it ends:
-# one seed at a short budget cannot tell an effect from noise. For each project you
+# to end on TinyLM with several seeds, and plots every seed. The starter is where the research
+# begins, not where it ends. For each project you
 #
-# 1. run more seeds (at least 3) and decide whether the effect is real,
+# 1. decide from the seeds whether the effect is real (add seeds where the spread is too wide),
 # 2. try the suggested extension, or one of your own that needs new code,
 # 3. write it up in the graded cell at the end of the section (half a page).
 #
@@ -60,9 +61,15 @@
 # reference model stated, how were the evaluation samples drawn, could the test problems have
 # leaked into training, how many seeds, how much compute?
 #
-# The default budgets below are shorter than the published runs' so that the whole notebook runs
-# in a few minutes; the published numbers (printed beside yours) used the full budgets in
-# `lab21.PROJECTS`.
+# Every starter below runs at the published budget (`lab21.PROJECTS`) with three seeds per arm
+# (Project 1: five, seeds 0-4), two seeds at a time; the whole notebook takes about three minutes
+# on a quiet two-core machine. The published numbers, one seed each, are printed beside the mean
+# and spread of yours. Where our TinyLM cannot match one, the text next to it says so and why.
+#
+# **Learning rate.** The published setting gives Project 0's learning rate (3e-4) but none for
+# Projects 1-5. Ours, `lab21.PROJECT_LR` = 6e-4, was chosen by a recorded search over the student
+# snapshot and this learning rate (`docs/lab21-calibration.md` in the course repository): at 3e-4
+# our student learns more slowly than the published one, at 1e-3 some runs break down.
 
 # %%
 import matplotlib.pyplot as plt
@@ -76,9 +83,10 @@ from llmrl.utils import grading_mode, set_threads
 
 set_threads(1)
 EXPECTED = lab21.EXPECTED
-SEEDS = [0]          # the research part: [0, 1, 2] or more
-WORKERS = 1          # parallel processes for several seeds (one thread each)
-SHORT = grading_mode()  # the autograder only needs the cells to run
+SHORT = grading_mode()  # the autograder only needs the cells to run: 3 steps of one seed
+SEEDS = [0] if SHORT else [0, 1, 2]            # seeds per arm (Projects 2-5)
+P1_SEEDS = [0] if SHORT else [0, 1, 2, 3, 4]   # Project 1 asks for seeds 0-4
+WORKERS = 1 if SHORT else 2  # parallel processes (one thread each)
 ART = "artifacts/lab21"
 
 # %% [markdown]
@@ -96,16 +104,23 @@ ART = "artifacts/lab21"
 # bound switches off.
 
 # %% tags=["nbval-ignore-output"]
-P1_STEPS = 3 if SHORT else 100
-p1 = lab21.project1(steps=P1_STEPS, seeds=SEEDS, workers=WORKERS, eval_prompts=20 if SHORT else 100)
+P1_STEPS = 3 if SHORT else 150
+P1_EVAL = 20 if SHORT else 100
+p1 = lab21.project1(steps=P1_STEPS, seeds=P1_SEEDS, workers=WORKERS, eval_prompts=P1_EVAL)
 
 # %% tags=["nbval-mask-numbers"]
+print(lab21.describe_setup(p1, problems=P1_EVAL, samples=16))
 print(lab21.summary_table(p1, ["entropy_token_mean_nats", "pass@1", "pass@16"], EXPECTED["project1"]))
-print(f"published: entropy starts at {EXPECTED['project1']['start']['entropy_token_mean_nats']} nats/token (150 steps)")
+print(f"published: entropy starts at {EXPECTED['project1']['start']['entropy_token_mean_nats']} nats/token")
+_ent = {arm: [r["evals"]["entropy_token_mean_nats"][-1] for r in runs] for arm, runs in p1.items()}
+print("final entropy, mean ± std over seeds:", "; ".join(f"{a} {lab21.seed_spread(v)}" for a, v in _ent.items()))
+print(f"clip-higher minus symmetric, final entropy: {lab21.seed_spread(np.subtract(_ent['clip-higher'], _ent['symmetric']))}")
 for arm, runs in p1.items():
-    c = runs[0]["curve"]
-    print(f"{arm:<12} mean clip fraction: upper bound {np.nanmean(np.array(c['clip_fraction_high'], float)):.4f}, "
-          f"lower bound {np.nanmean(np.array(c['clip_fraction_low'], float)):.4f}")
+    hi = [np.nanmean(np.array(r["curve"]["clip_fraction_high"], float)) for r in runs]
+    lo = [np.nanmean(np.array(r["curve"]["clip_fraction_low"], float)) for r in runs]
+    pos = [np.nanmean(np.array(r["curve"]["clip_high_of_positive"], float)) for r in runs]
+    print(f"{arm:<12} share of tokens clipped: upper bound {lab21.seed_spread(hi, '{:.4f}')}, lower bound "
+          f"{lab21.seed_spread(lo, '{:.4f}')}; positive-advantage tokens the upper bound stops {lab21.seed_spread(pos, '{:.4f}')}")
 
 # %%
 fig, axes = plt.subplots(1, 4, figsize=(18, 3.8))
@@ -119,8 +134,13 @@ plotting.save(fig, f"{ART}/project1_clip_higher.png")
 plt.show()
 
 # %% [markdown]
-# **Your job.** Run seeds 0-4 per arm and report the final entropy as mean and spread. Then make the
-# upper bound matter: `lab21.project1(epochs=8, eps_high=0.4, ...)`. Look at
+# **Against the published run.** Entropy collapses here too, but less far in 150 steps: the clipped
+# arms end near 0.27 nats per token against the published 0.22-0.24, and their pass@1 stays below
+# the published 0.57. Without a clip our runs break down (pass@1 near zero, published 0.50): four
+# epochs of unclipped updates at lr 6e-4 move the policy too far (at 3e-4 that arm ends near 0.34).
+#
+# **Your job.** The starter ran seeds 0-4 per arm: report the final entropy as mean and spread. Then
+# make the upper bound matter: `lab21.project1(epochs=8, eps_high=0.4, ...)`. Look at
 # `clip_high_of_positive` in the curves (the share of positive-advantage tokens the upper bound
 # switches off): if it is near zero, clip-higher cannot change anything, and a null result says
 # more about the setup than about the method. **What you should find:** entropy falls in every arm
@@ -153,16 +173,23 @@ plt.show()
 # **Hypothesis.** Raising only the upper clip bound keeps per-token entropy higher than the symmetric
 # clip and improves pass@16.
 #
-# **Setup.** Student checkpoint, 2-digit prompts, 16 prompts x 8 samples, lr 3e-4, 4 epochs, no KL,
-# mean-baseline advantages; evaluation on 100 fixed problems x 16 samples at T = 1; seeds 0-4.
+# **Setup.** The shipped student, 2-digit prompts, 16 prompts x 8 samples per step for 150 steps,
+# AdamW lr 6e-4, 4 epochs per batch, no KL term; evaluation on 100 fixed problems x 16 samples at
+# T = 1; seeds 0-4 for each of the three arms (the setup line above).
 #
-# **Plot.** Entropy against step, one band per arm over 5 seeds; upper-bound clip fraction beside it.
+# **Plot.** Entropy of the training batches against step, one band per arm with every seed drawn;
+# pass@1, pass@16 and the share of tokens the upper bound clips beside it.
 #
-# **Result.** Entropy collapses in every arm and clip-higher ends within seed noise of the symmetric
-# clip, because the upper bound switches off only a small share of positive-advantage tokens.
+# **Result.** In every arm the entropy ends below where it started (the table's start -> end
+# column), and clip-higher's final entropy is within the spread of seeds of the symmetric clip's (the
+# printed difference and its spread): on this problem there is no clear clip-higher effect. The upper
+# bound stops only a small share of the positive-advantage tokens (the printed shares), so it had
+# little to act on. Without a clip, 4 epochs at this learning rate break the policy: its pass@1
+# ends near zero.
 #
 # **Confounders.** Tiny vocabulary and 2-4-token answers; one learning rate; the number of epochs
-# sets how far the ratio moves; the evaluation set is 100 problems.
+# sets how far the ratio moves; the evaluation set is 100 problems. Extension to report: the run
+# with `epochs=8, eps_high=0.4`, and whether the upper bound then binds.
 
 # %% [markdown]
 # ## Project 2: rubric rewards and their exploits
@@ -174,17 +201,24 @@ plt.show()
 # 2. A "stylish" rubric pays 1 for the exact answer plus $w$ for *looking thorough* (3 or more
 #    digits), which is not the goal. At what weight does the policy start padding answers?
 #
-# **Starter.** Binary, partial credit and stylish with $w = 2$, 200 steps each. Measured: gold
-# accuracy (exact match, pass@1 at T = 1), the proxy reward being trained on, and the share of
-# answers with 3+ digits among problems whose sum is below 100 ("padded small sums").
+# **Starter.** Binary, partial credit, and stylish with $w = 2$ and with $w = 1$, 200 steps each.
+# Measured: gold accuracy (exact match, pass@1 at T = 1), the proxy reward being trained on, and
+# the share of answers with 3+ digits among problems whose sum is below 100 ("padded small sums").
+#
+# Our rubrics are not scaled like the published ones: a stylish answer can earn 1 + w, so the
+# proxy reward of the stylish arms runs above 1 (about 2.3 at w = 2 where the published run shows
+# 0.61), and partial credit gives a wrong answer more than the published rubric did. Compare the
+# proxy column within one run, not with the published numbers.
 
 # %% tags=["nbval-ignore-output"]
 P2_STEPS = 3 if SHORT else 200
-p2 = lab21.project2(steps=P2_STEPS, seeds=SEEDS, workers=WORKERS, eval_prompts=20 if SHORT else 100)
+P2_EVAL = 20 if SHORT else 100
+p2 = lab21.project2(steps=P2_STEPS, seeds=SEEDS, workers=WORKERS, eval_prompts=P2_EVAL,
+                    arms=["binary", "partial", "stylish_w2", "stylish_w1"])
 
 # %% tags=["nbval-mask-numbers"]
+print(lab21.describe_setup(p2, problems=P2_EVAL, samples=8))
 print(lab21.summary_table(p2, ["gold_pass@1", "proxy_reward_mean", "pad_share_small_sums"], EXPECTED["project2"]))
-print("published, stylish w = 1:", EXPECTED["project2"]["stylish_w1"])
 
 # %%
 fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
@@ -197,6 +231,12 @@ plotting.save(fig, f"{ART}/project2_rubric.png")
 plt.show()
 
 # %% [markdown]
+# **Against the published run.** With w = 1 our runs pad almost every small sum (published 0.08)
+# and gold accuracy stays near its start (published 0.50): our student's accuracy on small sums is
+# well below 1, so padding pays at w = 1 already (the rule below), and our runs find the hack within
+# 200 steps. Binary and partial credit end near 0.45 against the published 0.55: our student learns
+# more slowly.
+#
 # **Back of the envelope.** On the 2-digit problems, an honest answer to a sum $\ge 100$ has 3
 # digits anyway, so padding changes only the answers to small sums: there it trades the exact-answer
 # credit (earned with probability $p$, the current accuracy on small sums) for $w$. Padding pays in
@@ -253,16 +293,22 @@ if PITFALL is not None:
 # **Hypothesis.** A style item worth about as much as correctness gets exploited, and a pitfall item
 # aimed at the exploit removes it without hurting accuracy.
 #
-# **Setup.** Same trainer and student as Project 1 (1 epoch); stylish rubric with w in
-# {1, 1.25, 1.5, 2}, 3 seeds each; pitfall = -2 when the response has 3+ digits and the true sum has 2.
+# **Setup.** The trainer and student of Project 1 with 1 epoch per batch, 200 steps of 16 prompts x
+# 8 samples, AdamW lr 6e-4; binary, partial-credit and stylish rubrics (w = 2 and w = 1); gold
+# accuracy on 100 fixed problems x 8 samples at T = 1; seeds 0, 1, 2 (the setup line above).
 #
-# **Plot.** Final padded share of small sums and gold accuracy against w, with seeds as dots.
+# **Plot.** Gold accuracy, the proxy reward and the padded share of small sums against step, every
+# seed drawn.
 #
-# **Result.** Padding takes over between w = 1 and w = 2 and the pitfall item brings it back to the
-# binary baseline's level at no cost in gold accuracy.
+# **Result.** Both stylish rubrics are hacked: the padded share of small sums ends at 1.000 for
+# w = 2 and 0.999 for w = 1, while gold accuracy ends at 0.248 and 0.271 from 0.261 at the start.
+# The published run padded only 0.08 at w = 1; in our runs the hack already wins there, as the
+# break-even rule (padding pays once w is above the accuracy on small sums) predicts for any
+# accuracy short of perfect. Partial credit ends at 0.438 against binary's 0.450: no faster.
 #
 # **Confounders.** The threshold depends on how fast accuracy grows (the break-even moves with p);
-# the pitfall uses the true answer, which a real grader may not have.
+# the pitfall uses the true answer, which a real grader may not have. Extension to report: w = 1.25
+# and 1.5, and the pitfall arm's padded share against binary's.
 
 # %% [markdown]
 # ## Project 3: a proposer at the learner's frontier
@@ -279,15 +325,24 @@ if PITFALL is not None:
 # on each bucket.
 
 # %% tags=["nbval-ignore-output"]
-P3_STEPS = 3 if SHORT else 150
-p3 = lab21.project3(steps=P3_STEPS, seeds=SEEDS, workers=WORKERS, eval_per_bucket=20 if SHORT else 100)
+P3_STEPS = 3 if SHORT else 200
+P3_EVAL = 20 if SHORT else 100
+p3 = lab21.project3(steps=P3_STEPS, seeds=SEEDS, workers=WORKERS, eval_per_bucket=P3_EVAL)
 
 # %% tags=["nbval-mask-numbers"]
+print(lab21.describe_setup(p3, problems_per_bucket=P3_EVAL, samples=1))
 print(lab21.summary_table(p3, [f"sampled_accuracy_{b}" for b in ("1d+1d", "2d+2d_ge100", "3d+1d")], EXPECTED["project3"]))
 for arm, runs in p3.items():
-    u = runs[0]["extra"]["total_usage"]
-    print(f"{arm:<13} share of samples: " + ", ".join(f"{b} {u['usage_' + b]:.2f}" for b in BUCKETS)
-          + f"   (published 3d+1d: {EXPECTED['project3'].get(arm, {}).get('usage_3d+1d', '-')})")
+    u = {b: np.mean([r["extra"]["total_usage"]["usage_" + b] for r in runs]) for b in BUCKETS}
+    print(f"{arm:<13} share of samples: " + ", ".join(f"{b} {u[b]:.2f}" for b in BUCKETS)
+          + f"   (mean over seeds; published 3d+1d: {EXPECTED['project3'].get(arm, {}).get('usage_3d+1d', '-')})")
+_2d = ("2d+2d_nocarry", "2d+2d_carry", "2d+2d_ge100")
+for arm, runs in p3.items():
+    gain = [np.mean([r["evals"][f"sampled_accuracy_{b}"][-1] - r["evals"][f"sampled_accuracy_{b}"][0] for b in _2d])
+            for r in runs]
+    top = [r["evals"]["sampled_accuracy_1d+1d"][-1] for r in runs]
+    print(f"{arm:<13} mean gain on the 2-digit buckets {lab21.seed_spread(gain)}; final 1d+1d {lab21.seed_spread(top)}; "
+          f"largest final 1d+1d of a seed {max(top):.3f}")
 
 # %%
 fig, axes = plt.subplots(1, 4, figsize=(19, 3.8))
@@ -297,17 +352,23 @@ ax = axes[3]
 for i, b in enumerate(BUCKETS):
     for j, arm in enumerate(p3):
         vals = [r["evals"][f"sampled_accuracy_{b}"][-1] for r in p3[arm]]
-        ax.bar(i + (j - 1) * 0.27, np.mean(vals), width=0.27, color=f"C{j}", label=arm if i == 0 else None)
+        x = i + (j - 1) * 0.27
+        ax.bar(x, np.mean(vals), width=0.27, color=f"C{j}", alpha=0.7, label=arm if i == 0 else None)
+        ax.scatter(np.full(len(vals), x), vals, color="k", s=8, zorder=3)  # one dot per seed
 ax.set_xticks(range(len(BUCKETS)), BUCKETS, rotation=20, fontsize=8)
-ax.set_ylabel("final accuracy (T = 1)")
+ax.set_ylabel("final accuracy (T = 1), dots: seeds")
 ax.legend(fontsize=8)
 fig.tight_layout()
 plotting.save(fig, f"{ART}/project3_learnability.png")
 plt.show()
 
 # %% [markdown]
-# **Your job.** Run 3 seeds and plot usage over time for each. Then give the rare bucket bigger
-# groups: `lab21.project3(rare_group=4)` serves each 1d+1d problem as 4 adjacent prompts whose
+# **Against the published run.** Learnability ends ahead of uniform on sum >= 100, as published, but
+# both lower (about 0.37 and 0.27 against 0.62 and 0.50): our student learns more slowly at this
+# budget.
+#
+# **Your job.** The usage plots above average the seeds; plot each seed's usage over time too. Then
+# give the rare bucket bigger groups: `lab21.project3(rare_group=4)` serves each 1d+1d problem as 4 adjacent prompts whose
 # 32 samples form one group, so a group with at least one success becomes likely (the "more
 # rollouts" argument). The hardest extension is real self-play: let the model propose "a+b="
 # problems itself and reward the proposals with learnability. **What you should find:** the share
@@ -340,16 +401,21 @@ plt.show()
 # **Hypothesis.** A learnability bandit spends little on unsolvable problems and improves the
 # buckets at the frontier faster than uniform sampling; target-only training learns nothing.
 #
-# **Setup.** Student checkpoint, 16 prompts x 8 samples, mean-baseline advantages over each served
-# group, bandit temperature 0.1 and EMA 0.1; per-bucket accuracy on 100 fixed problems; 3 seeds.
+# **Setup.** The shipped student, 200 steps of 16 prompts x 8 samples, AdamW lr 6e-4,
+# mean-baseline advantages over each served group, bandit temperature 0.1 and EMA 0.1; per-bucket
+# accuracy on 100 fixed problems at T = 1; seeds 0, 1, 2 (the setup line above).
 #
-# **Plot.** Stacked bucket usage against step per arm; final per-bucket accuracy with seeds as dots.
+# **Plot.** Bucket usage against step per arm (mean over seeds); final per-bucket accuracy, seeds as
+# dots.
 #
-# **Result.** Learnability puts almost nothing on 3d+1d and matches or beats uniform on the 2-digit
-# buckets, while 1d+1d stays unsolved with groups of 8 and improves with groups of 32.
+# **Result.** Learnability spends 0.01 of its samples on 3d+1d against uniform's 0.20, and its mean
+# gain on the 2-digit buckets is 0.081 against uniform's 0.046; on sum >= 100 it ends at 0.370
+# against 0.270. Target-only leaves 3d+1d at 0.000. 1d+1d ends at 0.000 with learnability and at
+# 0.017 with uniform (one seed at 0.050): neither fixes it with groups of 8.
 #
 # **Confounders.** The bandit's temperature and start values; bucket sizes differ; the 2-digit
-# buckets share skills, so improvements transfer between them.
+# buckets share skills, so improvements transfer between them. Extension to report: the run with
+# `rare_group=4` (32-sample groups for 1d+1d).
 
 # %% [markdown]
 # ## Project 4: MaxRL vs the mean baseline vs GRPO's std
@@ -364,15 +430,20 @@ plt.show()
 # 100 problems) as error bars.
 
 # %% tags=["nbval-ignore-output"]
-P4_STEPS = 3 if SHORT else 150
-p4 = lab21.project4(steps=P4_STEPS, seeds=SEEDS, workers=WORKERS, eval_prompts=20 if SHORT else 100)
+P4_STEPS = 3 if SHORT else 200
+P4_EVAL = 20 if SHORT else 100
+p4 = lab21.project4(steps=P4_STEPS, seeds=SEEDS, workers=WORKERS, eval_prompts=P4_EVAL)
 
 # %% tags=["nbval-mask-numbers"]
+print(lab21.describe_setup(p4, problems=P4_EVAL, samples=16))
 print(lab21.summary_table(p4, ["pass@1", "pass@16"], EXPECTED["project4"]))
 for arm, runs in p4.items():
-    ev = runs[0]["evals"]
-    print(f"{arm:<6} evaluation noise (standard error over problems): pass@1 ± {ev['pass@1_se'][-1]:.3f}, "
-          f"pass@16 ± {ev['pass@16_se'][-1]:.3f}")
+    se1 = np.mean([r["evals"]["pass@1_se"][-1] for r in runs])
+    se16 = np.mean([r["evals"]["pass@16_se"][-1] for r in runs])
+    print(f"{arm:<6} evaluation noise (standard error over problems, mean over seeds): pass@1 ± {se1:.3f}, "
+          f"pass@16 ± {se16:.3f}")
+_d16 = np.subtract([r["evals"]["pass@16"][-1] for r in p4["maxrl"]], [r["evals"]["pass@16"][-1] for r in p4["mean"]])
+print(f"maxrl minus mean, final pass@16: {lab21.seed_spread(_d16)}")
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
@@ -383,7 +454,11 @@ plotting.save(fig, f"{ART}/project4_maxrl.png")
 plt.show()
 
 # %% [markdown]
-# **Your job.** Shrink the evaluation noise (`eval_prompts=400`), run 3 seeds, and start from a
+# **Against the published run.** Our student's pass@16 starts at 0.93, above where the published
+# runs ended, and ends near 1 on 100 problems: the published pass@16 (0.88-0.91) cannot be matched
+# here, and a pass@16 gap has little room to appear. pass@1 ends near 0.45 against 0.51-0.55.
+#
+# **Your job.** Shrink the evaluation noise (`eval_prompts=400`, seeds 0-2 as above), and start from a
 # weaker student where more prompts have small $p$: `student={"greedy_at_least": 0.4}` takes an
 # earlier snapshot of the SFT run. Does MaxRL's lead at pass@16 grow? **What you should find:** with
 # 400 problems the error bars shrink by half; decide whether the gaps between the arms are still
@@ -415,16 +490,20 @@ plt.show()
 # **Hypothesis.** MaxRL's 1/p weighting improves pass@16 more than the mean and std baselines do, at
 # equal or slightly lower pass@1.
 #
-# **Setup.** Same student, trainer, budget and prompts for all three arms; only the advantage
-# changes; evaluation on 400 problems x 16 samples; 3 seeds; repeated from a weaker student.
+# **Setup.** The same student, trainer, budget (200 steps of 16 prompts x 8 samples, AdamW lr 6e-4)
+# and prompts for all three arms; only the advantage changes; evaluation on 100 problems x 16
+# samples at T = 1; seeds 0, 1, 2 (the setup line above).
 #
-# **Plot.** Final pass@1 and pass@16 per arm, seeds as dots, standard error of the evaluation as bars.
+# **Plot.** Final pass@1 and pass@16 per arm, seeds as dots, the evaluation's standard error as bars.
 #
-# **Result.** The differences between advantages are about the size of the seed and evaluation
-# noise at this scale, with MaxRL at best slightly ahead on pass@16.
+# **Result.** pass@1 ends at 0.449, 0.444 and 0.445 (mean, std, MaxRL), and MaxRL's pass@16 is
+# 0.040 above the mean baseline's with a spread of 0.054 over seeds: the differences are inside the
+# seed spread, so no advantage is a clear winner at this scale. pass@16 ends between 0.937 and 0.977,
+# above the published 0.88-0.91, which leaves MaxRL little room to show.
 #
 # **Confounders.** The advantage scale changes the effective learning rate (std and MaxRL make
 # larger steps), so a gap may be a step-size effect; few hard prompts in the 2-digit distribution.
+# Extension to report: 400 evaluation problems and the weaker student.
 
 # %% [markdown]
 # ## Project 5: sharpening or expanding
@@ -438,19 +517,26 @@ plt.show()
 
 # %% tags=["nbval-ignore-output"]
 P5_STEPS = 3 if SHORT else 300
-p5 = lab21.project5(steps=P5_STEPS, seeds=SEEDS, workers=WORKERS, eval_prompts=20 if SHORT else 100)
+P5_EVAL = 20 if SHORT else 100
+p5 = lab21.project5(steps=P5_STEPS, seeds=SEEDS, workers=WORKERS, eval_prompts=P5_EVAL)
 
 # %% tags=["nbval-mask-numbers"]
+print(lab21.describe_setup(p5, problems=P5_EVAL, samples=64))
 _e = EXPECTED["project5"]
 for arm, runs in p5.items():
-    x = runs[0]["extra"]
-    print(f"in distribution: pass@1 {x['before']['in_dist'][0]:.3f} -> {x['after']['in_dist'][0]:.3f} "
-          f"(published {_e['start']['pass@1']} -> {_e['rl']['pass@1']}); "
-          f"pass@64 {x['before']['in_dist'][-1]:.3f} -> {x['after']['in_dist'][-1]:.3f} "
-          f"(published {_e['start']['pass@64']} -> {_e['rl']['pass@64']})")
-    print(f"curves cross at k = {x['crossing_k']} (published: between {_e['rl']['crossing_k'][0]} and "
-          f"{_e['rl']['crossing_k'][1]}; None = the trained model stays ahead up to k = 64)")
-    print(f"3d+1d: pass@64 {x['before']['3d+1d'][-1]:.3f} -> {x['after']['3d+1d'][-1]:.3f}")
+    xs = [r["extra"] for r in runs]
+    col = lambda which, k, where="in_dist": [x[which][where][k - 1] for x in xs]  # noqa: E731
+    print(f"{arm}, mean over seeds {[r['seed'] for r in runs]}:")
+    print(f"in distribution: pass@1 {np.mean(col('before', 1)):.3f} -> {np.mean(col('after', 1)):.3f} "
+          f"(published {_e['start']['pass@1']} -> {_e['rl']['pass@1']}); pass@64 {np.mean(col('before', 64)):.3f} -> "
+          f"{np.mean(col('after', 64)):.3f} (published {_e['start']['pass@64']} -> {_e['rl']['pass@64']})")
+    print(f"  spread over seeds: pass@1 after {lab21.seed_spread(col('after', 1))}; pass@64 before "
+          f"{lab21.seed_spread(col('before', 64))}, after {lab21.seed_spread(col('after', 64))}")
+    print(f"  the curves cross at k = {[x['crossing_k'] for x in xs]}, one per seed (published: between "
+          f"{_e['rl']['crossing_k'][0]} and {_e['rl']['crossing_k'][1]}; None = the trained model stays ahead up to k = 64)")
+    print(f"3d+1d: pass@64 {np.mean(col('before', 64, '3d+1d')):.3f} -> {np.mean(col('after', 64, '3d+1d')):.3f}; "
+          f"largest pass@k of any k and seed: before {max(max(x['before']['3d+1d']) for x in xs):.3f}, "
+          f"after {max(max(x['after']['3d+1d']) for x in xs):.3f}")
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
@@ -461,6 +547,11 @@ plotting.save(fig, f"{ART}/project5_sharpen_or_expand.png")
 plt.show()
 
 # %% [markdown]
+# **Against the published run.** Our student starts at pass@1 0.26 (published 0.31) with pass@64
+# already near 1 (published 0.97) and ends near 0.47 (published 0.67): it learns more slowly, and
+# pass@64 has little room to fall. The crossing k varies widely between seeds; its mean lies inside
+# the published 16-32.
+#
 # **Your job.** Run 1,000 steps (`steps=1000`, on the command line) and find out whether the two
 # pass@k curves still cross at the same k. Then add a KL penalty to the reference: the arm
 # `"rl+kl"` (`kl_coef=0.05` by default, k3 estimator in the loss). Does it protect pass@64?
@@ -491,13 +582,15 @@ plt.show()
 # %% [markdown] nbgrader={"grade": true, "grade_id": "writeup_project5", "locked": false, "points": 4, "schema_version": 3, "solution": true, "task": false}
 # **Hypothesis.** RL raises pass@1 but not pass@64; the base model catches up at large k.
 #
-# **Setup.** Student checkpoint, 16 x 8, lr 3e-4, no KL, 300 and 1,000 steps; pass@k from 64
-# samples on 100 fixed problems per set, T = 1; 3 seeds; then with a k3 KL penalty of 0.05.
+# **Setup.** The shipped student, 300 steps of 16 prompts x 8 samples, AdamW lr 6e-4, no KL term;
+# pass@k from 64 samples on 100 fixed problems per set at T = 1; seeds 0, 1, 2 (the setup line above).
 #
 # **Plot.** pass@k against k (log scale), before and after, mean and spread over seeds, both sets.
 #
-# **Result.** RL sharpens: pass@1 rises a lot, pass@64 barely moves or falls, and 3d+1d stays near
-# zero at every k.
+# **Result.** RL sharpens: in distribution pass@1 goes from 0.255 to 0.465 while pass@64 goes from
+# 0.997 to 0.973, and the curves cross at k = 27, 21 and 12 (seeds 0, 1, 2; the published run
+# crossed between 16 and 32). On 3d+1d every pass@k is 0.000 before and after. Our student's
+# pass@1 ends lower than the published 0.67.
 #
 # **Confounders.** pass@64 is close to 1 already, so there is little room to expand; temperature 1
-# for both models; 100 problems per set.
+# for both models; 100 problems per set. Extension to report: 1,000 steps and the `rl+kl` arm.

@@ -59,6 +59,8 @@ from llmrl.utils import grading_mode, set_threads
 
 set_threads(1)
 EXPECTED = lab21.EXPECTED  # the published numbers, printed beside yours
+SEEDS = [0] if grading_mode() else [0, 1, 2]  # the experiments below run every seed (one while grading)
+WORKERS = 1 if grading_mode() else 2          # parallel processes (one thread each)
 
 # %% [markdown]
 # ## Task 1: the per-token reward of on-policy distillation
@@ -400,12 +402,13 @@ assert torch.allclose(maxrl_advantages(_rr), _rr / _rr.mean(1, keepdim=True) - 1
 # (8 prompts x 8 samples), AdamW at learning rate 3e-4, no KL term and no gradient clipping. At the
 # start, every 50 steps and at the end we measure, on 100 fixed 2-digit problems with 8 samples
 # each at temperature 1: pass@1, pass@8, and KL(student || teacher) per token, measured where the
-# student itself samples.
+# student itself samples. Each arm runs seeds 0, 1 and 2 (two at a time); tables give the mean and
+# spread over seeds, plots every seed and their band.
 #
 # The cell below wraps your Tasks 2 and 3 as the trainer's `policy_loss_fn`: the trainer hands it a
 # `LossBatch` with the student's `logprobs [B, R]` and `logits [B, R, V]` (with gradients), the
 # teacher's `teacher_logprobs` and `teacher_logits`, and the `mask`. Every evaluation's pass@1 and
-# pass@8 come from your Task 4. The run takes about half a minute.
+# pass@8 come from your Task 4. The runs take about a minute.
 
 
 # %%
@@ -420,21 +423,23 @@ def opd_full_from_batch(batch):
 # %% tags=["nbval-ignore-output"]
 P0_STEPS = 5 if grading_mode() else 200  # the autograder only checks that the pipeline runs
 p0 = lab21.project0(
-    steps=P0_STEPS, seeds=[0], n_prompts=8, group_size=8, lr=3e-4,
+    steps=P0_STEPS, seeds=SEEDS, workers=WORKERS, n_prompts=8, group_size=8, lr=3e-4,
     eval_prompts=20 if grading_mode() else 100, eval_every=P0_STEPS if grading_mode() else 50,
     loss_fns={"opd-sampled": opd_sampled_from_batch, "opd-full": opd_full_from_batch}, pass_at_k_fn=pass_at_k,
 )
 
 # %% tags=["nbval-mask-numbers"]
+print(lab21.describe_setup(p0, problems=100 if not grading_mode() else 20, samples=8))
 print(lab21.summary_table(p0, ["pass@1", "pass@8", "kl_to_teacher_exact_token_mean_nats"], EXPECTED["project0"]))
 print(f"published start: pass@1 {EXPECTED['project0']['start']['pass@1']:.2f}, "
       f"KL {EXPECTED['project0']['start']['kl_to_teacher_exact_token_mean_nats']:.2f}")
-_end = {arm: lab21.final(p0, "pass@1")[arm][0] for arm in p0}
-_kl = {arm: lab21.final(p0, "kl_to_teacher_exact_token_mean_nats")[arm][0] for arm in p0}
-print("dense (opd-full, sft-teacher) vs one bit per response (rl), final KL:",
-      f"{_kl['opd-full']:.3f}, {_kl['sft-teacher']:.3f} vs {_kl['rl']:.3f}")
-print("full vocabulary vs sampled token, final pass@1:",
-      f"{_end['opd-full']:.3f} vs {_end['opd-sampled']:.3f}; final KL: {_kl['opd-full']:.3f} vs {_kl['opd-sampled']:.3f}")
+_end = {arm: [r["evals"]["pass@1"][-1] for r in runs] for arm, runs in p0.items()}
+_kl = {arm: [r["evals"]["kl_to_teacher_exact_token_mean_nats"][-1] for r in runs] for arm, runs in p0.items()}
+print("final KL, dense (opd-full, sft-teacher) vs one bit per response (rl):",
+      f"{lab21.seed_spread(_kl['opd-full'])}, {lab21.seed_spread(_kl['sft-teacher'])} vs {lab21.seed_spread(_kl['rl'])}")
+print("opd-full minus opd-sampled, final pass@1:", lab21.seed_spread(np.subtract(_end["opd-full"], _end["opd-sampled"])),
+      "; seeds where opd-full is ahead:", int(np.sum(np.greater(_end["opd-full"], _end["opd-sampled"]))), "of", len(SEEDS))
+print("opd-full minus sft-teacher, final pass@1:", lab21.seed_spread(np.subtract(_end["opd-full"], _end["sft-teacher"])))
 
 # %%
 fig, axes = plt.subplots(1, 3, figsize=(15, 4))
@@ -456,7 +461,7 @@ plt.show()
 if grading_mode():
     print("(skipped while grading: this check is for you, not for the grade)")
 else:
-    _short = dict(steps=3, seeds=[0], n_prompts=8, group_size=8, lr=3e-4, eval_prompts=8, eval_every=3, progress=False)
+    _short = dict(steps=3, seeds=[0], n_prompts=8, group_size=8, lr=3e-4, eval_prompts=8, eval_every=3, progress=False)  # one seed: an exact comparison
     _yours = lab21.project0(arms=["opd-sampled", "opd-full"],
                             loss_fns={"opd-sampled": opd_sampled_from_batch, "opd-full": opd_full_from_batch}, **_short)
     _ref = lab21.project0(arms=["opd-sampled", "opd-full"], **_short)
@@ -476,21 +481,22 @@ else:
 #
 # - *Dense signals beat the sparse one.* `opd-full` and `sft-teacher` learn from every token; `rl`
 #   learns from one bit per response, and a group in which all samples fail or all succeed teaches
-#   it nothing. In our runs (seeds 0-2) `rl` ends with the highest KL on every seed and the lowest
-#   pass@1 on average.
+#   it nothing. Averaged over seeds 0-2, the two dense arms end above `rl` in pass@1 (0.419 and 0.440
+#   against 0.355) and below it in KL to the teacher (1.11 and 1.10 against 1.40 nats per token).
 # - *The exact KL beats its one-sample estimate.* `opd-full` and `opd-sampled` see the same states;
 #   the sampled-token reward is a one-sample estimate of the same KL, and its variance costs
-#   progress. The published run saw 0.67 against 0.54 pass@1. With this course's student we measured
-#   0.48 against 0.41 averaged over seeds 0-2, with `opd-full` ahead on every seed, while the
-#   spread between seeds was about 0.05. A gap that size needs more than one seed before you
-#   believe it: that is the lesson of the projects in one line.
+#   progress. The published run saw 0.67 against 0.54 pass@1. Ours ends 0.083 ahead on average,
+#   ahead on 3 of 3 seeds (the printed difference, with its spread over seeds).
 # - *Why does on-policy training win by so little here?* With answers of 2 to 4 tokens, a student
 #   that copies the teacher seldom reaches a state the teacher never wrote itself. The case for
 #   on-policy training rests on mistakes that pile up over long outputs, and these are too short.
-#
-# Your numbers differ from the published table (a different checkpoint, machine and random stream).
-# `lab21.project0(seeds=[0, 1, 2], workers=2)` runs three seeds; the plot functions then show
-# the mean and the spread.
+#   Here `opd-full` minus `sft-teacher` ends at -0.022 on average: no lead at all.
+# - *Against the published table.* The start is close to it (pass@1 0.261 against 0.31, KL 1.887
+#   against 1.98), but every arm ends well below it: `opd-full` at 0.419 against 0.67,
+#   with a KL of 1.11 against 0.70. The learning rate and the budget are the published ones; our
+#   TinyLM student learns more slowly under them, and a search over which snapshot plays the student
+#   did not close the gap (`docs/lab21-calibration.md` in the course repository). The orderings are
+#   what reproduces.
 #
 # **Extensions.** (i) A student of another width: `lab21.project0(student={"d": 48})`
 # trains a d = 48 student with the course's SFT recipe (cached after the first time) and distills
@@ -521,16 +527,19 @@ def maxrl_from_rewards(rewards, group_size):
 
 # %% tags=["nbval-ignore-output"]
 P4_STEPS = 3 if grading_mode() else 60
-p4 = lab21.project4(arms=["mean", "maxrl"], steps=P4_STEPS, seeds=[0], eval_prompts=20 if grading_mode() else 100,
+p4 = lab21.project4(arms=["mean", "maxrl"], steps=P4_STEPS, seeds=SEEDS, workers=WORKERS,
+                    eval_prompts=20 if grading_mode() else 100,
                     eval_every=P4_STEPS, advantage_fns={"maxrl": maxrl_from_rewards}, pass_at_k_fn=pass_at_k,
                     progress=False)
 
 # %% tags=["nbval-mask-numbers"]
+print("mean and spread over seeds", SEEDS, "; the evaluation's own noise (standard error over problems) in brackets")
 for _arm, _runs in p4.items():
-    _ev, _cv = _runs[0]["evals"], _runs[0]["curve"]
-    print(f"{_arm:6s} pass@1 {_ev['pass@1'][0]:.3f} -> {_ev['pass@1'][-1]:.3f} (± {_ev['pass@1_se'][-1]:.3f}), "
-          f"pass@16 {_ev['pass@16'][0]:.3f} -> {_ev['pass@16'][-1]:.3f} (± {_ev['pass@16_se'][-1]:.3f}), "
-          f"groups without signal {np.mean(_cv['frac_zero_advantage_groups']):.2f}")
+    _v = lambda key, i: [r["evals"][key][i] for r in _runs]  # noqa: E731
+    print(f"{_arm:6s} pass@1 {lab21.seed_spread(_v('pass@1', 0))} -> {lab21.seed_spread(_v('pass@1', -1))} "
+          f"[± {np.mean(_v('pass@1_se', -1)):.3f}], pass@16 {lab21.seed_spread(_v('pass@16', 0))} -> "
+          f"{lab21.seed_spread(_v('pass@16', -1))} [± {np.mean(_v('pass@16_se', -1)):.3f}], groups without signal "
+          f"{np.mean([np.mean(r['curve']['frac_zero_advantage_groups']) for r in _runs]):.2f}")
 
 # %%
 # Your Task 5 against the library's MaxRL advantage: 3 steps, same seed, so the same numbers.
