@@ -115,6 +115,8 @@ Score: {{ cell.metadata.nbgrader.score | float | round(2) }} / {{ cell.metadata.
                                            border-bottom: 1px solid #ddd; }
     .rendered_html thead th { border-bottom: 2px solid #bbb; }
     .held-for-review { color: #8a6d3b; font-weight: bold; }
+    /* a failing test's message is one long line: wrap it, so that it reads without scrolling sideways */
+    .output_subarea.output_text pre { white-space: pre-wrap; overflow-wrap: anywhere; }
     .panel-primary > .panel-heading .held-for-review { color: #fff; }
   </style>
   <a name="top"></a>

@@ -430,6 +430,8 @@ def test_late_and_on_time_students_get_the_courses_late_policy(course):
     assert "Late submission penalty" not in _feedback_text(page("ontime"))
     html = page("ontime").read_text()  # the intro's table in a blockquote is a table, not lines of pipes
     assert re.search(r"<blockquote>\s*<table>.*?<code>double</code>.*?</table>\s*</blockquote>", html, re.S), html
+    # a failing test's message is one long line: the page wraps output text instead of scrolling it sideways
+    assert re.search(r"\.output_subarea\.output_text pre\s*\{[^}]*white-space:\s*pre-wrap", html), "output text does not wrap"
     assert "|---|" not in html
     assert "after the due date" not in _feedback_text(page("ontime"))
     _same_earlier(root, before)
