@@ -135,20 +135,27 @@ def test_every_seeds_together_arm_is_covered():
         assert marked == covered, f"{mod.__name__}: {marked - covered} not covered"
 
 
-def test_a_seed_whose_rows_end_early_draws_as_alone():
+def _multinomial_sampler(logits, temperature, generator):  # a student's sampler: one draw per row and step
+    return torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=generator).flatten()
+
+
+@pytest.mark.parametrize("sampler", [None, _multinomial_sampler], ids=["built-in", "custom sampler"])
+def test_a_seed_whose_rows_end_early_draws_as_alone(sampler):
     """The decode loop of a stack runs until every seed's rows are done; a seed done earlier must
-    leave its generator where a run of that seed alone leaves it (else its next draws differ).
-    Seed 0 answers 3d+1d problems (3-4 digits), seed 1 1d+1d ones (1-2 digits)."""
+    leave its generator where a run of that seed alone leaves it (else its next draws differ), with
+    the built-in draw and with a custom ``sampler``. Seed 0 answers 3d+1d problems (3-4 digits),
+    seed 1 1d+1d ones (1-2 digits)."""
     sft = load_checkpoint("sft", progress=False)
     prompts = [sample_problems(2, ["3d+1d"], 0).prompt_tokens(), sample_problems(2, ["1d+1d"], 1).prompt_tokens()]
     stack = TinyLMStack([copy.deepcopy(sft), copy.deepcopy(sft)])
     gens = [torch.Generator().manual_seed(10 + s) for s in range(2)]
-    out, _, _ = stack.sample(torch.cat(prompts), 4, MAX_ANSWER_CHARS, 1.0, gens, eos=EOS, pad=PAD, cap_with_eos=True)
+    out, _, _ = stack.sample(torch.cat(prompts), 4, MAX_ANSWER_CHARS, 1.0, gens, eos=EOS, pad=PAD, cap_with_eos=True,
+                             sampler=sampler)
     lengths = [int((out[8 * s:8 * (s + 1)] == EOS).float().argmax(1).max()) for s in range(2)]  # decode steps
     assert lengths[0] > lengths[1], f"the prompts should give seed 1 shorter completions, got {lengths}"
     for s in range(2):
         g = torch.Generator().manual_seed(10 + s)
         one, _, _ = TinyLMStack([copy.deepcopy(sft)]).sample(prompts[s], 4, MAX_ANSWER_CHARS, 1.0, [g], eos=EOS,
-                                                             pad=PAD, cap_with_eos=True)
+                                                             pad=PAD, cap_with_eos=True, sampler=sampler)
         assert torch.equal(one, out[8 * s:8 * (s + 1), :one.shape[1]])
         assert torch.equal(g.get_state(), gens[s].get_state()), f"seed {s}'s generator moved on differently"
