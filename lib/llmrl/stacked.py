@@ -459,9 +459,13 @@ class TinyLMStack:
         toks, opens, lps = [], [], []  # per decode step: the tokens, which rows were open, their log-probs
         done = torch.zeros(BT, dtype=torch.bool)
         draw = _NoiseDraws(generators, B, V, max_new_tokens) if (temperature > 0 and sampler is None) else None
+        # the decode steps each seed's stream takes: a run of that seed alone stops once its own
+        # rows are done, so its generator must move on by that many steps, not by the stack's
+        used: list[int | None] = [None] * n_streams
         for t in range(max_new_tokens):
-            if sampler is not None:
-                tok = torch.cat([_call_sampler(sampler, last[i * B:(i + 1) * B, :V], temperature, g, B)
+            if sampler is not None:  # a stream already done draws nothing more (as it would alone)
+                tok = torch.cat([torch.full((B,), pad, dtype=torch.long) if used[i] is not None else
+                                 _call_sampler(sampler, last[i * B:(i + 1) * B, :V], temperature, g, B)
                                  for i, g in enumerate(generators)])
             elif temperature == 0:
                 tok = last.argmax(-1)
@@ -478,6 +482,9 @@ class TinyLMStack:
             opens.append(~done)
             toks.append(tok.masked_fill_(done, pad))
             done |= tok == eos
+            for i, d in enumerate(done.view(n_streams, B).all(1).tolist()):
+                if d and used[i] is None:
+                    used[i] = t + 1
             if t + 1 == max_new_tokens or bool(done.all()):
                 break
             # feed the new token of every row: slot t of its row's block in the cache
@@ -496,7 +503,7 @@ class TinyLMStack:
             logps = torch.cat(lps, 1).to(torch.get_default_dtype()).masked_fill_(~chosen[:, :n], 0.0)
             logps = logps if n == W else F.pad(logps, (0, W - n))
         if draw is not None:
-            draw.finish(t + 1)
+            draw.finish([t + 1 if u is None else u for u in used])
         if logprobs:
             same = canonical_rows(out, G)
             if same is not None:
@@ -517,8 +524,9 @@ def _call_sampler(sampler, logits, temperature, generator, B):
 class _NoiseDraws:
     """The Exp(1) noise of ``torch.multinomial(p, 1, generator=g)`` (which is ``argmax(p / noise)``
     with noise ``torch.empty_like(p).exponential_(generator=g)``) for every step of a decode loop,
-    drawn up front with one call per seed. A loop that stops early (every row done) leaves each
-    generator where step-by-step draws would have left it."""
+    drawn up front with one call per seed. :meth:`finish` leaves each generator where a loop of that
+    seed alone leaves it: moved on by the steps until its own rows were done (a stack's loop runs
+    until every seed's rows are done, so a seed done earlier would otherwise draw more than alone)."""
 
     def __init__(self, generators, B: int, V: int, steps: int):
         self.generators, self.shape = list(generators), (B, V)
@@ -534,8 +542,9 @@ class _NoiseDraws:
             self._cat = torch.stack(self.draws, 1)  # [steps, S, B, V]
         return self._cat[t].reshape(-1, self.shape[1])
 
-    def finish(self, used: int) -> None:
-        if used < self.steps:
-            for g, state in zip(self.generators, self.states):
+    def finish(self, used: Sequence[int]) -> None:
+        """``used[s]``: the decode steps seed ``s`` took (its rows all done, or the cap)."""
+        for g, state, n in zip(self.generators, self.states, used):
+            if n < self.steps:
                 g.set_state(state)
-                torch.empty(used, *self.shape).exponential_(generator=g)
+                torch.empty(n, *self.shape).exponential_(generator=g)

@@ -364,7 +364,7 @@ plt.show()
 
 # %% [markdown]
 # **Against the published run.** Learnability ends ahead of uniform on sum >= 100, as published, but
-# both lower (about 0.37 and 0.27 against 0.62 and 0.50): our student learns more slowly at this
+# both lower (about 0.43 and 0.27 against 0.62 and 0.50): our student learns more slowly at this
 # budget.
 #
 # **Your job.** The usage plots above average the seeds; plot each seed's usage over time too. Then
@@ -409,7 +409,7 @@ plt.show()
 # dots.
 #
 # **Result.** Learnability spends 0.01 of its samples on 3d+1d against uniform's 0.20, and its mean
-# gain on the 2-digit buckets is 0.081 against uniform's 0.046; on sum >= 100 it ends at 0.370
+# gain on the 2-digit buckets is 0.191 against uniform's 0.046; on sum >= 100 it ends at 0.427
 # against 0.270. Target-only leaves 3d+1d at 0.000. 1d+1d ends at 0.000 with learnability and at
 # 0.017 with uniform (one seed at 0.050): neither fixes it with groups of 8.
 #
