@@ -190,20 +190,93 @@ def process_group(backend: str | None = None) -> Group:
             backend = "nccl" if torch.cuda.is_available() else "gloo"
         if backend == "nccl":
             torch.cuda.set_device(local_rank)
+        _import_world_capturing_modules()
         dist.init_process_group(backend, rank=env["rank"], world_size=world)
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
     return Group(dist.get_rank(), dist.get_world_size(), local_rank, device)
 
 
+def _import_world_capturing_modules() -> None:
+    """Import, before the process group exists, the torch modules that bind ``group.WORLD`` into
+    default arguments when they are imported: ``torch.distributed.nn.functional`` (``def
+    all_reduce(tensor, op=..., group=group.WORLD)`` and 9 more). torch imports it lazily (the first
+    ``torch.optim`` optimizer imports torch._dynamo, which imports FSDP, which imports it); imported
+    after ``init_process_group`` its defaults hold the live group, so :func:`shutdown`'s
+    ``destroy_process_group`` cannot free it and the gloo backend's threads run on into interpreter
+    exit. Imported first, the defaults are None (the default group at call time)."""
+    import torch.distributed.nn  # noqa: F401
+
+
+def _drop_references(pg) -> None:
+    """Replace ``pg`` by None in the default arguments of torch.distributed's functions (a module
+    imported while ``pg`` was the default group, see :func:`_import_world_capturing_modules`)."""
+    import sys
+    import types
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == "torch.distributed" or name.startswith("torch.distributed.")):
+            continue
+        for f in list(vars(module).values()):
+            if type(f) is not types.FunctionType:  # (isinstance would warn on reduce_op)
+                continue
+            if f.__defaults__ and any(d is pg for d in f.__defaults__):
+                f.__defaults__ = tuple(None if d is pg else d for d in f.__defaults__)
+            if f.__kwdefaults__ and any(d is pg for d in f.__kwdefaults__.values()):
+                f.__kwdefaults__ = {k: None if d is pg else d for k, d in f.__kwdefaults__.items()}
+
+
+def backend_threads() -> list[str]:
+    """The names of this process's threads that belong to a torch.distributed backend (gloo's
+    ``pt_gloo_runloop`` workers and ``gloo_tcp_loop``, nccl's ``pt_nccl_*`` watchdogs); Linux only
+    (``[]`` elsewhere). Empty after :func:`shutdown` when the group was really freed."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return []
+    names = []
+    for t in tasks:
+        try:
+            with open(f"/proc/self/task/{t}/comm") as f:
+                name = f.read().strip()
+        except OSError:  # the thread ended meanwhile
+            continue
+        if "gloo" in name or "nccl" in name:
+            names.append(name)
+    return sorted(names)
+
+
 def shutdown(wait: bool = True) -> None:
     """Leave the process group at the end of a launched command; with ``wait``, after every process
-    got there (so the first one, which hosts the rendezvous store, is not gone while another still
-    talks to it). After an error, ``wait=False``: the other processes may never arrive."""
+    got there (none leaves while another still talks to it). After an error, ``wait=False``: the
+    other processes may never arrive.
+
+    The group is then freed here, while every process is still alive: its backend's threads are
+    joined and its connections closed now, not during interpreter exit. A group that outlived
+    ``destroy_process_group`` (something still referenced it) had its threads torn down at exit,
+    racing the other process's exit, and the process sometimes died there with SIGABRT ("terminate
+    called without an active exception") after the run had finished. A group still alive after
+    this is reported with a warning."""
+    import gc
+    import warnings
+    import weakref
+
     import torch.distributed as dist
-    if dist.is_available() and dist.is_initialized():
-        if wait:
-            dist.barrier()
-        dist.destroy_process_group()
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    pg = dist.group.WORLD
+    try:
+        alive = weakref.ref(pg)
+    except TypeError:  # a build whose ProcessGroup takes no weak references
+        alive = None
+    if wait:
+        dist.barrier()
+    dist.destroy_process_group()
+    _drop_references(pg)
+    del pg
+    if alive is not None and alive() is not None:
+        gc.collect()
+        if alive() is not None:
+            warnings.warn("the process group is still referenced after destroy_process_group: its backend's "
+                          "threads stay until the interpreter exits", RuntimeWarning, stacklevel=2)
 
 
 # ----------------------------------------------------------------------------- the optimizer seam

@@ -2,7 +2,8 @@
 before clipping, rank-0 files, resume, and the equivalence of a 2-process run with a 1-process run.
 
 The fast tests check the pieces in one process. The slow ones start real processes on this machine
-(gloo on 2 CPU processes, ports 8760-8764):
+(gloo on 2 CPU processes, ports 8760-8764; ``LLMRL_TEST_DP_PORT=P`` moves them to P..P+4, for a run
+beside another one):
 
 * the character model under ``accelerate launch --config_file configs/accelerate/ddp.yaml`` and the
   hf backend's tiny random Qwen2 under ``torchrun``, each against the 1-process run of the same
@@ -13,6 +14,8 @@ The fast tests check the pieces in one process. The slow ones start real process
   update difference of a few percent of the learning rate: in float32 the character model's
   parameters after one step agreed to 1.4e-6 (lr 5e-5; 1,650 of 110,592 elements not bit-equal).
   In float64 the same amplification leaves at most lr * 1e-16 / (4 * 1e-8), about 1e-13 per step;
+* both processes free their process group in ``shutdown`` (no gloo thread left to be torn down at
+  interpreter exit, where it could abort a finished run);
 * a 2-process run killed (SIGKILL) after a checkpoint and restarted: the same parameters and
   metrics, bit for bit, as the uninterrupted run.
 
@@ -344,6 +347,9 @@ def _launch(cmd, cwd, timeout=600):
     return proc
 
 
+PORT = int(os.environ.get("LLMRL_TEST_DP_PORT", "8760"))  # the first of the 5 ports the launches use
+
+
 def _torchrun(port, *args):
     return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port), *args]
 
@@ -368,17 +374,49 @@ ref = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
 ref_opt = PolicyOptimizer([ref], lr=0.1)
 ref.grad = (grads[0] + grads[1]) / 2
 ref_norm = ref_opt.step(1.0)
-json.dump({"p": p.tolist(), "ref": ref.tolist(), "norm": norm, "ref_norm": ref_norm,
-           "local": float(grads[group.rank].norm())}, open(sys.argv[1] + f"/rank{group.rank}.json", "w"))
+threads = dp.backend_threads()   # the optimizer above imported torch._dynamo, hence torch.distributed.nn
 dp.shutdown()
+json.dump({"p": p.tolist(), "ref": ref.tolist(), "norm": norm, "ref_norm": ref_norm,
+           "local": float(grads[group.rank].norm()), "threads": threads, "threads_after": dp.backend_threads()},
+          open(sys.argv[1] + f"/rank{group.rank}.json", "w"))
 ''')
-    _launch(_torchrun(8760, str(script), str(tmp_path)), tmp_path, timeout=300)
+    _launch(_torchrun(PORT + 0, str(script), str(tmp_path)), tmp_path, timeout=300)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     for r in ranks:
         assert r["norm"] == pytest.approx(r["ref_norm"]) == pytest.approx(math.sqrt(2 ** 2 + 2 ** 2 + 0))
         assert r["norm"] != pytest.approx(r["local"])            # the norm of the mean, not of the local half
         assert r["p"] == pytest.approx(r["ref"], abs=1e-15)
     assert ranks[0]["p"] == ranks[1]["p"]                         # every process takes the same step
+    for r in ranks:  # shutdown freed the group: gloo's threads are joined now, none is left for the exit
+        assert "pt_gloo_runloop" in r["threads"] and "gloo_tcp_loop" in r["threads"], r["threads"]
+        assert r["threads_after"] == [], r["threads_after"]
+
+
+@pytest.mark.slow
+def test_shutdown_frees_a_group_that_torch_captured_in_default_arguments(tmp_path):
+    """torch.distributed.nn imported after init_process_group holds the group in 10 default
+    arguments (group=group.WORLD); shutdown drops them, so the group and its gloo threads go now,
+    not during interpreter exit (where a finished 2-process run sometimes aborted: SIGABRT,
+    "terminate called without an active exception")."""
+    script = tmp_path / "captured.py"
+    script.write_text('''
+import json, sys, torch.distributed as dist
+from llmrl import distributed as dp
+dist.init_process_group("gloo", store=dist.FileStore(sys.argv[1] + "/store", 1), rank=0, world_size=1)
+import torch.distributed.nn.functional as F   # after the group exists: its defaults hold it
+held = sum(d is dist.group.WORLD for d in F.all_reduce.__defaults__)
+before = dp.backend_threads()
+dp.shutdown()
+print(json.dumps({"held": held, "before": before, "after": dp.backend_threads(),
+                  "defaults": [repr(d) for d in F.all_reduce.__defaults__]}))
+''')
+    proc = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", str(script), str(tmp_path)], env=_env(),
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["held"] == 1 and "pt_gloo_runloop" in out["before"], out   # the trap is really set
+    assert out["after"] == [], out                                          # and shutdown got out of it
+    assert out["defaults"][-1] == "None", out
 
 
 # The character model, float64 (see the module docstring), a few small steps with an evaluation each.
@@ -427,7 +465,8 @@ def char_two_processes(tmp_path_factory):
     pytest.importorskip("accelerate", reason="the hf extra is not installed (pip install -e '.[hf]')")
     run_dir = tmp_path_factory.mktemp("char2") / "run"
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-           str(ROOT / "configs" / "accelerate" / "ddp.yaml"), "--num_processes", "2", "--main_process_port", "8761",
+           str(ROOT / "configs" / "accelerate" / "ddp.yaml"), "--num_processes", "2",
+           "--main_process_port", str(PORT + 1),
            *_char_cli(run_dir)]
     t = time.perf_counter()
     proc = _launch(cmd, run_dir.parent)
@@ -465,13 +504,13 @@ def test_a_killed_two_process_run_resumes_exactly(char_two_processes, tmp_path):
     full_dir = char_two_processes[0]
     run_dir = tmp_path / "cut"
     driver = str(ROOT / "lib" / "tests" / "hw4_dp_driver.py")
-    cmd = _torchrun(8762, driver, *_char_cli(run_dir)[2:])
+    cmd = _torchrun(PORT + 2, driver, *_char_cli(run_dir)[2:])
     proc = subprocess.run(cmd, env={**_env(), "LLMRL_TEST_KILL_AT_STEP": "2"}, capture_output=True, text=True,
                           timeout=600, cwd=tmp_path, start_new_session=True)
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stderr[-2000:])
     assert [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl")] == [0, 1, 2]   # step 2 past the checkpoint
     assert torch.load(run_dir / "trainer_state.pt", weights_only=False)["step"] == 1
-    _launch(_torchrun(8763, *_char_cli(run_dir)), tmp_path)  # the same command again: it resumes
+    _launch(_torchrun(PORT + 3, *_char_cli(run_dir)), tmp_path)  # the same command again: it resumes
     assert [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl")] == [0, 1, 2, 3]  # step 2 once, redone
     assert _max_diff(_params(run_dir, CHAR_STEPS), _params(full_dir, CHAR_STEPS)) == 0.0
     assert _records(run_dir) == _records(full_dir)           # bit for bit
@@ -488,7 +527,7 @@ def test_two_processes_equal_one_process_on_a_tiny_hf_model(impl, tmp_path):
     pytest.importorskip("peft", reason="the hf extra is not installed (pip install -e '.[hf]')")
     from llmrl.hw4.gpu_check import BenchTask
 
-    cmd = _torchrun(8764, str(ROOT / "lib" / "tests" / "hw4_dp_driver.py"), "train", "--task", "letters",
+    cmd = _torchrun(PORT + 4, str(ROOT / "lib" / "tests" / "hw4_dp_driver.py"), "train", "--task", "letters",
                     "--algo", "grpo", "--steps", "2", "--run-dir", str(tmp_path / "two"), "--backend", "hf",
                     "--no-progress", *[f"--backend-arg={k}={v}" for k, v in HF_BACKEND.items()],
                     *[f"--set={k}={v}" for k, v in HF_SETS.items()])
