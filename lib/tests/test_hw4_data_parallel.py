@@ -405,7 +405,12 @@ from llmrl import distributed as dp
 dist.init_process_group("gloo", store=dist.FileStore(sys.argv[1] + "/store", 1), rank=0, world_size=1)
 import torch.distributed.nn.functional as F   # after the group exists: its defaults hold it
 held = sum(d is dist.group.WORLD for d in F.all_reduce.__defaults__)
-before = dp.backend_threads()
+import time
+for _ in range(500):  # gloo's worker threads name themselves once they run: wait for that (at most 5 s)
+    before = dp.backend_threads()
+    if "pt_gloo_runloop" in before:
+        break
+    time.sleep(0.01)
 dp.shutdown()
 print(json.dumps({"held": held, "before": before, "after": dp.backend_threads(),
                   "defaults": [repr(d) for d in F.all_reduce.__defaults__]}))
