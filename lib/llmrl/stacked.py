@@ -459,12 +459,10 @@ class TinyLMStack:
         toks, opens, lps = [], [], []  # per decode step: the tokens, which rows were open, their log-probs
         done = torch.zeros(BT, dtype=torch.bool)
         draw = _NoiseDraws(generators, B, V, max_new_tokens) if (temperature > 0 and sampler is None) else None
-        # the decode steps each seed's stream takes: a run of that seed alone stops once its own
-        # rows are done, so its generator must move on by that many steps, not by the stack's
-        used: list[int | None] = [None] * n_streams
         for t in range(max_new_tokens):
             if sampler is not None:  # a stream already done draws nothing more (as it would alone)
-                tok = torch.cat([torch.full((B,), pad, dtype=torch.long) if used[i] is not None else
+                finished = done.view(n_streams, B).all(1).tolist()
+                tok = torch.cat([torch.full((B,), pad, dtype=torch.long) if finished[i] else
                                  _call_sampler(sampler, last[i * B:(i + 1) * B, :V], temperature, g, B)
                                  for i, g in enumerate(generators)])
             elif temperature == 0:
@@ -482,9 +480,6 @@ class TinyLMStack:
             opens.append(~done)
             toks.append(tok.masked_fill_(done, pad))
             done |= tok == eos
-            for i, d in enumerate(done.view(n_streams, B).all(1).tolist()):
-                if d and used[i] is None:
-                    used[i] = t + 1
             if t + 1 == max_new_tokens or bool(done.all()):
                 break
             # feed the new token of every row: slot t of its row's block in the cache
@@ -503,7 +498,10 @@ class TinyLMStack:
             logps = torch.cat(lps, 1).to(torch.get_default_dtype()).masked_fill_(~chosen[:, :n], 0.0)
             logps = logps if n == W else F.pad(logps, (0, W - n))
         if draw is not None:
-            draw.finish([t + 1 if u is None else u for u in used])
+            # the decode steps each seed's stream took, the steps with a row of it still open: a run
+            # of that seed alone stops once its own rows are done, so its generator must move on by
+            # that many steps, not by the stack's
+            draw.finish(chosen[:, :n].reshape(n_streams, B, n).any(1).sum(1).tolist())
         if logprobs:
             same = canonical_rows(out, G)
             if same is not None:
