@@ -803,6 +803,10 @@ def _exp_lab21_models(seed: int) -> dict:
             "student_sampled": accuracy(student, probs, temperature=1.0, n_samples=8, seed=seed)}
 
 
+# The arms of a lab21 project that the claims read, where they are not the project's default arms.
+LAB21_ARMS = {"project2": ("binary", "partial", "stylish_w2", "stylish_w1")}
+
+
 def _lab21_project(project: str, arms: Sequence[str] | None = None):
     def run(seeds: Sequence[int], opts: "Options") -> dict[int, dict]:
         from .labs import lab21
@@ -846,14 +850,15 @@ def _exp_hw4_k3(seed: int) -> dict:
     return {"min": float(k3.min()), "rel_err": float(abs(k3.mean() - exact) / exact), "exact": exact}
 
 
-def _experiments(lr: float | None = None) -> dict[str, Experiment]:
-    """The experiments; ``lr``: lab21 Projects 1-5's learning rate (default ``lab21.PROJECT_LR``; in the
-    settings, so that a new one recomputes them)."""
+def _experiments(lr: float | dict | None = None) -> dict[str, Experiment]:
+    """The experiments; ``lr``: lab21 Projects 1-5's learning rates, {project: lr} or one for all (default
+    ``lab21.PROJECT_LR``). They and Projects 4-5's evaluation temperatures are in the settings, so that a
+    new one recomputes them."""
     from . import overopt
     from .labs.lab19 import CLIP_ARMS
-    from .labs.lab21 import PROJECT_LR
+    from .labs.lab21 import EVAL_TEMPERATURE, PROJECT_LR
 
-    lr = PROJECT_LR if lr is None else lr
+    lrs = dict(PROJECT_LR) if lr is None else dict(lr) if isinstance(lr, dict) else {p: lr for p in PROJECT_LR}
 
     xs = [
         Experiment("lab11/exact", "lab11", per_seed(_exp_lab11_exact), {"betas": [0.3, 1.0, 3.0], "gibbs_q": 1000},
@@ -875,12 +880,18 @@ def _experiments(lr: float | None = None) -> dict[str, Experiment]:
         Experiment("lab21/models", "lab21", per_seed(_exp_lab21_models), {"n": 200}, ("student", "teacher"),
                    cheap=True),
         Experiment("lab21/project0", "lab21", _lab21_project("project0"), {"steps": 200}, ("student", "teacher"), cost_s=330),
-        Experiment("lab21/project1", "lab21", _lab21_project("project1"), {"steps": 150, "lr": lr}, ("student",), cost_s=140),
-        Experiment("lab21/project2", "lab21", _lab21_project("project2", ("binary", "partial", "stylish_w2",
-                                                                          "stylish_w1")), {"steps": 200, "lr": lr}, ("student",), cost_s=170),
-        Experiment("lab21/project3", "lab21", _lab21_project("project3"), {"steps": 200, "lr": lr}, ("student",), cost_s=130),
-        Experiment("lab21/project4", "lab21", _lab21_project("project4"), {"steps": 200, "lr": lr}, ("student",), cost_s=140),
-        Experiment("lab21/project5", "lab21", _lab21_project("project5"), {"steps": 300, "lr": lr}, ("student",), cost_s=90),
+        Experiment("lab21/project1", "lab21", _lab21_project("project1"), {"steps": 150, "lr": lrs["project1"]},
+                   ("student",), cost_s=140),
+        Experiment("lab21/project2", "lab21", _lab21_project("project2", LAB21_ARMS["project2"]),
+                   {"steps": 200, "lr": lrs["project2"]}, ("student",), cost_s=170),
+        Experiment("lab21/project3", "lab21", _lab21_project("project3"), {"steps": 200, "lr": lrs["project3"]},
+                   ("student",), cost_s=130),
+        Experiment("lab21/project4", "lab21", _lab21_project("project4"),
+                   {"steps": 200, "lr": lrs["project4"], "eval_temperature": EVAL_TEMPERATURE["project4"]},
+                   ("student",), cost_s=140),
+        Experiment("lab21/project5", "lab21", _lab21_project("project5"),
+                   {"steps": 300, "lr": lrs["project5"], "eval_temperature": EVAL_TEMPERATURE["project5"]},
+                   ("student",), cost_s=90),
         Experiment("hw4/k3", "hw4", per_seed(_exp_hw4_k3), {"n": 200_000}, cheap=True),
         Experiment("hw4/format_copy", "hw4", per_seed(_hw4_runs("format_copy", 51)), {"steps": 51}, ("hw4-charlm",), cost_s=150),
         Experiment("hw4/math_toy", "hw4", per_seed(_hw4_runs("math_toy", None)), {"steps": "default"},

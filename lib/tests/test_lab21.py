@@ -396,7 +396,7 @@ def test_load_student_default_is_the_shipped_checkpoint_and_bad_thresholds_raise
 def test_describe_setup_and_seed_spread():
     res = E.project4(seeds=[0, 1], steps=2, n_prompts=4, group_size=4, eval_prompts=4, progress=False, arms=["mean"])
     line = E.describe_setup(res, problems=4, samples=16)
-    for part in ("seeds 0, 1 (2 per arm)", "2 steps of 4 prompts x 4 samples", f"lr {E.PROJECT_LR:g}",
+    for part in ("seeds 0, 1 (2 per arm)", "2 steps of 4 prompts x 4 samples", f"lr {E.PROJECT_LR['project4']:g}",
                  "sampling temperature 1", "no KL term", "evaluation problems 4", "evaluation samples 16"):
         assert part in line, (part, line)
     mixed = {"a": [{"config": {**res["mean"][0]["config"], "lr": 1e-3}}], "b": res["mean"]}
@@ -411,9 +411,10 @@ def test_project0_keeps_the_published_learning_rate_and_projects_use_project_lr(
     assert E.P0_LR == 3e-4  # published: AdamW at 3e-4
     res = E.project0(arms=["rl"], **TINY, eval_prompts=4)
     assert res["rl"][0]["config"]["lr"] == 3e-4
-    monkeypatch.setattr(E, "PROJECT_LR", 7e-4)
+    monkeypatch.setitem(E.PROJECT_LR, "project4", 7e-4)
     res = E.project4(arms=["mean"], **TINY, eval_prompts=4)
     assert res["mean"][0]["config"]["lr"] == 7e-4
+    assert E.project5(**TINY, eval_prompts=4, eval_samples=2)["rl"][0]["config"]["lr"] == E.PROJECT_LR["project5"]
     res = E.project4(arms=["mean"], lr=2e-4, **TINY, eval_prompts=4)
     assert res["mean"][0]["config"]["lr"] == 2e-4
 
@@ -428,3 +429,53 @@ def test_calibration_rule_prefers_qualitative_then_held_then_calibration_then_sm
     assert (C.choose(rows)["step"], C.choose(rows)["lr"]) == (285, 1e-3)  # 40 lost a qualitative claim; tie on distance
     rows.append(row(290, 3e-4, 38, dist=1.0))
     assert C.choose(rows)["lr"] == 3e-4  # same held and distance: the smaller learning rate
+
+
+def test_more_temperatures_evaluate_the_same_runs_without_changing_them(monkeypatch):
+    """Projects 4-5 evaluated at extra temperatures: training and the evaluation at the project's own
+    temperature are unchanged (each evaluation draws from its own seeded generator); the extra numbers
+    sit under '@T<t>' keys (Project 4) and extra['at_temperature'] (Project 5), and differ from T = 1's."""
+    kw = dict(seeds=[0, 1], eval_prompts=12, **TINY)
+    a = E.project4(arms=["mean"], eval_temperature=1.0, **kw)
+    b = E.project4(arms=["mean"], eval_temperature=1.0, more_temperatures=[0.5, 1.0], **kw)
+    for x, y in zip(a["mean"], b["mean"]):
+        assert x["curve"] == y["curve"] and all(y["evals"][k] == v for k, v in x["evals"].items())
+        assert "pass@1@T0.5" in y["evals"] and "pass@1@T1" not in y["evals"]  # 1.0 is the evaluation's own
+        assert y["evals"]["pass@1@T0.5"] != y["evals"]["pass@1"] and y["config"]["eval_temperature"] == 1.0
+    cold = [r["evals"]["pass@1@T0.5"] for r in b["mean"]]
+    a = E.project5(eval_samples=4, eval_temperature=1.0, **kw)
+    b = E.project5(eval_samples=4, eval_temperature=1.0, more_temperatures=[0.5], **kw)
+    for x, y in zip(a["rl"], b["rl"]):
+        assert x["curve"] == y["curve"] and x["extra"]["after"] == y["extra"]["after"]
+        assert set(y["extra"]["at_temperature"]) == {"0.5"}
+        assert y["extra"]["at_temperature"]["0.5"]["before"]["in_dist"] != y["extra"]["before"]["in_dist"]
+    monkeypatch.setitem(E.EVAL_TEMPERATURE, "project4", 0.5)  # the default is the project's evaluation temperature
+    c = E.project4(arms=["mean"], **kw)
+    assert [r["evals"]["pass@1"] for r in c["mean"]] == cold
+    with pytest.raises(ValueError):
+        E.project4(arms=["mean"], more_temperatures=[-1.0], **kw)
+
+
+def test_second_calibration_search_judges_each_temperature_and_applies_its_rule():
+    from llmrl.labs import lab21_calibration as C
+
+    res = E.project5(seeds=[0], eval_prompts=4, eval_samples=64, eval_temperature=1.0, more_temperatures=[0.5], **TINY)
+    blob = {"project": "project5", "lr": 6e-4, "seeds": [0], "temperatures": [0.5, 1.0],
+            "results": {"0": {"lab21/project5": {"arms": {"rl": res["rl"][0]}}}}}
+    hot, cold = C.judge_sweep(blob, 1.0), C.judge_sweep(blob, 0.5)
+    start = "lab21.p5-start-pass1"
+    assert hot["outcomes"][start][0] == res["rl"][0]["extra"]["before"]["in_dist"][0]
+    assert cold["outcomes"][start][0] == res["rl"][0]["extra"]["at_temperature"]["0.5"]["before"]["in_dist"][0]
+    assert hot["total"] == len(C.project_claims("project5")) == 7 and hot["qualitative"] == 2
+
+    def row(project, lr, t, held, qual=2):
+        return {"project": project, "lr": lr, "temperature": t, "held": held, "qualitative_held": qual, "qualitative": 2}
+
+    now = {"project4": (6e-4, 1.0), "project5": (6e-4, 1.0)}
+    rows = [row("project5", 6e-4, 1.0, 4), row("project5", 6e-4, 0.7, 6), row("project5", 1e-3, 0.7, 7, qual=1),
+            row("project5", 3e-4, 0.7, 6), row("project4", 6e-4, 1.0, 3), row("project4", 6e-4, 0.8, 3),
+            row("project4", 3e-4, 0.6, 5), row("project4", 9e-4, 0.6, 5), row("project4", 9e-4, 0.5, 5)]
+    best = C.choose_per_project(rows, now)
+    assert (best["project5"]["lr"], best["project5"]["temperature"]) == (6e-4, 0.7)  # 7 lost a qualitative claim
+    # a tie on held: the lr nearer the current one (x1.5 against /2), then the nearer temperature
+    assert (best["project4"]["lr"], best["project4"]["temperature"]) == (9e-4, 0.6)

@@ -104,15 +104,16 @@ EXPECTED = {
 
 # ----------------------------------------------------------------------------------------- models
 # Project 0's learning rate is published (AdamW at 3e-4, 64 sequences per step). Projects 1-5 state
-# none; PROJECT_LR is the one their arms use unless given ``lr``: 6e-4, chosen by the recorded search
-# of :mod:`llmrl.labs.lab21_calibration` (docs/lab21-calibration.md: with the shipped student it holds
-# 34 of lab21's 65 claims against 33 at 3e-4; 1e-3 made Project 3's uniform arm collapse).
+# none; PROJECT_LR[project] is the one a project's arms use unless given ``lr``. The first recorded search
+# of :mod:`llmrl.labs.lab21_calibration` (one lr for all five, docs/lab21-calibration.md) chose 6e-4:
+# with the shipped student it held 34 of lab21's 65 claims against 33 at 3e-4, and 1e-3 made Project 3's
+# uniform arm collapse.
 P0_LR = 3e-4
-PROJECT_LR = 6e-4
+PROJECT_LR = {"project1": 6e-4, "project2": 6e-4, "project3": 6e-4, "project4": 6e-4, "project5": 6e-4}
 
 
-def _lr(lr: float | None) -> float:
-    return PROJECT_LR if lr is None else check_float("lr", lr, minimum=0.0)
+def _lr(lr: float | None, project: str) -> float:
+    return PROJECT_LR[project] if lr is None else check_float("lr", lr, minimum=0.0)
 
 
 def load_student(d: int = 64, greedy_at_least: float | None = None) -> torch.nn.Module:
@@ -223,7 +224,7 @@ def _arm1(arm, seeds, steps=150, epochs=4, eps_high=0.28, n_prompts=16, group_si
     lo, hi = CLIP_BOUNDS[arm]
     if arm == "clip-higher":
         hi = check_float("eps_high", eps_high, minimum=0.0)
-    cfg = RLConfig(steps=steps, n_prompts=n_prompts, group_size=group_size, lr=_lr(lr), epochs=epochs,
+    cfg = RLConfig(steps=steps, n_prompts=n_prompts, group_size=group_size, lr=_lr(lr, "project1"), epochs=epochs,
                    eps_low=lo, eps_high=hi, seed=seeds[0], track_reference_kl=False)
     probs = eval_problems(eval_prompts, TWO_DIGIT)
 
@@ -273,7 +274,7 @@ def _arm2(arm, seeds, steps=200, n_prompts=16, group_size=8, lr=None, reward_fns
           eval_prompts=100, eval_samples=8, eval_every=None, student=None, progress=False):
     reward_fns = dict(reward_fns or {})
     reward = reward_fns[arm] if arm in reward_fns else rubric_for(arm, pitfall)
-    cfg = RLConfig(steps=steps, n_prompts=n_prompts, group_size=group_size, lr=_lr(lr), seed=seeds[0],
+    cfg = RLConfig(steps=steps, n_prompts=n_prompts, group_size=group_size, lr=_lr(lr, "project2"), seed=seeds[0],
                    track_reference_kl=False)
     probs = eval_problems(eval_prompts, TWO_DIGIT)
 
@@ -415,7 +416,7 @@ def _arm3(arm, seeds, steps=200, n_prompts=16, group_size=8, lr=None, rare_group
     modes = {"target-only": "target", "uniform": "uniform", "learnability": "learnability"}
     if arm not in modes:
         raise ValueError(f"arm must be one of {PROJECT3_ARMS}, got {arm!r}")
-    cfg = RLConfig(steps=steps, n_prompts=n_prompts, group_size=group_size, lr=_lr(lr), seed=seeds[0],
+    cfg = RLConfig(steps=steps, n_prompts=n_prompts, group_size=group_size, lr=_lr(lr, "project3"), seed=seeds[0],
                    track_reference_kl=False)
     eval_sets = {b: eval_problems(eval_per_bucket, [b]) for b in BUCKETS}
 
@@ -452,69 +453,97 @@ def _arm3(arm, seeds, steps=200, n_prompts=16, group_size=8, lr=None, rare_group
 
 
 # ------------------------------------------------------------------------- Project 4: MaxRL
+# The sampling temperature of Projects 4 and 5's evaluations (pass@k); training samples at T = 1.
+EVAL_TEMPERATURE = {"project4": 1.0, "project5": 1.0}
+
+
+def _eval_temperatures(project: str, eval_temperature, more) -> list[tuple[float, str]]:
+    """[(temperature, metric suffix)]: the evaluation's own (suffix "") then ``more`` (suffix "@T<t>")."""
+    t0 = EVAL_TEMPERATURE[project] if eval_temperature is None else eval_temperature
+    t0 = check_float("eval_temperature", t0, minimum=0.0)
+    out = [(t0, "")]
+    for t in more:
+        t = check_float("more_temperatures", t, minimum=0.0)
+        if all(t != x for x, _ in out):
+            out.append((t, f"@T{t:g}"))
+    return out
+
 PROJECT4_ARMS = ("mean", "std", "maxrl")
 
 
 @seeds_together
 def _arm4(arm, seeds, steps=200, n_prompts=16, group_size=8, lr=None, advantage_fns=None, eval_prompts=100,
-          eval_samples=16, eval_every=None, student=None, pass_at_k_fn=None, progress=False):
+          eval_samples=16, eval_every=None, student=None, pass_at_k_fn=None, eval_temperature=None,
+          more_temperatures=(), progress=False):
     advantage_fns = dict(advantage_fns or {})
+    temps = _eval_temperatures("project4", eval_temperature, more_temperatures)
     if arm not in advantage_fns and arm not in PROJECT4_ARMS:
         raise ValueError(f"arm must be one of {PROJECT4_ARMS} or a key of advantage_fns, got {arm!r}")
-    cfg = RLConfig(steps=steps, n_prompts=n_prompts, group_size=group_size, lr=_lr(lr), seed=seeds[0],
+    cfg = RLConfig(steps=steps, n_prompts=n_prompts, group_size=group_size, lr=_lr(lr, "project4"), seed=seeds[0],
                    advantage=arm if arm in PROJECT4_ARMS else "mean", track_reference_kl=False)
     probs = eval_problems(eval_prompts, TWO_DIGIT)
 
     def eval_fn(m, seed):
-        r = generate(m, probs, eval_samples, 1.0, seed)
-        c = is_correct(r.responses, r.answers).view(len(probs), eval_samples).sum(1).numpy()
         out = {}
-        for k in (1, eval_samples):
-            per = pass_at_k_per_problem(eval_samples, c, k, pass_at_k_fn)
-            out[f"pass@{k}"] = float(per.mean())
-            out[f"pass@{k}_se"] = float(per.std(ddof=1) / math.sqrt(len(per)))  # noise of the eval set
+        for t, suffix in temps:
+            r = generate(m, probs, eval_samples, t, seed)
+            c = is_correct(r.responses, r.answers).view(len(probs), eval_samples).sum(1).numpy()
+            for k in (1, eval_samples):
+                per = pass_at_k_per_problem(eval_samples, c, k, pass_at_k_fn)
+                out[f"pass@{k}{suffix}"] = float(per.mean())
+                out[f"pass@{k}_se{suffix}"] = float(per.std(ddof=1) / math.sqrt(len(per)))  # noise of the eval set
         return out
 
     hists = _train_seeds(seeds, cfg, student, eval_fn, advantage_fn=advantage_fns.get(arm),
                          eval_every=_eval_every(steps, eval_every), progress=progress)
-    return _results(hists, cfg, ["sampled_accuracy", "frac_zero_advantage_groups", "entropy_token_mean_nats"])
+    return _results(hists, cfg, ["sampled_accuracy", "frac_zero_advantage_groups", "entropy_token_mean_nats"],
+                    eval_temperature=temps[0][0])
 
 
 # ------------------------------------------------------------ Project 5: sharpen or expand
 PROJECT5_ARMS = ("rl",)
 
 
-def pass_curves(model, problems: Problems, n_samples: int, seed: int) -> list[float]:
-    r = generate(model, problems, n_samples, 1.0, seed)
+def pass_curves(model, problems: Problems, n_samples: int, seed: int, temperature: float = 1.0) -> list[float]:
+    """pass@k for k = 1..n_samples of ``model`` on ``problems`` (``n_samples`` draws at ``temperature``)."""
+    r = generate(model, problems, n_samples, temperature, seed)
     c = is_correct(r.responses, r.answers).view(len(problems), n_samples).sum(1).numpy()
     return [float(np.mean(pass_at_k(n_samples, c, k))) for k in range(1, n_samples + 1)]
 
 
 @seeds_together
 def _arm5(arm, seeds, steps=300, n_prompts=16, group_size=8, lr=None, kl_coef=0.05, eval_prompts=100,
-          eval_samples=64, eval_every=None, student=None, progress=False):
+          eval_samples=64, eval_every=None, student=None, eval_temperature=None, more_temperatures=(), progress=False):
     if arm not in ("rl", "rl+kl"):
         raise ValueError(f"arm must be 'rl' or 'rl+kl', got {arm!r}")
-    cfg = RLConfig(steps=steps, n_prompts=n_prompts, group_size=group_size, lr=_lr(lr), seed=seeds[0],
+    temps = _eval_temperatures("project5", eval_temperature, more_temperatures)
+    t0 = temps[0][0]
+    cfg = RLConfig(steps=steps, n_prompts=n_prompts, group_size=group_size, lr=_lr(lr, "project5"), seed=seeds[0],
                    kl_coef=kl_coef if arm == "rl+kl" else 0.0, kl_mode="loss", kl_estimator="k3")
     policies = [_student(student) for _ in seeds]
     sets = {"in_dist": eval_problems(eval_prompts, TWO_DIGIT), "3d+1d": eval_problems(eval_prompts, ["3d+1d"])}
-    before = [{name: pass_curves(policy, p, eval_samples, seed) for name, p in sets.items()}
-              for policy, seed in zip(policies, seeds)]
+    curves = lambda policy, seed, t: {name: pass_curves(policy, p, eval_samples, seed, t)  # noqa: E731
+                                      for name, p in sets.items()}
+    before = [{t: curves(policy, seed, t) for t, _ in temps} for policy, seed in zip(policies, seeds)]
 
     def eval_fn(m, seed):
-        r = generate(m, sets["in_dist"], 16, 1.0, seed)
+        r = generate(m, sets["in_dist"], 16, t0, seed)
         return {"pass@1": float(is_correct(r.responses, r.answers).float().mean())}
 
     hists = rl_train(policies, cfg, seeds=list(seeds), per_seed=lambda seed: {"eval_fn": partial(eval_fn, seed=seed)},
                      eval_every=_eval_every(steps, eval_every), progress=progress)
     results = []
     for hist, policy, seed, first in zip(hists, policies, seeds, before):
-        after = {name: pass_curves(policy, p, eval_samples, seed) for name, p in sets.items()}
+        after = {t: curves(policy, seed, t) for t, _ in temps}
+        extra = {"ks": list(range(1, eval_samples + 1)), "before": first[t0], "after": after[t0],
+                 "crossing_k": crossing_k(first[t0]["in_dist"], after[t0]["in_dist"])}
+        if len(temps) > 1:  # the same trained model evaluated at the other temperatures
+            extra["at_temperature"] = {f"{t:g}": {"before": first[t], "after": after[t],
+                                                  "crossing_k": crossing_k(first[t]["in_dist"], after[t]["in_dist"])}
+                                       for t, _ in temps[1:]}
         results.append(_result(hist, replace(cfg, seed=seed),
                                ["sampled_accuracy", "entropy_token_mean_nats", "kl_to_reference_k1_sum_nats"],
-                               extra={"ks": list(range(1, eval_samples + 1)), "before": first, "after": after,
-                                      "crossing_k": crossing_k(first["in_dist"], after["in_dist"])}))
+                               extra=extra, eval_temperature=t0))
     return results
 
 

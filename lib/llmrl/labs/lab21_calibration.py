@@ -27,6 +27,7 @@ import argparse
 import hashlib
 import io
 import json
+import math
 import shutil
 import sys
 import time
@@ -54,6 +55,15 @@ SCREENED = (
     ("student step 283, lr 6e-4", "stopped after Project 3 at seed 0 for time, once step 283 at 3e-4 had lost a "
      "qualitative claim (lab21.p3-target-only-drift; step 283's calibration distance is 4.91 against 2.06)"),
 )
+
+
+# What changed in the first search's numbers after it was recorded (its cached results are not rerun).
+LATER_FIXES = ("Measured when the first search ran. A later fix of the stacked decoding (a seed whose rows finish "
+               "early now leaves its generator where a run of that seed alone would) changed Project 3's draws: at "
+               "285/6e-4 its learnability arm's sum >= 100 accuracy (`lab21.p3-learnability-ge100`) is now 0.407 in "
+               "`make reproduce` (seeds 0-2, `docs/reproduction.md`) and 0.427 ± 0.034 in the projects notebook, "
+               "not the 0.343 below, and it leads uniform by 0.137, not 0.073. Projects 4 and 5 at 6e-4, rerun in the "
+               "second search, give the numbers below at T = 1 to the last digit.")
 
 
 def candidate_states(steps: Sequence[int]) -> dict[int, dict]:
@@ -116,7 +126,7 @@ def judge_candidate(step: int, lr: float, seeds: Sequence[int], workers: int = 1
     state = candidate_states([step])[step]
     mdir = models_dir_for(step, state)
     old_dir, old_lr, old_exps = shipped.MODELS_DIR, lab21.PROJECT_LR, dict(R.EXPERIMENTS)
-    shipped.MODELS_DIR, lab21.PROJECT_LR = mdir, lr
+    shipped.MODELS_DIR, lab21.PROJECT_LR = mdir, {p: lr for p in old_lr}  # one lr for Projects 1-5
     R.EXPERIMENTS.update(R._experiments(lr))  # the lr in the settings: the cache keys of `make reproduce`
     try:
         claims = R.select(["lab21"])
@@ -144,14 +154,15 @@ def judge_candidate(step: int, lr: float, seeds: Sequence[int], workers: int = 1
 def adopt(step: int, lr: float, seeds: Sequence[int], root: Path | None = None, log=print) -> int:
     """Copy a candidate's results into the :mod:`llmrl.reproduce` cache (``root``, default
     ``artifacts/reproduce``) under the keys of the current settings and shipped models, once the
-    candidate ships (its student in ``lib/llmrl/models``, ``lab21.PROJECT_LR = lr``): the same
+    candidate ships (its student in ``lib/llmrl/models``, ``lr`` in every ``lab21.PROJECT_LR``): the same
     computations, not run twice. Each copied result must have been trained at ``lr`` (Projects 1-5)
     from a student whose fingerprint is the shipped one's. Returns how many results were copied."""
     from .. import reproduce as R
     from . import lab21
 
-    if lab21.PROJECT_LR != lr:
-        raise ValueError(f"lab21.PROJECT_LR is {lab21.PROJECT_LR:g}, not the candidate's {lr:g}: ship it first")
+    if set(lab21.PROJECT_LR.values()) != {lr}:
+        raise ValueError(f"lab21.PROJECT_LR is {lab21.PROJECT_LR}, not the candidate's {lr:g} for every project: "
+                         "ship it first")
     root = R.cache_dir() if root is None else Path(root)
     fps = {m: R.model_fingerprint(m) for m in ("student", "teacher")}
     copied = 0
@@ -177,6 +188,173 @@ def adopt(step: int, lr: float, seeds: Sequence[int], root: Path | None = None, 
     return copied
 
 
+# ------------------------------------------------------------- per-project learning rate and evaluation temperature
+# The second search (session 24): with the shipped student, each of Projects 1-5 its own learning rate, and
+# Projects 4-5 their evaluation's sampling temperature (training still samples at T = 1). A project's claims
+# read only its own experiment, so the search runs project by project; one training run per (project, lr) is
+# evaluated at every temperature (``more_temperatures``: the same trained model, draws of its own per T).
+SWEEP = WORK / "sweep"
+# The settings before the second search (its ties go to the nearest of these): (lr, evaluation temperature).
+BEFORE = {f"project{i}": (6e-4, 1.0) for i in range(1, 6)}
+TEMPERATURE_PROJECTS = ("project4", "project5")
+
+
+def project_claims(project: str) -> list:
+    from .. import reproduce as R
+
+    return [c for c in R.select(["lab21"]) if c.experiments == (f"lab21/{project}",)]
+
+
+def sweep_path(project: str, lr: float, seeds: Sequence[int]) -> Path:
+    return SWEEP / f"{project}-lr{lr:g}-seeds{'_'.join(map(str, seeds))}.json"
+
+
+def sweep_run(project: str, lr: float, seeds: Sequence[int], temperatures: Sequence[float] = (), workers: int = 1,
+              log=print) -> dict:
+    """One (project, lr) training run at ``seeds`` (cached in :func:`sweep_path`): {"results": {seed:
+    {experiment: result}}, "temperatures", "seconds"}; Projects 4-5 also evaluated at ``temperatures``."""
+    from .. import reproduce as R
+    from . import lab21
+
+    path = sweep_path(project, lr, seeds)
+    temps = sorted({1.0, *temperatures}) if project in TEMPERATURE_PROJECTS else [1.0]
+    if path.exists():
+        blob = json.loads(path.read_text())
+        if set(temps) <= set(blob["temperatures"]):
+            return blob
+    kw = {"eval_temperature": 1.0, "more_temperatures": [t for t in temps if t != 1.0]} \
+        if project in TEMPERATURE_PROJECTS else {}
+    t = time.time()
+    res = lab21.run(project, R.LAB21_ARMS.get(project), seeds=list(seeds), workers=workers, progress=False, lr=lr, **kw)
+    blob = {"project": project, "lr": lr, "seeds": list(seeds), "temperatures": temps,
+            "seconds": round(time.time() - t, 1),
+            "results": {str(s): {f"lab21/{project}": {"arms": {a: runs[i] for a, runs in res.items()}}}
+                        for i, s in enumerate(seeds)}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(blob))
+    log(f"[lab21-calibration] {project} lr {lr:g}: {blob['seconds']:.0f} s")
+    return blob
+
+
+def sweep_from_cache(project: str, seeds: Sequence[int], root: Path, log=print) -> dict:
+    """A :func:`sweep_run` record (T = 1 only) from a :mod:`llmrl.reproduce` cache at ``root`` (e.g. main's
+    ``artifacts/reproduce``): the shipped setting's runs, not computed twice. Each seed's result must come
+    from the shipped student and one learning rate."""
+    from .. import reproduce as R
+
+    exp = R.EXPERIMENTS[f"lab21/{project}"]
+    fp = R.model_fingerprint("student")
+    results, lrs, computed = {}, set(), []
+    for s in seeds:
+        blob = json.loads(R._cache_path(exp, s, Path(root)).read_text())
+        if blob["models"].get("student") != fp:
+            raise ValueError(f"{root}: {exp.name} seed {s} was trained from another student than the shipped one")
+        lrs |= {a["config"]["lr"] for a in blob["result"]["arms"].values()}
+        results[str(s)] = {exp.name: blob["result"]}
+        computed.append(blob["computed"])
+    if len(lrs) != 1:
+        raise ValueError(f"{root}: {exp.name} mixes learning rates {sorted(lrs)}")
+    lr = lrs.pop()
+    out = {"project": project, "lr": lr, "seeds": list(seeds), "temperatures": [1.0], "results": results,
+           "source": f"llmrl.reproduce cache, computed {min(computed)} to {max(computed)}"}
+    path = sweep_path(project, lr, seeds)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out))
+    log(f"[lab21-calibration] {project} lr {lr:g}: read from {root}")
+    return out
+
+
+def at_temperature(result: dict, project: str, t: float) -> dict:
+    """A project's result as if evaluated at ``t`` (one of its ``more_temperatures``; 1.0: as run)."""
+    if t == 1.0:
+        return result
+    out = json.loads(json.dumps(result))
+    for run in out["arms"].values():
+        if project == "project4":
+            sfx = f"@T{t:g}"
+            for k in [k for k in run["evals"] if k.endswith(sfx)]:
+                run["evals"][k[:-len(sfx)]] = run["evals"][k]
+        else:
+            run["extra"].update(run["extra"]["at_temperature"][f"{t:g}"])
+    return out
+
+
+def judge_sweep(blob: dict, t: float = 1.0) -> dict:
+    """The project's claims judged for one (lr, temperature) of a :func:`sweep_run`: a row as in
+    :func:`judge_candidate` (plus "project", "temperature")."""
+    from .. import reproduce as R
+
+    project = blob["project"]
+    name = f"lab21/{project}"
+    per_seed = {int(s): {name: at_temperature(r[name], project, t)} for s, r in blob["results"].items()}
+    outs = R.judge_all(project_claims(project), per_seed)
+    held = lambda o: o.verdict in ("holds", "within about")  # noqa: E731
+    qual = [o for o in outs if o.claim.qualitative]
+    return {"project": project, "lr": blob["lr"], "temperature": t, "seeds": blob["seeds"],
+            "held": sum(map(held, outs)), "total": len(outs), "qualitative_held": sum(map(held, qual)),
+            "qualitative": len(qual), "outcomes": {o.claim.id: [o.mean, o.verdict] for o in outs}}
+
+
+def choose_per_project(rows: Sequence[dict], current: dict[str, tuple[float, float]]) -> dict[str, dict]:
+    """{project: winning row}: every qualitative claim of the project kept, then most held; a tie goes to
+    the setting nearest ``current`` = {project: (lr, temperature)} (the lr's ratio first, then |T - T_now|)."""
+    best = {}
+    for project in sorted({r["project"] for r in rows}):
+        mine = [r for r in rows if r["project"] == project]
+        ok = [r for r in mine if r["qualitative_held"] == r["qualitative"]] or mine
+        lr0, t0 = current[project]
+        best[project] = min(ok, key=lambda r: (-r["held"], abs(math.log(r["lr"] / lr0)), abs(r["temperature"] - t0)))
+    return best
+
+
+def sweep_rows(seeds: Sequence[int]) -> list[dict]:
+    """Every recorded (project, lr, temperature) of the second search at ``seeds``, judged."""
+    rows = []
+    for f in sorted(SWEEP.glob(f"project*-seeds{'_'.join(map(str, seeds))}.json")):
+        blob = json.loads(f.read_text())
+        rows += [dict(judge_sweep(blob, t), source=blob.get("source", f"trained ({blob.get('seconds', 0):.0f} s)"))
+                 for t in blob["temperatures"]]
+    return rows
+
+
+def sweep_report(rows: Sequence[dict], current: dict[str, tuple[float, float]]) -> list[str]:
+    """The second search's section of docs/lab21-calibration.md (markdown lines)."""
+    if not rows:
+        return []
+    best = choose_per_project(rows, current)
+    short = {"holds": "holds", "within about": "about", "differs": "**differs**", "not run": "not run"}
+    lines = ["## Second search: a learning rate per project, and Projects 4-5's evaluation temperature", "",
+             "The shipped student (step 285). Each of Projects 1-5 may take its own learning rate, and Projects 4 "
+             "and 5 the sampling temperature of their evaluation (pass@k; training still samples at T = 1, and the "
+             "student-level claims stay at T = 1). A project's claims read only its own runs, so the search is "
+             "run and judged project by project; one training run per (project, lr) is evaluated at every "
+             "temperature. The rule, as in the first search and fixed before it: keep every qualitative claim of "
+             "the project, hold the most claims; a tie goes to the setting nearest the current one (lr "
+             + ", ".join(f"Project {p[-1]} {lr:g}" for p, (lr, _) in sorted(current.items())) + "; T = 1): the lr's ratio "
+             "first, then the temperature. Seeds " + ",".join(map(str, rows[0]["seeds"])) + "; every claim with "
+             "its own tolerance from `llmrl.reproduce`.", "",
+             "| project | lr | eval T | held | qualitative | source |", "|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["project"], r["lr"], r["temperature"])):
+        mark = " **(chosen)**" if r is best[r["project"]] else ""
+        lines.append(f"| {r['project']}{mark} | {r['lr']:g} | {r['temperature']:g} | {r['held']}/{r['total']} | "
+                     f"{r['qualitative_held']}/{r['qualitative']} | {r['source']} |")
+    now = sum(next((r["held"] for r in rows if r["project"] == p and (r["lr"], r["temperature"]) == current[p]), 0)
+              for p in best)
+    lines += ["", f"Held over the projects searched: {now} at the current settings, "
+              f"{sum(b['held'] for b in best.values())} at the chosen ones.", ""]
+    for project in sorted(best):
+        mine = sorted((r for r in rows if r["project"] == project), key=lambda r: (r["lr"], r["temperature"]))
+        lines += [f"### {project} (mean over seeds; verdict)", "",
+                  "| claim | " + " | ".join(f"{r['lr']:g}, T {r['temperature']:g}" for r in mine) + " |",
+                  "|---|" + "---|" * len(mine)]
+        for i in sorted({i for r in mine for i in r["outcomes"]}):
+            cells = [(lambda m, v: f"{m:.3f} {short.get(v, v)}")(*r["outcomes"].get(i, [float("nan"), "not run"]))
+                     for r in mine]
+            lines.append(f"| `{i}` | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
 def choose(rows: Sequence[dict]) -> dict:
     """The rule (module docstring): every qualitative claim kept, then most held, then nearest the
     published calibration, then the smaller learning rate."""
@@ -184,7 +362,8 @@ def choose(rows: Sequence[dict]) -> dict:
     return min(ok, key=lambda r: (-r["held"], r["distance"], r["lr"]))
 
 
-def write_report(rows: Sequence[dict], path: Path = REPORT) -> None:
+def write_report(rows: Sequence[dict], path: Path = REPORT, extra: Sequence[str] = ()) -> None:
+    """The first search's table, then ``extra`` (markdown lines: the second search's section)."""
     from .. import shipped
 
     best = choose(rows)
@@ -212,7 +391,7 @@ def write_report(rows: Sequence[dict], path: Path = REPORT) -> None:
         lines += ["Stopped early (not in the table; seed 0 only):", ""]
         lines += [f"- {who}: {why}." for who, why in SCREENED]
         lines += [""]
-    lines += ["## Claim by claim (mean over seeds; verdict)", "",
+    lines += ["## Claim by claim (mean over seeds; verdict)", "", LATER_FIXES, "",
               "| claim | " + " | ".join(f"{r['step']}/{r['lr']:g}" for r in rows) + " |",
               "|---|" + "---|" * len(rows)]
     short = {"holds": "holds", "within about": "about", "differs": "**differs**", "not run": "not run"}
@@ -222,6 +401,8 @@ def write_report(rows: Sequence[dict], path: Path = REPORT) -> None:
             m, v = r["outcomes"].get(i, [float("nan"), "not run"])
             cells.append(f"{m:.3f} {short.get(v, v)}")
         lines.append(f"| `{i}` | " + " | ".join(cells) + " |")
+    if extra:
+        lines += [""] + list(extra)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
 
@@ -235,8 +416,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--out", type=Path, default=REPORT)
     p.add_argument("--report-only", action="store_true", help="rewrite the table from the recorded candidates")
+    p.add_argument("--sweep", nargs="+", default=None, metavar="PROJECT",
+                   help="the second search: these projects (project1..project5) with the shipped student, one "
+                        "run per --lrs value, Projects 4-5 evaluated at every --temperatures value")
+    p.add_argument("--temperatures", type=float, nargs="*", default=[])
+    p.add_argument("--from-cache", type=Path, default=None,
+                   help="with --sweep: record the projects' runs from this llmrl.reproduce cache instead of training")
     a = p.parse_args(argv)
     seeds = [int(s) for s in a.seeds.split(",")]
+    if a.sweep is not None:
+        for project in a.sweep if a.from_cache else ():
+            blob = sweep_from_cache(project, seeds, a.from_cache)
+            r = judge_sweep(blob)
+            print(f"[lab21-calibration] {project} lr {blob['lr']:g} (cached): {r['held']}/{r['total']} held "
+                  f"(qualitative {r['qualitative_held']}/{r['qualitative']})", flush=True)
+        for project in a.sweep if not a.from_cache else ():
+            for lr in a.lrs:
+                blob = sweep_run(project, lr, seeds, a.temperatures, a.workers)
+                for t in blob["temperatures"]:
+                    r = judge_sweep(blob, t)
+                    print(f"[lab21-calibration] {project} lr {lr:g} T {t:g}: {r['held']}/{r['total']} held "
+                          f"(qualitative {r['qualitative_held']}/{r['qualitative']})", flush=True)
+        a.report_only = True
     pairs = [(s, lr) for s in a.students for lr in a.lrs]
     pairs += [(int(x.split(":")[0]), float(x.split(":")[1])) for x in a.pairs]
     rows_dir = WORK / "rows"  # one file per candidate: parallel searches do not overwrite each other
@@ -251,7 +452,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         (rows_dir / f"step{step}-lr{lr:g}-seeds{'_'.join(map(str, seeds))}.json").write_text(json.dumps(r))
     rows = [json.loads(f.read_text()) for f in sorted(rows_dir.glob("*.json"))]
     rows = [r for r in rows if r["seeds"] == seeds]
-    write_report(rows, a.out)
+    second = sweep_rows(seeds)
+    write_report(rows, a.out, sweep_report(second, BEFORE))
+    for project, r in choose_per_project(second, BEFORE).items() if second else ():
+        print(f"[lab21-calibration] {project}: chosen lr {r['lr']:g}, evaluation T {r['temperature']:g} "
+              f"({r['held']}/{r['total']})")
     best = choose(rows)
     print(f"[lab21-calibration] chosen: student step {best['step']}, lr {best['lr']:g} ({best['held']}/{best['total']}); "
           f"table in {a.out}")
