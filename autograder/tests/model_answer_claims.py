@@ -560,10 +560,10 @@ def _p5_lower_than_published(out: str) -> Optional[str]:
 LAB21_PROJECTS: list[Claim] = [
     # Project 2 rests on its summary table (the cell after project2(...)).
     Claim("lab21/projects", r"in our runs the hack already wins there", r"stylish_w1\s+\d", _p2_w1_hacked),
-    Claim("lab21/projects", r"Partial credit ends at 0\.438 against binary's 0\.450: no faster", r"stylish_w1\s+\d",
+    Claim("lab21/projects", r"Partial credit ends at 0\.464 against binary's 0\.460: no faster", r"stylish_w1\s+\d",
           _p2_partial_no_faster),
     # Project 5 rests on its pass@k printout (the cell after project5(...)).
-    Claim("lab21/projects", r"the curves cross at k = 27, 21 and 12", r"the curves cross at k", _p5_crosses),
+    Claim("lab21/projects", r"the curves cross at k = 50, 29 and 6", r"the curves cross at k", _p5_crosses),
     Claim("lab21/projects", r"pass@1 ends lower than the published 0\.67", r"in distribution: pass@1",
           _p5_lower_than_published),
 ]

@@ -452,6 +452,7 @@ def test_more_temperatures_evaluate_the_same_runs_without_changing_them(monkeypa
     monkeypatch.setitem(E.EVAL_TEMPERATURE, "project4", 0.5)  # the default is the project's evaluation temperature
     c = E.project4(arms=["mean"], **kw)
     assert [r["evals"]["pass@1"] for r in c["mean"]] == cold
+    assert "evaluation temperature 0.5" in E.describe_setup(c)
     with pytest.raises(ValueError):
         E.project4(arms=["mean"], more_temperatures=[-1.0], **kw)
 

@@ -67,9 +67,16 @@
 # and spread of yours. Where our TinyLM cannot match one, the text next to it says so and why.
 #
 # **Learning rate.** The published setting gives Project 0's learning rate (3e-4) but none for
-# Projects 1-5. Ours, `lab21.PROJECT_LR` = 6e-4, was chosen by a recorded search over the student
-# snapshot and this learning rate (`docs/lab21-calibration.md` in the course repository): at 3e-4
-# our student learns more slowly than the published one, at 1e-3 some runs break down.
+# Projects 1-5. Ours, `lab21.PROJECT_LR` (4e-4 for Projects 1 and 2, 6e-4 for Projects 3 and 5,
+# 8e-4 for Project 4), were chosen by two recorded searches, project by project
+# (`docs/lab21-calibration.md` in the course repository): at 3e-4 our student learns more slowly
+# than the published one and at 1e-3 some runs break down.
+#
+# **Evaluation temperature.** Nor does the published setting say at which temperature pass@k is
+# sampled. Training samples at T = 1 everywhere; Projects 4 and 5 evaluate at
+# `lab21.EVAL_TEMPERATURE` (T = 0.7), chosen by the same search. At T = 1 our student's
+# pass@k saturates: after RL its pass@16 is 0.94-0.98 (published 0.88-0.91) and its pass@64 0.97
+# (published 0.92), while its pass@1 stays below the published values.
 
 # %%
 import matplotlib.pyplot as plt
@@ -135,9 +142,12 @@ plt.show()
 
 # %% [markdown]
 # **Against the published run.** Entropy collapses here too, but less far in 150 steps: the clipped
-# arms end near 0.27 nats per token against the published 0.22-0.24, and their pass@1 stays below
-# the published 0.57. Without a clip our runs break down (pass@1 near zero, published 0.50): four
-# epochs of unclipped updates at lr 6e-4 move the policy too far (at 3e-4 that arm ends near 0.34).
+# arms end near 0.29 nats per token against the published 0.22-0.24, and their pass@1 ends near
+# 0.49, just below the published 0.57's band (±0.07). Without a clip our runs fall apart (pass@1
+# 0.17, published 0.50): four epochs of unclipped updates move the policy too far. The learning rate
+# trades these off: at 6e-4 the clipped arms' entropy ends lower (0.27) but their pass@1 is 0.43 and
+# the unclipped arm's near zero; at 3e-4 the unclipped arm holds up better (0.34) and entropy ends
+# higher still.
 #
 # **Your job.** The starter ran seeds 0-4 per arm: report the final entropy as mean and spread. Then
 # make the upper bound matter: `lab21.project1(epochs=8, eps_high=0.4, ...)`. Look at
@@ -174,7 +184,7 @@ plt.show()
 # clip and improves pass@16.
 #
 # **Setup.** The shipped student, 2-digit prompts, 16 prompts x 8 samples per step for 150 steps,
-# AdamW lr 6e-4, 4 epochs per batch, no KL term; evaluation on 100 fixed problems x 16 samples at
+# AdamW lr 4e-4, 4 epochs per batch, no KL term; evaluation on 100 fixed problems x 16 samples at
 # T = 1; seeds 0-4 for each of the three arms (the setup line above).
 #
 # **Plot.** Entropy of the training batches against step, one band per arm with every seed drawn;
@@ -185,7 +195,7 @@ plt.show()
 # printed difference and its spread): on this problem there is no clear clip-higher effect. The upper
 # bound stops only a small share of the positive-advantage tokens (the printed shares), so it had
 # little to act on. Without a clip, 4 epochs at this learning rate break the policy: its pass@1
-# ends near zero.
+# ends at 0.167.
 #
 # **Confounders.** Tiny vocabulary and 2-4-token answers; one learning rate; the number of epochs
 # sets how far the ratio moves; the evaluation set is 100 problems. Extension to report: the run
@@ -234,7 +244,7 @@ plt.show()
 # **Against the published run.** With w = 1 our runs pad almost every small sum (published 0.08)
 # and gold accuracy stays near its start (published 0.50): our student's accuracy on small sums is
 # well below 1, so padding pays at w = 1 already (the rule below), and our runs find the hack within
-# 200 steps. Binary and partial credit end near 0.45 against the published 0.55: our student learns
+# 200 steps. Binary and partial credit end near 0.46 against the published 0.55: our student learns
 # more slowly.
 #
 # **Back of the envelope.** On the 2-digit problems, an honest answer to a sum $\ge 100$ has 3
@@ -294,17 +304,17 @@ if PITFALL is not None:
 # aimed at the exploit removes it without hurting accuracy.
 #
 # **Setup.** The trainer and student of Project 1 with 1 epoch per batch, 200 steps of 16 prompts x
-# 8 samples, AdamW lr 6e-4; binary, partial-credit and stylish rubrics (w = 2 and w = 1); gold
+# 8 samples, AdamW lr 4e-4; binary, partial-credit and stylish rubrics (w = 2 and w = 1); gold
 # accuracy on 100 fixed problems x 8 samples at T = 1; seeds 0, 1, 2 (the setup line above).
 #
 # **Plot.** Gold accuracy, the proxy reward and the padded share of small sums against step, every
 # seed drawn.
 #
 # **Result.** Both stylish rubrics are hacked: the padded share of small sums ends at 1.000 for
-# w = 2 and 0.999 for w = 1, while gold accuracy ends at 0.248 and 0.271 from 0.261 at the start.
+# w = 2 and 0.997 for w = 1, while gold accuracy ends at 0.257 and 0.295 from 0.261 at the start.
 # The published run padded only 0.08 at w = 1; in our runs the hack already wins there, as the
 # break-even rule (padding pays once w is above the accuracy on small sums) predicts for any
-# accuracy short of perfect. Partial credit ends at 0.438 against binary's 0.450: no faster.
+# accuracy short of perfect. Partial credit ends at 0.464 against binary's 0.460: no faster.
 #
 # **Confounders.** The threshold depends on how fast accuracy grows (the break-even moves with p);
 # the pitfall uses the true answer, which a real grader may not have. Extension to report: w = 1.25
@@ -454,9 +464,11 @@ plotting.save(fig, f"{ART}/project4_maxrl.png")
 plt.show()
 
 # %% [markdown]
-# **Against the published run.** Our student's pass@16 starts at 0.93, above where the published
-# runs ended, and ends near 1 on 100 problems: the published pass@16 (0.88-0.91) cannot be matched
-# here, and a pass@16 gap has little room to appear. pass@1 ends near 0.45 against 0.51-0.55.
+# **Against the published run.** Evaluated at T = 0.7 (see the top of the notebook), our arms end
+# at pass@1 0.49-0.55 and pass@16 0.88-0.93, inside the published 0.51-0.55 and 0.88-0.91 give or
+# take the evaluation noise, and MaxRL's pass@16 ends highest, as published. At T = 1 the same runs
+# (the calibration record) end at pass@1 0.41-0.45 and pass@16 0.91-0.95: there our student's
+# pass@16 starts at 0.93, about where the published runs ended, and has little room to move.
 #
 # **Your job.** Shrink the evaluation noise (`eval_prompts=400`, seeds 0-2 as above), and start from a
 # weaker student where more prompts have small $p$: `student={"greedy_at_least": 0.4}` takes an
@@ -490,16 +502,16 @@ plt.show()
 # **Hypothesis.** MaxRL's 1/p weighting improves pass@16 more than the mean and std baselines do, at
 # equal or slightly lower pass@1.
 #
-# **Setup.** The same student, trainer, budget (200 steps of 16 prompts x 8 samples, AdamW lr 6e-4)
+# **Setup.** The same student, trainer, budget (200 steps of 16 prompts x 8 samples, AdamW lr 8e-4)
 # and prompts for all three arms; only the advantage changes; evaluation on 100 problems x 16
-# samples at T = 1; seeds 0, 1, 2 (the setup line above).
+# samples at T = 0.7 (training samples at T = 1); seeds 0, 1, 2 (the setup line above).
 #
 # **Plot.** Final pass@1 and pass@16 per arm, seeds as dots, the evaluation's standard error as bars.
 #
-# **Result.** pass@1 ends at 0.449, 0.444 and 0.445 (mean, std, MaxRL), and MaxRL's pass@16 is
-# 0.040 above the mean baseline's with a spread of 0.054 over seeds: the differences are inside the
-# seed spread, so no advantage is a clear winner at this scale. pass@16 ends between 0.937 and 0.977,
-# above the published 0.88-0.91, which leaves MaxRL little room to show.
+# **Result.** pass@1 ends at 0.504, 0.494 and 0.550 (mean, std, MaxRL), and MaxRL's pass@16 is
+# 0.043 above the mean baseline's with a spread of 0.053 over seeds: the differences are inside the
+# seed spread, so no advantage is a clear winner at this scale. pass@16 ends between 0.883 and 0.933
+# from 0.917 at the start: the mean and std arms lose a little of it while MaxRL gains a little.
 #
 # **Confounders.** The advantage scale changes the effective learning rate (std and MaxRL make
 # larger steps), so a gap may be a step-size effect; few hard prompts in the 2-digit distribution.
@@ -547,10 +559,12 @@ plotting.save(fig, f"{ART}/project5_sharpen_or_expand.png")
 plt.show()
 
 # %% [markdown]
-# **Against the published run.** Our student starts at pass@1 0.26 (published 0.31) with pass@64
-# already near 1 (published 0.97) and ends near 0.47 (published 0.67): it learns more slowly, and
-# pass@64 has little room to fall. The crossing k varies widely between seeds; its mean lies inside
-# the published 16-32.
+# **Against the published run.** Evaluated at T = 0.7 (see the top of the notebook), our student
+# starts at pass@1 0.32 (published 0.31) and pass@64 0.98 (published 0.97); after RL its pass@64 falls
+# to 0.95 (published 0.92) but its pass@1 reaches only 0.53 (published 0.67): it learns more slowly.
+# The crossing k varies widely between seeds (from 6 to 50); its mean, 28, lies inside the published
+# 16-32. At T = 1 the same runs (the calibration record) start at pass@1 0.26 with pass@64
+# already 0.997, leaving pass@64 little room to fall (0.973 after RL).
 #
 # **Your job.** Run 1,000 steps (`steps=1000`, on the command line) and find out whether the two
 # pass@k curves still cross at the same k. Then add a KL penalty to the reference: the arm
@@ -583,14 +597,15 @@ plt.show()
 # **Hypothesis.** RL raises pass@1 but not pass@64; the base model catches up at large k.
 #
 # **Setup.** The shipped student, 300 steps of 16 prompts x 8 samples, AdamW lr 6e-4, no KL term;
-# pass@k from 64 samples on 100 fixed problems per set at T = 1; seeds 0, 1, 2 (the setup line above).
+# pass@k from 64 samples on 100 fixed problems per set at T = 0.7 (training samples at T = 1); seeds
+# 0, 1, 2 (the setup line above).
 #
 # **Plot.** pass@k against k (log scale), before and after, mean and spread over seeds, both sets.
 #
-# **Result.** RL sharpens: in distribution pass@1 goes from 0.255 to 0.465 while pass@64 goes from
-# 0.997 to 0.973, and the curves cross at k = 27, 21 and 12 (seeds 0, 1, 2; the published run
+# **Result.** RL sharpens: in distribution pass@1 goes from 0.316 to 0.534 while pass@64 goes from
+# 0.980 to 0.950, and the curves cross at k = 50, 29 and 6 (seeds 0, 1, 2; the published run
 # crossed between 16 and 32). On 3d+1d every pass@k is 0.000 before and after. Our student's
 # pass@1 ends lower than the published 0.67.
 #
-# **Confounders.** pass@64 is close to 1 already, so there is little room to expand; temperature 1
-# for both models; 100 problems per set. Extension to report: 1,000 steps and the `rl+kl` arm.
+# **Confounders.** pass@64 is close to 1 already, so there is little room to expand; one evaluation
+# temperature (0.7) for both models, and the crossing moves with it; 100 problems per set. Extension to report: 1,000 steps and the `rl+kl` arm.

@@ -511,7 +511,8 @@ else:
 # version on **your** code: the mean baseline against MaxRL with **your** `maxrl_advantages`
 # (the trainer hands its `advantage_fn` the rewards `[B]` of groups of `G` adjacent rows, so the
 # wrapper below reshapes them to `[P, G]`), evaluated with **your** `pass_at_k` on 100 problems x 16
-# samples. Sixty steps take about half a minute.
+# samples drawn at Project 4's evaluation temperature (`lab21.EVAL_TEMPERATURE`, T = 0.7; training
+# samples at T = 1). Sixty steps take about half a minute.
 #
 # **What you should see:** both arms improve pass@1 a little; at this budget the gap between them is
 # about the size of the evaluation's own noise (the `±` column), which is why Project 4 asks for
