@@ -307,6 +307,23 @@ def choose_per_project(rows: Sequence[dict], current: dict[str, tuple[float, flo
     return best
 
 
+# What to know about the second search's winners (read off its tables; shipped in lab21.PROJECT_LR and
+# lab21.EVAL_TEMPERATURE).
+SECOND_NOTES = (
+    "Searched: Project 1 at 3.5e-4 to 6e-4, Project 2 at 3e-4 to 6e-4, Project 3 at 4e-4 and 6e-4, Project 4 "
+    "at 3e-4, 6e-4 and 8e-4, Project 5 at 3e-4 to 1e-3, the runs of Projects 4-5 evaluated at T = 0.5 to 1 (about "
+    "20 minutes of wall time at load 4-6). The 6e-4 runs of Projects 1-3 are the `make reproduce` ones "
+    "(`--from-cache`).",
+    "Several wins are one claim on a tolerance's edge, so they may not survive other seeds: Project 1's 4e-4 "
+    "holds the symmetric arm's pass@1 at 0.504 (bound 0.50; the projects notebook, with seeds 0-4, prints 0.491); "
+    "Project 2's 4e-4 is an island (its neighbours 3e-4 and 5e-4 hold 5, as 6e-4 does); Project 5's pass@64 after "
+    "RL at T = 0.7 is 0.950, the bound of 0.92 ± 0.03, and its crossing k is 50, 29 and 6 on seeds 0-2 (mean 28, "
+    "inside 16-32). Project 4 at 8e-4 and T = 0.7 holds all 7 with room, and 8e-4 holds 5 of 7 even at T = 1.",
+    "Project 5 at 1e-3 held as many as 6e-4 (6 of 7 at T = 0.7 and 0.8, with pass@64 after RL at 0.90-0.92, "
+    "nearer the published 0.92, but pass@1 after RL 0.41-0.43); the rule's tie-break kept 6e-4.",
+)
+
+
 def sweep_rows(seeds: Sequence[int]) -> list[dict]:
     """Every recorded (project, lr, temperature) of the second search at ``seeds``, judged."""
     rows = []
@@ -340,8 +357,9 @@ def sweep_report(rows: Sequence[dict], current: dict[str, tuple[float, float]]) 
                      f"{r['qualitative_held']}/{r['qualitative']} | {r['source']} |")
     now = sum(next((r["held"] for r in rows if r["project"] == p and (r["lr"], r["temperature"]) == current[p]), 0)
               for p in best)
-    lines += ["", f"Held over the projects searched: {now} at the current settings, "
+    lines += ["", f"Held over the projects searched: {now} at the settings before this search, "
               f"{sum(b['held'] for b in best.values())} at the chosen ones.", ""]
+    lines += [f"- {n}" for n in SECOND_NOTES] + [""]
     for project in sorted(best):
         mine = sorted((r for r in rows if r["project"] == project), key=lambda r: (r["lr"], r["temperature"]))
         lines += [f"### {project} (mean over seeds; verdict)", "",
