@@ -97,7 +97,7 @@ def plot_runs(runs: dict[str, list], path=None, panels=PANELS):
         ax.grid(alpha=0.3)
     for ax in list(axs.flat)[len(panels):]:
         ax.axis("off")
-    axs.flat[0].legend(fontsize=8)
+    axs.flat[0].legend(fontsize=8, loc="lower right")  # where the rising curves leave room
     fig.tight_layout()
     save(fig, path, tight=False)
     return fig
