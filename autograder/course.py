@@ -659,6 +659,9 @@ def grade_rows(root: Path = ROOT, selected: list[str] | tuple[str, ...] = (),
     instead of showing what an older run left in the gradebook."""
     from nbgrader.api import Gradebook, MissingEntry
 
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import course_collect
+
     db = root / "gradebook.db"
     if not db.exists():
         return []
@@ -702,6 +705,9 @@ def grade_rows(root: Path = ROOT, selected: list[str] | tuple[str, ...] = (),
                 pending = [c for x in got for c in x["pending_cells"]]
                 row.update({k: f"{v:g}" for k, v in tot.items()})
                 row["max_score"] = f"{tot['automatic_max'] + tot['manual_max']:g}"
+                stamped = course_collect.collection_note(root, a.name, st.id)
+                if stamped:  # the collection graded the inbound files' time, not the student's
+                    notes.append(stamped)
                 if late > 0:
                     notes.append(f"late by {_duration(late)}" + (f", penalty -{tot['late_penalty']:g}"
                                                                   if tot["late_penalty"] else ""))

@@ -452,6 +452,101 @@ def test_late_and_on_time_students_get_the_courses_late_policy(course):
     assert (root / "autograded" / "ontime" / tiny.ASSIGNMENT / "timestamp.txt").read_bytes() == when["ontime"]
 
 
+def _collect(root: Path, exchange: Path) -> dict:
+    """nbgrader's collect as the formgrader's Collect runs it: the course's settings (its collect class)."""
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
+    import course as course_mod
+
+    cfg = course_mod.load_config(root)
+    cfg.Exchange.root = str(exchange)
+    return NbGraderAPI(CourseDirectory(config=cfg), config=cfg).collect(tiny.ASSIGNMENT)
+
+
+def test_a_forged_early_timestamp_is_graded_at_the_time_the_files_were_written(course, tmp_path, monkeypatch):
+    """The collection (course_collect.py) against a student who writes their own submission folder into
+    the inbound with a time an hour before the files were written, and one who uses nbgrader submit: the
+    forger is graded at the files' time (late, "zero": no points) and the grades say why; the honest
+    submission's timestamp.txt reaches submitted/ byte for byte. The inbound stays as it was."""
+    import datetime
+    import getpass
+
+    from nbgrader.api import Gradebook
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.auth import Authenticator
+    from nbgrader.coursedir import CourseDirectory
+    from nbgrader.exchange import ExchangeFactory
+    from nbgrader.utils import parse_utc
+    import nbformat
+    from traitlets.config import Config
+
+    import course as course_mod
+    import course_collect
+
+    root = course
+    exchange = tmp_path / "exchange"
+    exchange.mkdir()
+    (root / "nbgrader_config.py").write_text('c = get_config()  # noqa: F821\n'
+                                             'c.LateSubmissionPlugin.penalty_method = "zero"\n')
+    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:  # due an hour ago
+        gb.update_or_create_assignment(tiny.ASSIGNMENT, duedate=now - datetime.timedelta(hours=1))
+    cfg = course_mod.load_config(root)
+    cfg.Exchange.root = str(exchange)
+    assert NbGraderAPI(CourseDirectory(config=cfg), config=cfg).release_assignment(tiny.ASSIGNMENT)["success"]
+    # the honest student: nbgrader submit from their own folder (as this OS user)
+    home = tmp_path / "home"
+    (home / tiny.ASSIGNMENT).mkdir(parents=True)
+    nbformat.write(tiny.submission(root, tiny.RIGHT), home / tiny.ASSIGNMENT / f"{tiny.NOTEBOOK}.ipynb")
+    student = Config()
+    student.Exchange.root, student.CourseDirectory.root = str(exchange), str(home)
+    student.CourseDirectory.course_id, student.CourseDirectory.assignment_id = "llmrl", tiny.ASSIGNMENT
+    monkeypatch.chdir(home)  # nbgrader submit takes the assignment's folder from where it runs
+    ExchangeFactory(config=student).Submit(coursedir=CourseDirectory(config=student),
+                                           authenticator=Authenticator(config=student), config=student).start()
+    honest = getpass.getuser()
+    # the forger: the folder nbgrader submit would write, with a time an hour before now
+    claimed = course_collect.stamp_text(now - datetime.timedelta(hours=2))
+    forged = exchange / "llmrl" / "inbound" / f"forger+{tiny.ASSIGNMENT}+{claimed}+0123456789abcdef"
+    forged.mkdir()
+    nbformat.write(tiny.submission(root, tiny.RIGHT), forged / f"{tiny.NOTEBOOK}.ipynb")
+    (forged / "timestamp.txt").write_text(claimed)
+    os.utime(forged / "timestamp.txt", (0, 0))  # mtime and atime set back: the ctime is not
+    inbound_before = {p: p.read_bytes() for p in (exchange / "llmrl" / "inbound").rglob("*") if p.is_file()}
+
+    r = _collect(root, exchange)
+    assert r["success"], r
+    honest_sub = root / "submitted" / honest / tiny.ASSIGNMENT
+    honest_in = next((exchange / "llmrl" / "inbound").glob(f"{honest}+*"))
+    assert (honest_sub / "timestamp.txt").read_bytes() == (honest_in / "timestamp.txt").read_bytes()
+    graded = (root / "submitted" / "forger" / tiny.ASSIGNMENT / "timestamp.txt").read_text()
+    written = parse_utc(graded).replace(tzinfo=None)
+    # the files were written within the last minutes (this test's own time, on a loaded machine)
+    assert abs((written - now).total_seconds()) < 300, (graded, now)
+    records = course_collect.read_records(root, tiny.ASSIGNMENT)
+    assert records["forger"]["timestamp_txt"] == claimed and records["forger"]["replaced"] is True
+    assert records[honest]["replaced"] is False
+    assert inbound_before == {p: p.read_bytes() for p in (exchange / "llmrl" / "inbound").rglob("*")
+                              if p.is_file()}, "the collection changed the inbound"
+
+    proc = subprocess.run(BATCH + ["--root", str(root)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    said = f"timestamp.txt says {claimed!r}, the files were written at {graded}; graded as {graded}"
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        nb = gb.find_submission_notebook(tiny.NOTEBOOK, tiny.ASSIGNMENT, "forger")
+        assert (nb.score, nb.late_submission_penalty) == (tiny.POINTS, tiny.POINTS)  # "zero": late
+        # an hour late by the files' time (the test's own minutes on top), not on time by the claim
+        assert 3600 <= gb.find_submission(tiny.ASSIGNMENT, "forger").total_seconds_late < 3600 + 300
+    rows = _rows(root)
+    assert said in rows["forger"]["reason"] and float(rows["forger"]["late_penalty"]) == tiny.POINTS, rows["forger"]
+    assert "timestamp.txt says" not in rows[honest]["reason"]
+    with open(root / "grades.csv", newline="") as f:
+        table = {r["student_id"]: r for r in csv.DictReader(f)}
+    assert table["forger"]["total"] == "0" and said in table["forger"]["notes"], table["forger"]
+    assert "timestamp.txt says" not in table[honest]["notes"]
+
+
 def test_a_notebook_held_for_review_says_so_in_its_feedback_and_has_no_points(tmp_path):
     """The gradebook gives a notebook held for review 0 until a person looks: its feedback (the
     batch's page, and the course's feedback from the gradebook) says so, never the automatic points."""
