@@ -547,6 +547,58 @@ def test_a_forged_early_timestamp_is_graded_at_the_time_the_files_were_written(c
     assert "timestamp.txt says" not in table[honest]["notes"]
 
 
+def test_a_late_zero_stays_zero_after_its_written_answer_is_graded(tmp_path):
+    """The course's flow with "zero": the batch autogrades a late and an on-time submission, then a
+    person grades the written answer as the formgrader does. nbgrader took the late notebook's automatic
+    points at autograding; grades.csv (the batch's and `nbgrader export`'s) applies the policy to the
+    final score: 0, not the manual points. The on-time student keeps both."""
+    from nbgrader.api import Gradebook
+    from nbgrader.utils import parse_utc
+
+    import course as course_mod
+    import written
+
+    root = written.make_course(tmp_path / "course")
+    (root / "nbgrader_config.py").write_text('c = get_config()  # noqa: F821\n'
+                                             'c.LateSubmissionPlugin.penalty_method = "zero"\n')
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        gb.update_or_create_assignment(tiny.ASSIGNMENT, duedate=parse_utc("2026-11-30 12:00:00 UTC"))
+    for s, stamp in {"ontime": "2026-11-30 11:00:00.000000 UTC", "late": "2026-11-30 13:00:00.000000 UTC"}.items():
+        nb = tiny.submission(root, tiny.RIGHT)
+        for c in nb.cells:
+            if c.metadata.get("nbgrader", {}).get("grade_id") == written.WRITTEN:
+                c.source = "It adds x to itself: double(3) = 3 + 3."
+        (tiny.submit(root, s, nb).parent / "timestamp.txt").write_text(stamp)
+    proc = subprocess.run(BATCH + ["--root", str(root)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with open(root / "grades.csv", newline="") as f:
+        before = {r["student_id"]: r for r in csv.DictReader(f)}
+    assert before["late"]["status"] == "awaiting grading" and before["late"]["total"] == "", before["late"]
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:  # what the formgrader's PUT /grade does
+        for s in ("ontime", "late"):
+            g = gb.find_grade(written.WRITTEN, tiny.NOTEBOOK, tiny.ASSIGNMENT, s)
+            g.manual_score, g.needs_manual_grade = written.WRITTEN_POINTS, False
+        gb.db.commit()
+        # nbgrader's own penalty still covers only the automatic points
+        late = gb.find_submission_notebook(tiny.NOTEBOOK, tiny.ASSIGNMENT, "late")
+        assert (late.score, late.late_submission_penalty) == (tiny.POINTS + written.WRITTEN_POINTS, tiny.POINTS)
+    course_mod.write_grades_csv(root)  # as the batch and `nbgrader export` (course.GradesCsv) write it
+    with open(root / "grades.csv", newline="") as f:
+        table = {r["student_id"]: r for r in csv.DictReader(f)}
+    full = tiny.POINTS + written.WRITTEN_POINTS
+    assert (table["late"]["status"], table["late"]["total"], table["late"]["late_penalty"]) == (
+        "graded", "0", f"{full:g}"), table["late"]
+    assert table["late"]["manual"] == f"{written.WRITTEN_POINTS:g}"  # the points stay recorded beside the penalty
+    assert f"late by 1 h, penalty -{full:g}" in table["late"]["notes"], table["late"]
+    assert (table["ontime"]["total"], table["ontime"]["late_penalty"]) == (f"{full:g}", "0"), table["ontime"]
+    # the policy back to "none": late, nothing taken off, the final score is the points
+    (root / "nbgrader_config.py").write_text('c = get_config()  # noqa: F821\n'
+                                             'c.LateSubmissionPlugin.penalty_method = "none"\n')
+    course_mod.write_grades_csv(root)
+    with open(root / "grades.csv", newline="") as f:
+        assert {r["student_id"]: r for r in csv.DictReader(f)}["late"]["total"] == f"{full:g}"
+
+
 def test_a_notebook_held_for_review_says_so_in_its_feedback_and_has_no_points(tmp_path):
     """The gradebook gives a notebook held for review 0 until a person looks: its feedback (the
     batch's page, and the course's feedback from the gradebook) says so, never the automatic points."""
