@@ -33,6 +33,11 @@ import os
 import shutil
 from pathlib import Path
 
+try:
+    import pwd
+except ImportError:  # Windows: nbgrader checks no owners there either
+    pwd = None
+
 from nbgrader.exchange.default.collect import ExchangeCollect
 from nbgrader.utils import parse_utc
 from traitlets import Float
@@ -147,9 +152,25 @@ def collection_note(root: Path, assignment: str, student: str, timestamp: str | 
 
 
 class CourseCollect(ExchangeCollect):
-    """nbgrader's collect, then the check above for each submission it copied."""
+    """nbgrader's collect, then the check above for each submission it copied; a folder that names a
+    student but is owned by another account is never chosen over one the student wrote."""
 
     slack_s = Float(SLACK_S, help="Seconds timestamp.txt may be before the inbound files' ctime").tag(config=True)
+
+    def _sort_by_timestamp(self, records):
+        """Newest first, as nbgrader; on a machine with accounts (the hub) the student's own folders come
+        before any another account wrote in their name (nbgrader only warns about those, after choosing
+        the newest: another student could hand in a later-named folder for them)."""
+        ordered = super()._sort_by_timestamp(records)
+        if pwd is None or not self.check_owner:
+            return ordered
+
+        def owner(rec):
+            try:
+                return pwd.getpwuid(os.lstat(os.path.join(self.inbound_path, rec["filename"])).st_uid).pw_name
+            except (KeyError, OSError):
+                return None
+        return sorted(ordered, key=lambda rec: owner(rec) != rec["username"])  # stable: newest first within
 
     def do_copy(self, src, dest, log=None):
         super().do_copy(src, dest, log)

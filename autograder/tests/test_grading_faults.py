@@ -452,49 +452,53 @@ def test_late_and_on_time_students_get_the_courses_late_policy(course):
     assert (root / "autograded" / "ontime" / tiny.ASSIGNMENT / "timestamp.txt").read_bytes() == when["ontime"]
 
 
-def _collect(root: Path, exchange: Path) -> dict:
-    """nbgrader's collect as the formgrader's Collect runs it: the course's settings (its collect class)."""
-    from nbgrader.apps import NbGraderAPI
-    from nbgrader.coursedir import CourseDirectory
+def test_a_forged_stamp_is_graded_late_and_a_late_zero_stays_zero_after_manual_grading(tmp_path, monkeypatch):
+    """The late policy "zero" against a submission time the student forged, and on written answers graded
+    later (one batch on the tiny course with a written answer, due an hour ago).
 
-    import course as course_mod
-
-    cfg = course_mod.load_config(root)
-    cfg.Exchange.root = str(exchange)
-    return NbGraderAPI(CourseDirectory(config=cfg), config=cfg).collect(tiny.ASSIGNMENT)
-
-
-def test_a_forged_early_timestamp_is_graded_at_the_time_the_files_were_written(course, tmp_path, monkeypatch):
-    """The collection (course_collect.py) against a student who writes their own submission folder into
-    the inbound with a time an hour before the files were written, and one who uses nbgrader submit: the
-    forger is graded at the files' time (late, "zero": no points) and the grades say why; the honest
-    submission's timestamp.txt reaches submitted/ byte for byte. The inbound stays as it was."""
+    The collection (course_collect.py, nbgrader's collect with the course's settings): a student writes
+    their own folder into the inbound with a time an hour before the due date (and the files' times set
+    back); another uses nbgrader submit. The forger is graded at the files' time (late: no points) and
+    the grades say why; the honest timestamp.txt reaches submitted/ byte for byte; the inbound is not
+    changed. Then a person grades two hand-stamped students' written answers as the formgrader does:
+    nbgrader took the late notebook's automatic points at autograding, grades.csv (the batch's and
+    `nbgrader export`'s) applies the policy to the final score: 0, not the manual points."""
     import datetime
     import getpass
 
+    import nbformat
     from nbgrader.api import Gradebook
     from nbgrader.apps import NbGraderAPI
     from nbgrader.auth import Authenticator
     from nbgrader.coursedir import CourseDirectory
     from nbgrader.exchange import ExchangeFactory
     from nbgrader.utils import parse_utc
-    import nbformat
     from traitlets.config import Config
 
     import course as course_mod
     import course_collect
+    import written
 
-    root = course
+    root = written.make_course(tmp_path / "course")
     exchange = tmp_path / "exchange"
     exchange.mkdir()
     (root / "nbgrader_config.py").write_text('c = get_config()  # noqa: F821\n'
                                              'c.LateSubmissionPlugin.penalty_method = "zero"\n')
-    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
-    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:  # due an hour ago
-        gb.update_or_create_assignment(tiny.ASSIGNMENT, duedate=now - datetime.timedelta(hours=1))
+    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None, microsecond=0)
+    due = now - datetime.timedelta(hours=1)
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        gb.update_or_create_assignment(tiny.ASSIGNMENT, duedate=due)
+    for s, when in {"ontime": due - datetime.timedelta(hours=1), "late": due + datetime.timedelta(hours=1)}.items():
+        nb = tiny.submission(root, tiny.RIGHT)
+        for c in nb.cells:
+            if c.metadata.get("nbgrader", {}).get("grade_id") == written.WRITTEN:
+                c.source = "It adds x to itself: double(3) = 3 + 3."
+        (tiny.submit(root, s, nb).parent / "timestamp.txt").write_text(course_collect.stamp_text(when))
+
     cfg = course_mod.load_config(root)
     cfg.Exchange.root = str(exchange)
-    assert NbGraderAPI(CourseDirectory(config=cfg), config=cfg).release_assignment(tiny.ASSIGNMENT)["success"]
+    api = NbGraderAPI(CourseDirectory(config=cfg), config=cfg)  # the course's settings, as the formgrader's
+    assert api.release_assignment(tiny.ASSIGNMENT)["success"]
     # the honest student: nbgrader submit from their own folder (as this OS user)
     home = tmp_path / "home"
     (home / tiny.ASSIGNMENT).mkdir(parents=True)
@@ -506,29 +510,29 @@ def test_a_forged_early_timestamp_is_graded_at_the_time_the_files_were_written(c
     ExchangeFactory(config=student).Submit(coursedir=CourseDirectory(config=student),
                                            authenticator=Authenticator(config=student), config=student).start()
     honest = getpass.getuser()
-    # the forger: the folder nbgrader submit would write, with a time an hour before now
-    claimed = course_collect.stamp_text(now - datetime.timedelta(hours=2))
-    forged = exchange / "llmrl" / "inbound" / f"forger+{tiny.ASSIGNMENT}+{claimed}+0123456789abcdef"
+    # the forger: the folder nbgrader submit would write, with a time an hour before the due date
+    claimed = course_collect.stamp_text(due - datetime.timedelta(hours=1))
+    inbound = exchange / "llmrl" / "inbound"
+    forged = inbound / f"forger+{tiny.ASSIGNMENT}+{claimed}+0123456789abcdef"
     forged.mkdir()
     nbformat.write(tiny.submission(root, tiny.RIGHT), forged / f"{tiny.NOTEBOOK}.ipynb")
     (forged / "timestamp.txt").write_text(claimed)
-    os.utime(forged / "timestamp.txt", (0, 0))  # mtime and atime set back: the ctime is not
-    inbound_before = {p: p.read_bytes() for p in (exchange / "llmrl" / "inbound").rglob("*") if p.is_file()}
+    for p in (forged, forged / "timestamp.txt", forged / f"{tiny.NOTEBOOK}.ipynb"):
+        os.utime(p, (0, 0))  # atime and mtime set back: the ctime is not
+    inbound_before = {p: p.read_bytes() for p in inbound.rglob("*") if p.is_file()}
 
-    r = _collect(root, exchange)
+    r = api.collect(tiny.ASSIGNMENT)
     assert r["success"], r
-    honest_sub = root / "submitted" / honest / tiny.ASSIGNMENT
-    honest_in = next((exchange / "llmrl" / "inbound").glob(f"{honest}+*"))
-    assert (honest_sub / "timestamp.txt").read_bytes() == (honest_in / "timestamp.txt").read_bytes()
+    honest_in = next(inbound.glob(f"{honest}+*"))
+    assert (root / "submitted" / honest / tiny.ASSIGNMENT / "timestamp.txt").read_bytes() == \
+        (honest_in / "timestamp.txt").read_bytes()
     graded = (root / "submitted" / "forger" / tiny.ASSIGNMENT / "timestamp.txt").read_text()
-    written = parse_utc(graded).replace(tzinfo=None)
-    # the files were written within the last minutes (this test's own time, on a loaded machine)
-    assert abs((written - now).total_seconds()) < 300, (graded, now)
+    # the files were written in this test's last minutes (a loaded machine), not an hour before the due date
+    assert 0 <= (parse_utc(graded).replace(tzinfo=None) - now).total_seconds() < 300, (graded, now)
     records = course_collect.read_records(root, tiny.ASSIGNMENT)
-    assert records["forger"]["timestamp_txt"] == claimed and records["forger"]["replaced"] is True
-    assert records[honest]["replaced"] is False
-    assert inbound_before == {p: p.read_bytes() for p in (exchange / "llmrl" / "inbound").rglob("*")
-                              if p.is_file()}, "the collection changed the inbound"
+    assert (records["forger"]["timestamp_txt"], records["forger"]["replaced"]) == (claimed, True), records
+    assert records[honest]["replaced"] is False, records
+    assert inbound_before == {p: p.read_bytes() for p in inbound.rglob("*") if p.is_file()}, "the inbound changed"
 
     proc = subprocess.run(BATCH + ["--root", str(root)], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -540,40 +544,13 @@ def test_a_forged_early_timestamp_is_graded_at_the_time_the_files_were_written(c
         assert 3600 <= gb.find_submission(tiny.ASSIGNMENT, "forger").total_seconds_late < 3600 + 300
     rows = _rows(root)
     assert said in rows["forger"]["reason"] and float(rows["forger"]["late_penalty"]) == tiny.POINTS, rows["forger"]
-    assert "timestamp.txt says" not in rows[honest]["reason"]
-    with open(root / "grades.csv", newline="") as f:
-        table = {r["student_id"]: r for r in csv.DictReader(f)}
-    assert table["forger"]["total"] == "0" and said in table["forger"]["notes"], table["forger"]
-    assert "timestamp.txt says" not in table[honest]["notes"]
-
-
-def test_a_late_zero_stays_zero_after_its_written_answer_is_graded(tmp_path):
-    """The course's flow with "zero": the batch autogrades a late and an on-time submission, then a
-    person grades the written answer as the formgrader does. nbgrader took the late notebook's automatic
-    points at autograding; grades.csv (the batch's and `nbgrader export`'s) applies the policy to the
-    final score: 0, not the manual points. The on-time student keeps both."""
-    from nbgrader.api import Gradebook
-    from nbgrader.utils import parse_utc
-
-    import course as course_mod
-    import written
-
-    root = written.make_course(tmp_path / "course")
-    (root / "nbgrader_config.py").write_text('c = get_config()  # noqa: F821\n'
-                                             'c.LateSubmissionPlugin.penalty_method = "zero"\n')
-    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
-        gb.update_or_create_assignment(tiny.ASSIGNMENT, duedate=parse_utc("2026-11-30 12:00:00 UTC"))
-    for s, stamp in {"ontime": "2026-11-30 11:00:00.000000 UTC", "late": "2026-11-30 13:00:00.000000 UTC"}.items():
-        nb = tiny.submission(root, tiny.RIGHT)
-        for c in nb.cells:
-            if c.metadata.get("nbgrader", {}).get("grade_id") == written.WRITTEN:
-                c.source = "It adds x to itself: double(3) = 3 + 3."
-        (tiny.submit(root, s, nb).parent / "timestamp.txt").write_text(stamp)
-    proc = subprocess.run(BATCH + ["--root", str(root)], capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "timestamp.txt says" not in rows[honest]["reason"] + rows["late"]["reason"]
     with open(root / "grades.csv", newline="") as f:
         before = {r["student_id"]: r for r in csv.DictReader(f)}
+    assert before["forger"]["total"] == "0" and said in before["forger"]["notes"], before["forger"]
+    assert "timestamp.txt says" not in before[honest]["notes"]
     assert before["late"]["status"] == "awaiting grading" and before["late"]["total"] == "", before["late"]
+
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:  # what the formgrader's PUT /grade does
         for s in ("ontime", "late"):
             g = gb.find_grade(written.WRITTEN, tiny.NOTEBOOK, tiny.ASSIGNMENT, s)

@@ -3,9 +3,11 @@
 lab11 is due right after an honest student (s1) submits it through their server. After the due date
 another student (s3), as their own OS account, writes into the exchange's inbound the folder that
 `nbgrader submit` writes, with a time an hour before the due date in its name and in timestamp.txt
-(and the files' modification times set back too). The instructor collects (formgrader) and grades
+(and the files' modification times set back too), and s2 hands in a folder in s1's name, named a day
+later, with the release's stubs. The instructor collects (formgrader) and grades
 (course_tool.py autograde) with the late policy "zero": s3 is graded at the time the files were
-written (late, 0 points) and the grades say so; s1 is on time with every point and no such note.
+written (late, 0 points) and the grades say so; s1 is graded on their own folder, on time, with every
+point and no such note.
 It runs after the browser test (file order), which releases lab11 through the formgrader's page.
 """
 
@@ -20,7 +22,7 @@ from pathlib import Path
 
 from common import ARTIFACTS, INSTRUCTOR, REPO
 from hubclient import Formgrader, UserServer
-from test_course_cycle import COURSE, S1, S3, _meta, _text, fill
+from test_course_cycle import COURSE, S1, S2, S3, _meta, _text, fill
 
 from hub import deploy
 
@@ -56,12 +58,12 @@ def test_a_forged_early_timestamp_after_the_due_date_gets_the_late_policy(course
     cfg, hubapi = course_hub.cfg, course_hub.api()
     course_dir = cfg.course_dir
     inbound = cfg.exchange / COURSE / "inbound"
-    tokens = {n: hubapi.new_token(n) for n in (INSTRUCTOR, S1, S3)}
-    users = {n: UserServer(course_hub.url, tokens[n], n) for n in (S1, S3)}
+    tokens = {n: hubapi.new_token(n) for n in (INSTRUCTOR, S1, S2, S3)}
+    users = {n: UserServer(course_hub.url, tokens[n], n) for n in (S1, S2, S3)}
     fg = Formgrader(course_hub.url, tokens[INSTRUCTOR], COURSE)
     for u in users.values():
         u.start()  # already running after the course cycle; started here when this test runs alone
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPoolExecutor(3) as pool:
         list(pool.map(lambda u: u.wait_ready(), users.values()))
     fg.wait_ready()
     if next(a for a in fg.get("/assignments") if a["name"] == A)["status"] != "released":
@@ -90,13 +92,21 @@ def test_a_forged_early_timestamp_after_the_due_date_gets_the_late_policy(course
                                   name, claimed], cfg, timeout=60)
         assert "forged" in proc.stdout
         assert (inbound / name).stat().st_uid == deploy.uid_of(S3)
+        # s2 hands in a folder in s1's name, named a day later (nbgrader would collect it as s1's newest)
+        planted = f"{S1}+{A}+{_stamp((due + datetime.timedelta(days=1)).replace(tzinfo=None))}+{'e' * 32}"
+        deploy.run_as(S2, [python, "-c", FORGE, str(inbound), str(deploy.home_of(S2) / A / f"{NB}.ipynb"),
+                           planted, planted.split("+")[2]], cfg, timeout=60)
+        assert (inbound / planted).stat().st_uid == deploy.uid_of(S2)
 
         fg.post(f"/assignment/{A}/collect")
         submitted = course_dir / "submitted"
         graded_as = (submitted / S3 / A / "timestamp.txt").read_text()
-        honest_in = next(inbound.glob(f"{S1}+{A}+*"))
+        honest_in = next(p for p in inbound.glob(f"{S1}+{A}+*") if p.stat().st_uid == deploy.uid_of(S1))
         assert (submitted / S1 / A / "timestamp.txt").read_bytes() == (honest_in / "timestamp.txt").read_bytes()
         assert (inbound / name / "timestamp.txt").read_text() == claimed, "the student's file was changed"
+        records = json.loads((course_dir / "collected" / f"{A}.json").read_text())
+        assert records[S1]["inbound"] == honest_in.name, f"s1's submission is not their own: {records[S1]}"
+        assert (records[S3]["timestamp_txt"], records[S3]["replaced"]) == (claimed, True), records[S3]
         proc = deploy.run_as(INSTRUCTOR, [python, "course_tool.py", "autograde", A, "--workers", "2"], cfg,
                              cwd=course_dir, timeout=600, check=False)
         (ARTIFACTS / "late-stamp-autograde.log").write_text(proc.stdout + proc.stderr)
