@@ -128,47 +128,72 @@ def _tiny_clip_slower(out: str) -> Optional[str]:
     return None if ok else f"clip_eps=0.02: final reward {tiny['reward']:.2f}, degraded {tiny['degraded']}"
 
 
-def _math(out: str) -> dict[str, dict[str, float]]:
+SEEDS_OF = rf"({FLOAT}) ± ({FLOAT}) \[([^\]]*)\]"  # 'mean ± sd [each seed]' as plots.seeds_text prints it
+
+
+def _seeds(m: re.Match, at: int) -> dict:
+    """The mean, the standard deviation and every seed's value of the SEEDS_OF group starting at ``at``."""
+    return {"mean": float(m.group(at)), "sd": float(m.group(at + 1)),
+            "seeds": [float(x) for x in m.group(at + 2).split(",")]}
+
+
+def _math(out: str) -> dict[str, dict]:
+    """Per algorithm, from the math runs' printout: start, end (over seeds), the eval at the early step,
+    the area under the eval curve, max KL (over seeds), mean clip fraction, seconds per step."""
     rows = {}
-    for m in re.finditer(rf"math_toy (\w+)\s*: eval exact match ({FLOAT}) -> ({FLOAT}) \(({FLOAT}) at step (\d+)\); "
-                         rf"max KL ({FLOAT}), mean clip fraction ({FLOAT}), ({FLOAT}) s per step", out):
-        g = m.groups()
-        rows[g[0]] = {"start": float(g[1]), "end": float(g[2]), "early": float(g[3]), "kl": float(g[5]),
-                      "clip": float(g[6]), "seconds": float(g[7])}
+    for m in re.finditer(rf"math_toy (\w+)\s*: eval exact match ({FLOAT}) -> {SEEDS_OF} \({SEEDS_OF} at step (\d+)\); "
+                         rf"area under the eval curve {SEEDS_OF}\s+max KL {SEEDS_OF}, mean clip fraction ({FLOAT}), "
+                         rf"({FLOAT}) s per step", out):
+        rows[m.group(1)] = {"start": float(m.group(2)), "end": _seeds(m, 3), "early": _seeds(m, 6),
+                            "area": _seeds(m, 10), "kl": _seeds(m, 13), "clip": float(m.group(16)),
+                            "seconds": float(m.group(17))}
     assert set(rows) == {"grpo", "reinforce"}, "no math_toy rows for both algorithms in the output"
+    m = re.search(rf"GRPO minus GR-REINFORCE: area under the eval curve {SEEDS_OF}, final eval exact match {SEEDS_OF}", out)
+    assert m, "no 'GRPO minus GR-REINFORCE: area ..., final eval exact match ...' line in the output"
+    rows["difference"] = {"area": _seeds(m, 1), "end": _seeds(m, 4)}
     return rows
+
+
+def _math_grpo_faster(out: str) -> Optional[str]:
+    d = _math(out)["difference"]["area"]
+    # "faster in every seed": GRPO's area under the eval curve above GR-REINFORCE's in each seed (the
+    # measure of sample efficiency argued in the notebook, not picked by result)
+    return None if min(d["seeds"]) > 0 else f"GRPO minus GR-REINFORCE, area under the eval curve: {d['seeds']}"
 
 
 def _math_grpo_faster_early(out: str) -> Optional[str]:
     t = _math(out)
-    return None if t["grpo"]["early"] > t["reinforce"]["early"] else (
-        f"early eval: GRPO {t['grpo']['early']:.3f}, GR-REINFORCE {t['reinforce']['early']:.3f}")
+    return None if t["grpo"]["early"]["mean"] > t["reinforce"]["early"]["mean"] else (
+        f"early eval: GRPO {t['grpo']['early']['mean']:.3f}, GR-REINFORCE {t['reinforce']['early']['mean']:.3f}")
 
 
 def _math_both_solved(out: str) -> Optional[str]:
     t = _math(out)
-    # "nearly solved": at least 0.95 of the held-out problems, from a base far below
-    low = [f"{a} {r['end']:.3f}" for a, r in t.items() if r["end"] < 0.95 or r["start"] > 0.5]
+    # "nearly solved": at least 0.95 of the held-out problems in the mean over seeds, from a base far below
+    low = [f"{a} {t[a]['end']['mean']:.3f}" for a in ("grpo", "reinforce")
+           if t[a]["end"]["mean"] < 0.95 or t[a]["start"] > 0.5]
     return f"not nearly solved: {low}" if low else None
 
 
 def _math_final_tie(out: str) -> Optional[str]:
-    t = _math(out)
-    gap = abs(t["grpo"]["end"] - t["reinforce"]["end"])
-    # "no evidence": at most 0.03 apart (4 of 128 problems), inside one seed's noise of a 128-problem eval
-    return None if gap <= 0.03 else f"the final evals differ by {gap:.3f}"
+    gap = _math(out)["difference"]["end"]
+    # "no evidence": the mean gap at most 0.03 (4 of 128 problems) and within two of its standard
+    # deviations over the seeds, i.e. inside the noise of a 128-problem eval
+    ok = abs(gap["mean"]) <= 0.03 and abs(gap["mean"]) <= 2 * gap["sd"]
+    return None if ok else f"the final evals differ by {gap['mean']:.3f} ± {gap['sd']:.3f}"
 
 
 def _math_grpo_costs(out: str) -> Optional[str]:
     t = _math(out)
-    g, r = t["grpo"], t["reinforce"]
+    g, r = t["grpo"]["kl"], t["reinforce"]["kl"]
     # the seconds per step are wall time on a shared machine: printed for the reader, not claimed
-    return None if g["kl"] > r["kl"] else f"max KL: GRPO {g['kl']:.3f}, GR-REINFORCE {r['kl']:.3f}"
+    return None if g["mean"] > r["mean"] else f"max KL: GRPO {g['mean']:.3f}, GR-REINFORCE {r['mean']:.3f}"
 
 
 def _math_no_clipping(out: str) -> Optional[str]:
     t = _math(out)
-    clipped = [a for a, r in t.items() if r["clip"] > 0]
+    # "negligible": a mean clip fraction that prints as 0.000 (below 0.0005 of the tokens)
+    clipped = [a for a in ("grpo", "reinforce") if t[a]["clip"] > 0]
     return f"clipped: {clipped}" if clipped else None
 
 
@@ -348,12 +373,14 @@ HW4: list[Claim] = [
     # Question 2: a hypothetical bug, not a result of a run.
     Claim("hw4/llm_rl", r"drops the first completion token",
           unchecked="the example bug is hypothetical: the notebook's runs use a correct mask"),
-    # Question 3 rests on the math runs' printout ('math_toy grpo: eval exact match a -> b (c at step 10); ...').
-    Claim("hw4/llm_rl", r"it learned faster early", r"math_toy grpo\s*:", _math_grpo_faster_early),
+    # Question 3 rests on the math runs' printout ('math_toy grpo: eval exact match a -> m ± s [seeds] (... at step 10);
+    # area under the eval curve ...', then 'GRPO minus GR-REINFORCE: area ..., final eval exact match ...').
+    Claim("hw4/llm_rl", r"more sample-efficient in every seed", r"math_toy grpo\s*:", _math_grpo_faster),
+    Claim("hw4/llm_rl", r"It learned faster early", r"math_toy grpo\s*:", _math_grpo_faster_early),
     Claim("hw4/llm_rl", r"both had nearly solved math_toy", r"math_toy grpo\s*:", _math_both_solved),
     Claim("hw4/llm_rl", r"no evidence that either ends higher", r"math_toy grpo\s*:", _math_final_tie),
     Claim("hw4/llm_rl", r"a larger KL to the reference", r"math_toy grpo\s*:", _math_grpo_costs),
-    Claim("hw4/llm_rl", r"Neither run clipped here", r"math_toy grpo\s*:", _math_no_clipping),
+    Claim("hw4/llm_rl", r"Clipping was negligible", r"math_toy grpo\s*:", _math_no_clipping),
     # Question 4 rests on the ablation's printout ('knob = value: eval exact match m ± s [seeds], ...').
     Claim("hw4/llm_rl", r"only the strong KL penalty degraded the run", r"eval exact match .*max KL",
           lambda out: _only_degraded(out, {"kl_coef=8"})),

@@ -554,10 +554,23 @@ def _claims() -> list[Claim]:
         "around step 10", FC, lambda r: float(r["hw4/format_copy"]["grpo"]["first_step_reward_ge_1"] or 99),
         between(3, 20, "'around step 10': steps 3 to 20"), fmt="{:.0f}")
     MT = ("hw4/math_toy",)
+    # Sample efficiency is how fast a run learns from the rollouts it draws, not where it ends. Both
+    # algorithms draw the same rollouts per step, so the eval curve over steps is a curve over samples.
+    # Published on math_hard, neither run is near its ceiling after ~200 steps, so the final eval
+    # answers that question there; math_toy is solved by both within 30 steps, where the final eval
+    # only says that both reach the ceiling. The measure, argued before it was computed on any run:
+    # the area under the greedy eval curve over the whole 30-step run (every eval point the
+    # run already makes, trapezoid rule, divided by the steps: the run's mean eval exact match). It
+    # needs no step or threshold chosen by looking at where the curves level off (an eval at one early
+    # step would), it credits the run that gets there first, and the steps where both sit at the
+    # ceiling add about the same to both areas (they shrink the gap, they do not make it).
     add("hw4.math-grpo-beats-reinforce", "hw4", "At the same batch, minibatch and learning rate GRPO's two "
-        "clipped epochs make it the more sample-efficient (GRPO minus GR-REINFORCE, final eval exact match; "
-        "math_toy on the character model stands in for math_hard).", "GRPO ahead", MT,
-        lambda r: r["hw4/math_toy"]["grpo"]["final_eval_exact_match"] - r["hw4/math_toy"]["reinforce"]["final_eval_exact_match"],
+        "clipped epochs make it the more sample-efficient (GRPO minus GR-REINFORCE, area under the greedy eval "
+        "exact-match curve over the 30 steps divided by the steps, i.e. each run's mean eval over its budget; "
+        "math_toy on the character model stands in for math_hard: both runs solve it within the budget, so "
+        "the final eval shows only the shared ceiling, while the area shows which run got there on fewer "
+        "samples).", "GRPO ahead", MT,
+        lambda r: r["hw4/math_toy"]["grpo"]["eval_area"] - r["hw4/math_toy"]["reinforce"]["eval_area"],
         above(0.0, "a direction"), qualitative=True)
     add("hw4.math-reinforce-beats-base", "hw4", "GR-REINFORCE improves on the model before RL (final minus step-0 "
         "eval exact match, math_toy).", "above base", MT,
@@ -883,7 +896,7 @@ def _experiments(lr: float | None = None) -> dict[str, Experiment]:
         Experiment("lab21/project5", "lab21", _lab21_project("project5"), {"steps": 300, "lr": lr}, ("student",), cost_s=90),
         Experiment("hw4/k3", "hw4", per_seed(_exp_hw4_k3), {"n": 200_000}, cheap=True),
         Experiment("hw4/format_copy", "hw4", per_seed(_hw4_runs("format_copy", 51)), {"steps": 51}, ("hw4-charlm",), cost_s=150),
-        Experiment("hw4/math_toy", "hw4", per_seed(_hw4_runs("math_toy", None)), {"steps": "default"},
+        Experiment("hw4/math_toy", "hw4", per_seed(_hw4_runs("math_toy", None)), {"steps": "default", "eval_area": True},
                    ("hw4-charlm",), cost_s=100),
         Experiment("hw4/math_hard", "hw4", None, unavailable="needs Qwen2.5-Math-1.5B-Instruct and MATH level 5 "
                    "on a GPU (hours); no model hub is reachable from the course machines"),

@@ -14,6 +14,7 @@ from llmrl.hw4 import charlm
 from llmrl.hw4.__main__ import build_parser, config_from_args, main
 from llmrl.hw4.char_backend import CharBackend
 from llmrl.hw4.impl import REQUIRED, Impl, load_impl
+from llmrl.hw4.plots import eval_area, plot_runs, seeds_text
 from llmrl.hw4.trainer import HW4Config, default_config, read_jsonl, train
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "hw4" / "llm_rl.py"
@@ -227,6 +228,36 @@ def test_ablation_sweep_runs_every_seed_and_trains_the_shared_default_once(impl,
         sweep(impl, tmp_path, base, {"kl_coef": [0.05]}, progress=False, seeds=(0, 0))
 
 
+def _evals(steps, values, reward=0.5):
+    return [dict({"step": s, "eval_exact_match": v}, **({"reward_mean": reward} if s else {}))
+            for s, v in zip(steps, values)]
+
+
+def test_eval_area_is_the_mean_eval_over_the_run():
+    # trapezoid over steps 0, 5, 10 divided by the 10 steps: (0.5 * 5 + 1 * 5) / 10
+    assert eval_area(_evals((0, 5, 10), (0.0, 1.0, 1.0))) == pytest.approx(0.75)
+    # the same end, reached later: a smaller area (the final eval cannot tell the two apart)
+    assert eval_area(_evals((0, 5, 10), (0.0, 0.0, 1.0))) == pytest.approx(0.25)
+    # uneven spacing and records without an eval (training steps) in between
+    recs = _evals((0, 2, 10), (0.2, 0.6, 0.6)) + [{"step": 11, "reward_mean": 1.0}]
+    assert eval_area(recs) == pytest.approx(((0.2 + 0.6) / 2 * 2 + 0.6 * 8) / 10)
+    assert eval_area(_evals((0,), (0.3,))) is None
+    assert seeds_text([0.5, 1.0, 0.75]) == "0.750 ± 0.204 [0.50, 1.00, 0.75]"
+
+
+def test_plot_runs_draws_every_seed_and_their_mean(tmp_path):
+    import matplotlib
+    matplotlib.use("Agg")
+    seeds = [_evals((0, 5, 10), v) for v in ((0.0, 0.4, 1.0), (0.0, 0.2, 0.9), (0.0, 0.6, 0.8))]
+    fig = plot_runs({"a": seeds, "b": _evals((0, 5, 10), (0.0, 0.1, 0.2))}, path=tmp_path / "p.png")
+    lines = fig.axes[0].get_lines()  # the eval panel: 3 thin seed lines and the mean of "a", one line of "b"
+    assert len(lines) == 5 and (tmp_path / "p.png").is_file()
+    assert list(lines[3].get_ydata()) == pytest.approx([0.0, 0.4, 0.9]) and "mean of 3 seeds" in lines[3].get_label()
+    assert list(lines[4].get_ydata()) == pytest.approx([0.0, 0.1, 0.2]) and lines[4].get_label() == "b"
+    with pytest.raises(ValueError, match="at least one record"):
+        plot_runs({"a": [seeds[0], []]})
+
+
 @pytest.mark.slow
 def test_grpo_and_reinforce_learn_math_toy(impl, tmp_path):
     """math_toy at the notebook's budget (30 steps), from the shipped character model. Published
@@ -244,3 +275,5 @@ def test_grpo_and_reinforce_learn_math_toy(impl, tmp_path):
     assert evals["grpo"][0] == pytest.approx(0.27, abs=0.02) and evals["reinforce"][0] == evals["grpo"][0]
     assert evals["grpo"][30] >= 0.95 - 0.1 and evals["reinforce"][30] >= 0.8 - 0.1, evals
     assert evals["grpo"][10] > evals["reinforce"][10], evals  # the clipped, normalised update learns faster
+    # ...and over the whole budget: the notebook's measure of sample efficiency (seeds 0-2: GRPO ahead in each)
+    assert eval_area(got["grpo"]) > eval_area(got["reinforce"]), evals

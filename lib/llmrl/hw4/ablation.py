@@ -28,6 +28,7 @@ import numpy as np
 from ..plotting import save
 from ..runner import result_from_history, run_arms
 from .impl import Impl
+from .plots import eval_area
 from .trainer import HW4Config, default_config, train
 
 EXPERIMENT = "hw4-ablation"
@@ -52,7 +53,8 @@ def _label(axis, value) -> str:
 
 
 def summary(history, axis, value) -> dict:
-    """One run's row: final eval exact match and reward, the largest KL, the mean clip fraction."""
+    """One run's row: final eval exact match and reward, the largest KL, the mean clip fraction, the
+    area under the eval curve (:func:`llmrl.hw4.plots.eval_area`)."""
     recs = [r for r in history if r["step"] >= 1]
     rewards = [r["reward_mean"] for r in recs]
     tail = rewards[-5:]
@@ -62,7 +64,7 @@ def summary(history, axis, value) -> dict:
             "final_reward": sum(tail) / len(tail) if tail else None,
             "max_kl": max((r.get("kl_to_reference_k3_token_mean_nats", 0) for r in recs), default=0.0),
             "mean_clip_fraction": sum(r.get("clip_fraction", 0) for r in recs) / max(1, len(recs)),
-            "first_step_reward_ge_1": jump, "key": history.config.key()}
+            "first_step_reward_ge_1": jump, "eval_area": eval_area(history), "key": history.config.key()}
 
 
 SEEDED = ("final_eval_exact_match", "final_reward", "max_kl", "mean_clip_fraction")

@@ -29,32 +29,75 @@ def smooth(y: np.ndarray, window: int = 5) -> np.ndarray:
     return (c[n] - c[lo]) / (n - lo)
 
 
-def plot_runs(runs: dict[str, list[dict]], path=None, panels=PANELS):
-    """One panel per metric, one line per run. ``runs``: label -> list of step records."""
+def eval_area(records, name: str = "eval_exact_match") -> float | None:
+    """The area under a run's eval curve divided by the steps it spans: the mean of ``name`` over the
+    run, read between the eval points by the trapezoid rule (None with fewer than two eval points).
+
+    hw4's measure of sample efficiency. Both algorithms draw the same rollouts per step, so a curve
+    over steps is a curve over samples, and the run whose curve lies higher over the whole budget
+    learned more from the same samples. Unlike the final eval it does not vanish once both runs
+    reach the task's ceiling, and unlike the eval at one early step it needs no step chosen by
+    looking at where the curves level off."""
+    x, y = _series(records, name)
+    if len(x) < 2:
+        return None
+    return float(np.sum((y[1:] + y[:-1]) / 2 * np.diff(x)) / (x[-1] - x[0]))
+
+
+def seeds_text(values, digits: int = 3, seed_digits: int = 2) -> str:
+    """'mean ± standard deviation [each seed]' of one number over seeds."""
+    v = np.asarray(values, dtype=float)
+    return (f"{v.mean():.{digits}f} ± {v.std():.{digits}f} "
+            f"[{', '.join(f'{x:.{seed_digits}f}' for x in v)}]")
+
+
+def _mean_over_seeds(seed_series):
+    """(steps every seed has, mean over seeds at those steps) of per-seed (x, y) series."""
+    common = sorted(set.intersection(*(set(x.tolist()) for x, _ in seed_series)))
+    ys = np.array([[dict(zip(x.tolist(), y))[s] for s in common] for x, y in seed_series])
+    return np.array(common), ys.mean(0)
+
+
+def plot_runs(runs: dict[str, list], path=None, panels=PANELS):
+    """One panel per metric, one colour per run. ``runs``: label -> list of step records (one seed),
+    or label -> list of such lists (one per seed): then each seed is a thin line and the mean over
+    the seeds a thick one."""
     import matplotlib.pyplot as plt
 
     if not runs:
         raise ValueError("runs must hold at least one run")
+    seeded = {label: (recs if recs and isinstance(recs[0], list) else [recs]) for label, recs in runs.items()}
+    if any(not seeds or not all(seeds) for seeds in seeded.values()):
+        raise ValueError("every run (and every seed of a run) must hold at least one record")
     ncol = 3
     nrow = -(-len(panels) // ncol)
     fig, axs = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 3.0 * nrow), squeeze=False)
     for ax, (name, title) in zip(axs.flat, panels):
-        for i, (label, recs) in enumerate(runs.items()):
-            x, y = _series(recs, name)
-            if not len(x):
+        for i, (label, seeds) in enumerate(seeded.items()):
+            series = [_series(recs, name) for recs in seeds]
+            series = [(x, smooth(y) if name == "reward_mean" else y) for x, y in series if len(x)]
+            if not series:
                 continue
             color = f"C{i}"
-            if name == "reward_mean":
-                ax.plot(x, y, color=color, alpha=0.25, lw=0.8)
-                ax.plot(x, smooth(y), color=color, lw=2, label=label)
-            else:
-                ax.plot(x, y, color=color, marker="o" if name.startswith("eval") else None, ms=3, label=label)
+            marker = "o" if name.startswith("eval") else None
+            if len(seeds) == 1:
+                if name == "reward_mean":
+                    ax.plot(*_series(seeds[0], name), color=color, alpha=0.25, lw=0.8)
+                ax.plot(*series[0], color=color, marker=marker, ms=3, lw=2 if name == "reward_mean" else 1.5,
+                        label=label)
+                continue
+            for x, y in series:
+                ax.plot(x, y, color=color, alpha=0.3, lw=0.8)
+            ax.plot(*_mean_over_seeds(series), color=color, marker=marker, ms=3, lw=2,
+                    label=f"{label}, mean of {len(series)} seeds (thin: each seed)")
+        if name == "reward_mean" and any(len(s) > 1 for s in seeded.values()):
+            title = "rollout reward, 5-step mean (thick: mean of seeds)"
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("step", fontsize=8)
         ax.grid(alpha=0.3)
     for ax in list(axs.flat)[len(panels):]:
         ax.axis("off")
-    axs.flat[0].legend(fontsize=8)
+    axs.flat[0].legend(fontsize=8, loc="lower right")  # where the rising curves leave room
     fig.tight_layout()
     save(fig, path, tight=False)
     return fig
