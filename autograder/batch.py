@@ -61,6 +61,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import course  # noqa: E402
+import course_collect  # noqa: E402
 import files  # noqa: E402
 import grade as grading  # noqa: E402
 from course import ROOT, PipelineError  # noqa: E402
@@ -146,6 +147,8 @@ def find_jobs(assignments: list[str], submitted: Path, root: Path = ROOT) -> lis
                 chosen, job.notes = course.match_submission(a, job.files, root)
                 job.files = [p for p, _ in chosen]
                 job.notes += [f"{n}: a symbolic link, not graded (the grader never follows links)" for n in links]
+                # the collection graded the inbound files' time, not the student's (course_collect.py)
+                job.notes += [n for n in [course_collect.collection_note(root, a, job.student, job.timestamp)] if n]
             jobs.append(job)
     return jobs
 

@@ -354,14 +354,14 @@ def load_config(root: Path = ROOT, settings_from: Path | None = None):
 
     `settings_from`: a course folder whose own nbgrader_config.py (the instructor's settings, e.g.
     the late-penalty policy) is applied on top, as plain nbgrader would apply it there; the grader's
-    scratch courses take their settings from the course they grade for. The repository's own
-    two-line nbgrader_config.py only loads the course's settings again and is skipped; a link is
-    never followed."""
+    scratch courses take their settings from the course they grade for. A link is never followed.
+    (The repository's own two-line nbgrader_config.py only loads the course's settings again; the
+    hub's course folder, where ROOT is the course folder itself, has its own settings in that file.)"""
     from traitlets.config.loader import PyFileConfigLoader
 
     cfg = PyFileConfigLoader(CONFIG.name, path=str(CONFIG.parent)).load_config()
     own = Path(settings_from) / "nbgrader_config.py" if settings_from is not None else None
-    if own is not None and own.is_file() and not own.is_symlink() and own.resolve() != (ROOT / "nbgrader_config.py").resolve():
+    if own is not None and own.is_file() and not own.is_symlink():
         try:
             cfg.merge(PyFileConfigLoader(own.name, path=str(own.parent)).load_config())
         except Exception as e:  # the instructor's file: say which one and why, never a traceback
@@ -651,6 +651,29 @@ def notebook_state(nb, manual: set[tuple[str, str]]) -> dict:
     return s
 
 
+def late_policy(root: Path):
+    """The course's late policy on final scores: penalty(student, score, seconds_late) -> points off.
+
+    nbgrader applies the policy (AssignLatePenalties, with the course's LateSubmissionPlugin and its
+    settings, the course folder's own nbgrader_config.py included) when a notebook is autograded, to
+    its automatic points; a written answer graded later in the formgrader is not covered, so a late
+    notebook under "zero" would end with its manual points. The grade tables apply the same plugin to
+    each notebook's final score instead, bounded as nbgrader bounds it (0 to the score)."""
+    from nbgrader.preprocessors import AssignLatePenalties
+
+    cfg = load_config(root, settings_from=root)
+    assign = AssignLatePenalties(config=cfg)
+    assign.init_plugin()
+    plugin = assign.plugin_inst
+
+    def penalty(student: str, score: float, seconds_late: float) -> float:
+        if seconds_late <= 0:
+            return 0.0
+        p = plugin.late_submission_penalty(student, score, seconds_late)
+        return 0.0 if p is None else min(max(float(p), 0.0), score)
+    return penalty
+
+
 def grade_rows(root: Path = ROOT, selected: list[str] | tuple[str, ...] = (),
                failed: dict[tuple[str, str], str] | None = None) -> list[dict]:
     """One row per assignment and student of the gradebook (GRADE_COLUMNS, plus "notebooks").
@@ -659,10 +682,14 @@ def grade_rows(root: Path = ROOT, selected: list[str] | tuple[str, ...] = (),
     instead of showing what an older run left in the gradebook."""
     from nbgrader.api import Gradebook, MissingEntry
 
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import course_collect
+
     db = root / "gradebook.db"
     if not db.exists():
         return []
     failed = failed or {}
+    penalty = None  # the course's late policy, read once a late submission needs it
     rows = []
     with Gradebook(f"sqlite:///{db}") as gb:
         students = sorted(gb.students, key=lambda x: x.id)
@@ -689,6 +716,11 @@ def grade_rows(root: Path = ROOT, selected: list[str] | tuple[str, ...] = (),
                 row["timestamp"] = str(sub.timestamp or "")
                 late = float(sub.total_seconds_late or 0.0)
                 states = [notebook_state(nb, manual) for nb in sorted(sub.notebooks, key=lambda n: n.name)]
+                if late > 0:  # the policy on each notebook's final score, manual points included
+                    penalty = penalty or late_policy(root)
+                    for x in states:
+                        if not x["missing"]:
+                            x["late_penalty"] = penalty(st.id, x["automatic"] + x["manual"], late)
                 row["notebooks"] = states
                 got = [x for x in states if not x["missing"]]
                 notes = [f"{x['notebook']}.ipynb missing" for x in states if x["missing"]]
@@ -702,6 +734,9 @@ def grade_rows(root: Path = ROOT, selected: list[str] | tuple[str, ...] = (),
                 pending = [c for x in got for c in x["pending_cells"]]
                 row.update({k: f"{v:g}" for k, v in tot.items()})
                 row["max_score"] = f"{tot['automatic_max'] + tot['manual_max']:g}"
+                stamped = course_collect.collection_note(root, a.name, st.id)
+                if stamped:  # the collection graded the inbound files' time, not the student's
+                    notes.append(stamped)
                 if late > 0:
                     notes.append(f"late by {_duration(late)}" + (f", penalty -{tot['late_penalty']:g}"
                                                                   if tot["late_penalty"] else ""))

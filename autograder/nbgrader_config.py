@@ -50,6 +50,10 @@ c.ExportApp.plugin_class = "course.GradesCsv"
 # your own) can do anything else. A course folder's own nbgrader_config.py may set it: the grader's
 # scratch courses read that file too (course.load_config(settings_from=)).
 c.LateSubmissionPlugin.penalty_method = "none"
+# The submission time a student cannot forge: the course's collect (the formgrader's Collect,
+# `nbgrader collect`) compares timestamp.txt with the inbound files' ctime and grades the files' time
+# when the student's is earlier by more than a minute (autograder/course_collect.py).
+c.ExchangeFactory.collect = "course_collect.CourseCollect"
 
 # Text for graders and instructors only (CONTRIBUTING.md, "Answers and rubrics for graders"): lines
 # between BEGIN MARK SCHEME and END MARK SCHEME (in markdown as <!-- BEGIN MARK SCHEME --> comments)

@@ -11,6 +11,8 @@
         submission carries (timestamp.txt, submission_secret.txt): it records the submission's time
         in the gradebook (late penalties; the formgrader counts a submission as autograded only when
         that time matches submitted/) and copies both into autograded/ (releasing feedback needs them).
+        That time is the one the formgrader's Collect graded (autograder/course_collect.py: the inbound
+        files' time where the student's timestamp.txt is earlier, missing or unreadable; collected/).
 
 Run it in the course folder, as the instructor (the folder's owner), with the hub's Python.
 

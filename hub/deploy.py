@@ -584,7 +584,7 @@ def setup(cfg: HubConfig, passwords: dict[str, str] | None = None, log=print) ->
 # The parts of this repository that hold solutions, hidden tests or grades: no hub account may read them
 # (the accounts need only .venv and lib/, the environment and the course library).
 INSTRUCTOR_ONLY = ("source", "notebooks", "autograder", "artifacts", ".git", "submitted", "autograded", "feedback",
-                   "gradebook.db", "grades.csv", "batch_grades.csv")
+                   "gradebook.db", "grades.csv", "batch_grades.csv", "collected")
 
 
 def protect_repository(manifest: dict, cfg: HubConfig, log=print) -> list[str]:

@@ -452,6 +452,130 @@ def test_late_and_on_time_students_get_the_courses_late_policy(course):
     assert (root / "autograded" / "ontime" / tiny.ASSIGNMENT / "timestamp.txt").read_bytes() == when["ontime"]
 
 
+def test_a_forged_stamp_is_graded_late_and_a_late_zero_stays_zero_after_manual_grading(tmp_path, monkeypatch):
+    """The late policy "zero" against a submission time the student forged, and on written answers graded
+    later (one batch on the tiny course with a written answer, due an hour ago).
+
+    The collection (course_collect.py, nbgrader's collect with the course's settings): a student writes
+    their own folder into the inbound with a time an hour before the due date (and the files' times set
+    back); another uses nbgrader submit. The forger is graded at the files' time (late: no points) and
+    the grades say why; the honest timestamp.txt reaches submitted/ byte for byte; the inbound is not
+    changed. Then a person grades two hand-stamped students' written answers as the formgrader does:
+    nbgrader took the late notebook's automatic points at autograding, grades.csv (the batch's and
+    `nbgrader export`'s) applies the policy to the final score: 0, not the manual points."""
+    import datetime
+    import getpass
+
+    import nbformat
+    from nbgrader.api import Gradebook
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.auth import Authenticator
+    from nbgrader.coursedir import CourseDirectory
+    from nbgrader.exchange import ExchangeFactory
+    from nbgrader.utils import parse_utc
+    from traitlets.config import Config
+
+    import course as course_mod
+    import course_collect
+    import written
+
+    root = written.make_course(tmp_path / "course")
+    exchange = tmp_path / "exchange"
+    exchange.mkdir()
+    (root / "nbgrader_config.py").write_text('c = get_config()  # noqa: F821\n'
+                                             'c.LateSubmissionPlugin.penalty_method = "zero"\n')
+    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None, microsecond=0)
+    due = now - datetime.timedelta(hours=1)
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        gb.update_or_create_assignment(tiny.ASSIGNMENT, duedate=due)
+    for s, when in {"ontime": due - datetime.timedelta(hours=1), "late": due + datetime.timedelta(hours=1)}.items():
+        nb = tiny.submission(root, tiny.RIGHT)
+        for c in nb.cells:
+            if c.metadata.get("nbgrader", {}).get("grade_id") == written.WRITTEN:
+                c.source = "It adds x to itself: double(3) = 3 + 3."
+        (tiny.submit(root, s, nb).parent / "timestamp.txt").write_text(course_collect.stamp_text(when))
+
+    cfg = course_mod.load_config(root)
+    cfg.Exchange.root = str(exchange)
+    api = NbGraderAPI(CourseDirectory(config=cfg), config=cfg)  # the course's settings, as the formgrader's
+    assert api.release_assignment(tiny.ASSIGNMENT)["success"]
+    # the honest student: nbgrader submit from their own folder (as this OS user)
+    home = tmp_path / "home"
+    (home / tiny.ASSIGNMENT).mkdir(parents=True)
+    nbformat.write(tiny.submission(root, tiny.RIGHT), home / tiny.ASSIGNMENT / f"{tiny.NOTEBOOK}.ipynb")
+    student = Config()
+    student.Exchange.root, student.CourseDirectory.root = str(exchange), str(home)
+    student.CourseDirectory.course_id, student.CourseDirectory.assignment_id = "llmrl", tiny.ASSIGNMENT
+    monkeypatch.chdir(home)  # nbgrader submit takes the assignment's folder from where it runs
+    ExchangeFactory(config=student).Submit(coursedir=CourseDirectory(config=student),
+                                           authenticator=Authenticator(config=student), config=student).start()
+    honest = getpass.getuser()
+    # the forger: the folder nbgrader submit would write, with a time an hour before the due date
+    claimed = course_collect.stamp_text(due - datetime.timedelta(hours=1))
+    inbound = exchange / "llmrl" / "inbound"
+    forged = inbound / f"forger+{tiny.ASSIGNMENT}+{claimed}+0123456789abcdef"
+    forged.mkdir()
+    nbformat.write(tiny.submission(root, tiny.RIGHT), forged / f"{tiny.NOTEBOOK}.ipynb")
+    (forged / "timestamp.txt").write_text(claimed)
+    for p in (forged, forged / "timestamp.txt", forged / f"{tiny.NOTEBOOK}.ipynb"):
+        os.utime(p, (0, 0))  # atime and mtime set back: the ctime is not
+    inbound_before = {p: p.read_bytes() for p in inbound.rglob("*") if p.is_file()}
+
+    r = api.collect(tiny.ASSIGNMENT)
+    assert r["success"], r
+    honest_in = next(inbound.glob(f"{honest}+*"))
+    assert (root / "submitted" / honest / tiny.ASSIGNMENT / "timestamp.txt").read_bytes() == \
+        (honest_in / "timestamp.txt").read_bytes()
+    graded = (root / "submitted" / "forger" / tiny.ASSIGNMENT / "timestamp.txt").read_text()
+    # the files were written in this test's last minutes (a loaded machine), not an hour before the due date
+    assert 0 <= (parse_utc(graded).replace(tzinfo=None) - now).total_seconds() < 300, (graded, now)
+    records = course_collect.read_records(root, tiny.ASSIGNMENT)
+    assert (records["forger"]["timestamp_txt"], records["forger"]["replaced"]) == (claimed, True), records
+    assert records[honest]["replaced"] is False, records
+    assert inbound_before == {p: p.read_bytes() for p in inbound.rglob("*") if p.is_file()}, "the inbound changed"
+
+    proc = subprocess.run(BATCH + ["--root", str(root)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    said = f"timestamp.txt says {claimed!r}, the files were written at {graded}; graded as {graded}"
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        nb = gb.find_submission_notebook(tiny.NOTEBOOK, tiny.ASSIGNMENT, "forger")
+        assert (nb.score, nb.late_submission_penalty) == (tiny.POINTS, tiny.POINTS)  # "zero": late
+        # an hour late by the files' time (the test's own minutes on top), not on time by the claim
+        assert 3600 <= gb.find_submission(tiny.ASSIGNMENT, "forger").total_seconds_late < 3600 + 300
+    rows = _rows(root)
+    assert said in rows["forger"]["reason"] and float(rows["forger"]["late_penalty"]) == tiny.POINTS, rows["forger"]
+    assert "timestamp.txt says" not in rows[honest]["reason"] + rows["late"]["reason"]
+    with open(root / "grades.csv", newline="") as f:
+        before = {r["student_id"]: r for r in csv.DictReader(f)}
+    assert before["forger"]["total"] == "0" and said in before["forger"]["notes"], before["forger"]
+    assert "timestamp.txt says" not in before[honest]["notes"]
+    assert before["late"]["status"] == "awaiting grading" and before["late"]["total"] == "", before["late"]
+
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:  # what the formgrader's PUT /grade does
+        for s in ("ontime", "late"):
+            g = gb.find_grade(written.WRITTEN, tiny.NOTEBOOK, tiny.ASSIGNMENT, s)
+            g.manual_score, g.needs_manual_grade = written.WRITTEN_POINTS, False
+        gb.db.commit()
+        # nbgrader's own penalty still covers only the automatic points
+        late = gb.find_submission_notebook(tiny.NOTEBOOK, tiny.ASSIGNMENT, "late")
+        assert (late.score, late.late_submission_penalty) == (tiny.POINTS + written.WRITTEN_POINTS, tiny.POINTS)
+    course_mod.write_grades_csv(root)  # as the batch and `nbgrader export` (course.GradesCsv) write it
+    with open(root / "grades.csv", newline="") as f:
+        table = {r["student_id"]: r for r in csv.DictReader(f)}
+    full = tiny.POINTS + written.WRITTEN_POINTS
+    assert (table["late"]["status"], table["late"]["total"], table["late"]["late_penalty"]) == (
+        "graded", "0", f"{full:g}"), table["late"]
+    assert table["late"]["manual"] == f"{written.WRITTEN_POINTS:g}"  # the points stay recorded beside the penalty
+    assert f"late by 1 h, penalty -{full:g}" in table["late"]["notes"], table["late"]
+    assert (table["ontime"]["total"], table["ontime"]["late_penalty"]) == (f"{full:g}", "0"), table["ontime"]
+    # the policy back to "none": late, nothing taken off, the final score is the points
+    (root / "nbgrader_config.py").write_text('c = get_config()  # noqa: F821\n'
+                                             'c.LateSubmissionPlugin.penalty_method = "none"\n')
+    course_mod.write_grades_csv(root)
+    with open(root / "grades.csv", newline="") as f:
+        assert {r["student_id"]: r for r in csv.DictReader(f)}["late"]["total"] == f"{full:g}"
+
+
 def test_a_notebook_held_for_review_says_so_in_its_feedback_and_has_no_points(tmp_path):
     """The gradebook gives a notebook held for review 0 until a person looks: its feedback (the
     batch's page, and the course's feedback from the gradebook) says so, never the automatic points."""
