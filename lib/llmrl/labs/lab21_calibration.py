@@ -116,6 +116,29 @@ def models_dir_for(step: int, state: dict) -> Path:
     return out
 
 
+def tally(outs, numeric: bool = False) -> dict:
+    """A row's counts from :func:`llmrl.reproduce.judge_all` outcomes: claims held ("holds" or "within
+    about") of all, of the qualitative ones (and of the numeric ones), and each claim's [mean, verdict]."""
+    def held(subset):
+        return sum(o.verdict in ("holds", "within about") for o in subset)
+
+    qual = [o for o in outs if o.claim.qualitative]
+    row = {"held": held(outs), "total": len(outs), "qualitative_held": held(qual), "qualitative": len(qual)}
+    if numeric:
+        num = [o for o in outs if not o.claim.qualitative]
+        row.update(numeric_held=held(num), numeric=len(num))
+    return {**row, "outcomes": {o.claim.id: [o.mean, o.verdict] for o in outs}}
+
+
+SHORT_VERDICT = {"holds": "holds", "within about": "about", "differs": "**differs**", "not run": "not run"}
+
+
+def outcome_cell(row: dict, claim_id: str) -> str:
+    """A claim-by-claim table's cell: the row's mean for the claim and its verdict, short."""
+    m, v = row["outcomes"].get(claim_id, [float("nan"), "not run"])
+    return f"{m:.3f} {SHORT_VERDICT.get(v, v)}"
+
+
 def judge_candidate(step: int, lr: float, seeds: Sequence[int], workers: int = 1, log=print) -> dict:
     """Every lab21 claim for one candidate: {"step", "lr", "held", "total", "qualitative_held",
     "qualitative", "numeric_held", "numeric", "distance", "outcomes": {claim id: (mean, verdict)}}."""
@@ -140,15 +163,8 @@ def judge_candidate(step: int, lr: float, seeds: Sequence[int], workers: int = 1
         shipped.MODELS_DIR, lab21.PROJECT_LR = old_dir, old_lr
         R.EXPERIMENTS.clear()
         R.EXPERIMENTS.update(old_exps)
-    outs = out0 + out1
-    held = lambda o: o.verdict in ("holds", "within about")  # noqa: E731
-    qual = [o for o in outs if o.claim.qualitative]
-    num = [o for o in outs if not o.claim.qualitative]
-    return {"step": step, "lr": lr, "seeds": list(seeds), "held": sum(map(held, outs)), "total": len(outs),
-            "qualitative_held": sum(map(held, qual)), "qualitative": len(qual),
-            "numeric_held": sum(map(held, num)), "numeric": len(num),
-            "distance": round(shipped.distance(cal, "student"), 3), "calibration": cal,
-            "outcomes": {o.claim.id: [o.mean, o.verdict] for o in outs}}
+    return {"step": step, "lr": lr, "seeds": list(seeds), **tally(out0 + out1, numeric=True),
+            "distance": round(shipped.distance(cal, "student"), 3), "calibration": cal}
 
 
 def adopt(step: int, lr: float, seeds: Sequence[int], root: Path | None = None, log=print) -> int:
@@ -288,11 +304,7 @@ def judge_sweep(blob: dict, t: float = 1.0) -> dict:
     name = f"lab21/{project}"
     per_seed = {int(s): {name: at_temperature(r[name], project, t)} for s, r in blob["results"].items()}
     outs = R.judge_all(project_claims(project), per_seed)
-    held = lambda o: o.verdict in ("holds", "within about")  # noqa: E731
-    qual = [o for o in outs if o.claim.qualitative]
-    return {"project": project, "lr": blob["lr"], "temperature": t, "seeds": blob["seeds"],
-            "held": sum(map(held, outs)), "total": len(outs), "qualitative_held": sum(map(held, qual)),
-            "qualitative": len(qual), "outcomes": {o.claim.id: [o.mean, o.verdict] for o in outs}}
+    return {"project": project, "lr": blob["lr"], "temperature": t, "seeds": blob["seeds"], **tally(outs)}
 
 
 def choose_per_project(rows: Sequence[dict], current: dict[str, tuple[float, float]]) -> dict[str, dict]:
@@ -339,7 +351,6 @@ def sweep_report(rows: Sequence[dict], current: dict[str, tuple[float, float]]) 
     if not rows:
         return []
     best = choose_per_project(rows, current)
-    short = {"holds": "holds", "within about": "about", "differs": "**differs**", "not run": "not run"}
     lines = ["## Second search: a learning rate per project, and Projects 4-5's evaluation temperature", "",
              "The shipped student (step 285). Each of Projects 1-5 may take its own learning rate, and Projects 4 "
              "and 5 the sampling temperature of their evaluation (pass@k; training still samples at T = 1, and the "
@@ -366,9 +377,7 @@ def sweep_report(rows: Sequence[dict], current: dict[str, tuple[float, float]]) 
                   "| claim | " + " | ".join(f"{r['lr']:g}, T {r['temperature']:g}" for r in mine) + " |",
                   "|---|" + "---|" * len(mine)]
         for i in sorted({i for r in mine for i in r["outcomes"]}):
-            cells = [(lambda m, v: f"{m:.3f} {short.get(v, v)}")(*r["outcomes"].get(i, [float("nan"), "not run"]))
-                     for r in mine]
-            lines.append(f"| `{i}` | " + " | ".join(cells) + " |")
+            lines.append(f"| `{i}` | " + " | ".join(outcome_cell(r, i) for r in mine) + " |")
         lines.append("")
     return lines
 
@@ -412,13 +421,8 @@ def write_report(rows: Sequence[dict], path: Path = REPORT, extra: Sequence[str]
     lines += ["## Claim by claim (mean over seeds; verdict)", "", LATER_FIXES, "",
               "| claim | " + " | ".join(f"{r['step']}/{r['lr']:g}" for r in rows) + " |",
               "|---|" + "---|" * len(rows)]
-    short = {"holds": "holds", "within about": "about", "differs": "**differs**", "not run": "not run"}
     for i in ids:
-        cells = []
-        for r in rows:
-            m, v = r["outcomes"].get(i, [float("nan"), "not run"])
-            cells.append(f"{m:.3f} {short.get(v, v)}")
-        lines.append(f"| `{i}` | " + " | ".join(cells) + " |")
+        lines.append(f"| `{i}` | " + " | ".join(outcome_cell(r, i) for r in rows) + " |")
     if extra:
         lines += [""] + list(extra)
     path.parent.mkdir(parents=True, exist_ok=True)
