@@ -147,8 +147,9 @@ def find_jobs(assignments: list[str], submitted: Path, root: Path = ROOT) -> lis
                 chosen, job.notes = course.match_submission(a, job.files, root)
                 job.files = [p for p, _ in chosen]
                 job.notes += [f"{n}: a symbolic link, not graded (the grader never follows links)" for n in links]
-                # the collection graded the inbound files' time, not the student's (course_collect.py)
-                job.notes += [n for n in [course_collect.collection_note(root, a, job.student, job.timestamp)] if n]
+                stamped = course_collect.collection_note(root, a, job.student, job.timestamp)
+                if stamped:  # the collection graded the inbound files' time, not the student's (course_collect.py)
+                    job.notes.append(stamped)
             jobs.append(job)
     return jobs
 
