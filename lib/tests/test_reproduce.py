@@ -205,3 +205,36 @@ def test_stop_after_reports_what_was_not_reached(tmp_path):
     assert "Partial report (stopped at --stop-after 0 min before hw4/k3)" in text
     row = next(line for line in text.splitlines() if line.startswith("| `hw4.k3-unbiased` |"))
     assert "**not run**: not reached within the run's time budget" in row
+
+
+def test_an_experiment_with_its_notebooks_seeds_runs_at_them_unless_seeds_are_given(tmp_path, monkeypatch):
+    """lab19's Parts 2-3 and lab21's Project 1 train seeds 0-4 in their notebooks: by default their claims
+    are judged there too (NOTEBOOK_SEEDS), while an explicit --seeds applies to every experiment."""
+    calls = []
+
+    def run(seeds, opts):
+        calls.append(list(seeds))
+        return {s: {"x": float(s)} for s in seeds}
+
+    exp = R.Experiment("lab11/own", "lab11", run, seeds=(0, 1, 2, 3, 4))
+    claim = R.Claim("lab11.own", "lab11", "t", "1", ("lab11/own",), lambda r: r["lab11/own"]["x"],
+                    R.near(2.0, 0.5, "a test"))
+    monkeypatch.setitem(R.EXPERIMENTS, "lab11/own", exp)
+    outs, info = R.evaluate_claims([claim], [0, 1, 2], root=tmp_path, own_seeds=True, log=lambda m: None)
+    assert calls == [[0], [1, 2, 3, 4]] and sorted(outs[0].values) == [0, 1, 2, 3, 4] and outs[0].mean == 2.0
+    assert info["lab11/own"]["seeds"] == [0, 1, 2, 3, 4]
+    calls.clear()
+    outs, _ = R.evaluate_claims([claim], [0, 1, 2], root=tmp_path / "b", log=lambda m: None)
+    assert calls == [[0], [1, 2]] and sorted(outs[0].values) == [0, 1, 2]
+
+
+def test_the_notebook_seeds_are_the_notebooks():
+    from llmrl.labs import lab19
+
+    assert R.NOTEBOOK_SEEDS["lab19"] == tuple(lab19.REFERENCE_SEEDS)
+    assert R.EXPERIMENTS["lab19/hacking"].seeds == R.EXPERIMENTS["lab19/entropy"].seeds == R.NOTEBOOK_SEEDS["lab19"]
+    src = (ROOT / "notebooks" / "lab21" / "projects.py").read_text()
+    m = re.search(r"^P1_SEEDS = \[0\] if SHORT else \[([\d, ]+)\]", src, re.M)
+    assert m, "projects.py no longer sets P1_SEEDS as this test reads it"
+    assert tuple(int(x) for x in m.group(1).split(",")) == R.NOTEBOOK_SEEDS["lab21/project1"]
+    assert R.EXPERIMENTS["lab21/project1"].seeds == R.NOTEBOOK_SEEDS["lab21/project1"]

@@ -91,7 +91,9 @@ def lab19_runs() -> dict:
 def lab21_project0() -> dict:
     from llmrl.labs import lab21 as E
 
-    res = E.project0(steps=6, eval_every=3, eval_prompts=16, eval_samples=8, progress=False)
+    # 8 prompts x 8 samples, the split these numbers were pinned at (Project 0's default is now 32 x 2)
+    res = E.project0(steps=6, n_prompts=8, group_size=8, eval_every=3, eval_prompts=16, eval_samples=8,
+                     progress=False)
     return {arm: {"curve": runs[0]["curve"], "evals": runs[0]["evals"]} for arm, runs in res.items()}
 
 
