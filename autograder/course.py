@@ -265,8 +265,32 @@ def normalized(nb) -> str:
     return nbformat.writes(nb)
 
 
+def code_signature(nb) -> list[str]:
+    """What a notebook's outputs depend on: its code cells in order (source and metadata, not counts
+    or timings) and its kernel."""
+    import json
+
+    cells = [json.dumps([c.source, {k: v for k, v in c.metadata.items() if k != "execution"}], sort_keys=True)
+             for c in nb.cells if c.cell_type == "code"]
+    return [json.dumps(nb.metadata.get("kernelspec", {}), sort_keys=True)] + cells
+
+
+def keep_outputs(old, new) -> bool:
+    """Copy ``old``'s outputs into ``new`` when their code is the same (:func:`code_signature`): an edit
+    of the text only keeps the executed results. Returns whether it did."""
+    if code_signature(old) != code_signature(new):
+        return False
+    for a, b in zip((c for c in old.cells if c.cell_type == "code"), (c for c in new.cells if c.cell_type == "code")):
+        b.outputs, b.execution_count = copy.deepcopy(a.outputs), a.execution_count
+    for key in ("widgets", "language_info"):
+        if key in old.metadata:
+            new.metadata[key] = copy.deepcopy(old.metadata[key])
+    return True
+
+
 def build(labs: list[Lab], out_root: Path | None = None) -> list[Path]:
-    """Write source/A/x.ipynb for each lab; an unchanged notebook keeps its stored outputs.
+    """Write source/A/x.ipynb for each lab; an unchanged notebook keeps its stored outputs, and so
+    does one whose code cells are unchanged (an edit of its text: :func:`keep_outputs`).
 
     Every file is checked before anything is written, and all problems are reported together.
     Returns the notebooks written.
@@ -286,8 +310,11 @@ def build(labs: list[Lab], out_root: Path | None = None) -> list[Path]:
         target = lab.source if out_root is None else out_root / "source" / lab.assignment / f"{lab.name}.ipynb"
         if target.exists():
             try:
-                if normalized(nbformat.read(target, as_version=4)) == normalized(nb):
+                old = nbformat.read(target, as_version=4)
+                if normalized(old) == normalized(nb):
                     continue
+                if keep_outputs(old, nb):
+                    print(f"{target}: only text changed, the stored outputs are kept")
             except Exception:  # unreadable old file: overwrite it
                 pass
         target.parent.mkdir(parents=True, exist_ok=True)

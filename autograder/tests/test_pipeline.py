@@ -332,6 +332,26 @@ def test_a_well_formed_source_builds(tmp_path):
     assert [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells] == [None, "f", "test_f"]
 
 
+def test_a_text_edit_keeps_the_stored_outputs_and_a_code_edit_drops_them(tmp_path):
+    import nbformat
+
+    path = write_lab(tmp_path, [GOOD_SOLUTION, GOOD_TEST])
+    target = course.build(course.discover(root=tmp_path))[0]
+    nb = read(target)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    code[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="ran\n")]
+    code[0].execution_count = 1
+    nbformat.write(nb, target)
+    path.write_text(path.read_text().replace("# A title", "# Another title"))  # the text only
+    assert course.build(course.discover(root=tmp_path)) == [target]
+    nb = read(target)
+    assert nb.cells[0].source == "Another title"
+    assert [c.get("outputs") for c in nb.cells if c.cell_type == "code"][0][0]["text"] == "ran\n"
+    path.write_text(path.read_text().replace("return 1", "return 2"))  # the code: the outputs are stale
+    course.build(course.discover(root=tmp_path))
+    assert all(not c.outputs for c in read(target).cells if c.cell_type == "code")
+
+
 @pytest.mark.parametrize("bad_cell, words", [
     (GOOD_TEST.replace('"grade": true', '"grade": True'), "did not parse"),
     (GOOD_TEST.replace(', "task": false', ""), "lacks task"),

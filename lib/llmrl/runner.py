@@ -36,7 +36,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .utils import check_int, repo_root, set_threads
+from .utils import check_int, mean_sd, repo_root, set_threads
 
 
 def results_dir() -> Path:
@@ -218,7 +218,8 @@ def load_results(experiment: str, out_dir=None) -> dict[str, list[dict]]:
 
 
 def final(results: dict[str, list[dict]], metric: str, where: str = "evals") -> dict[str, tuple[float, float]]:
-    """{arm: (mean, std over seeds)} of the last recorded value of ``metric``."""
+    """{arm: (mean, sample standard deviation over seeds, :func:`llmrl.utils.mean_sd`)} of the last
+    recorded value of ``metric``."""
     out = {}
     for arm, runs in results.items():
         vals = []
@@ -227,7 +228,7 @@ def final(results: dict[str, list[dict]], metric: str, where: str = "evals") -> 
             if s:
                 vals.append(s[-1])
         if vals:
-            out[arm] = (float(np.mean(vals)), float(np.std(vals)) if len(vals) > 1 else 0.0)
+            out[arm] = mean_sd(vals)
     return out
 
 

@@ -53,6 +53,24 @@ def make_generator(seed_or_generator: int | torch.Generator | None) -> torch.Gen
     return torch.Generator().manual_seed(int(seed_or_generator))
 
 
+def mean_sd(values) -> tuple[float, float]:
+    """(mean, sample standard deviation) of one number per seed; the deviation is 0 for one value.
+
+    Every spread over seeds the course prints (the notebooks' tables and sentences, hw4's plots,
+    docs/reproduction.md) is this one: the sample standard deviation (ddof = 1), the estimate of how
+    far another seed would land, not the population value of the seeds at hand."""
+    v = np.asarray(list(values), dtype=float)
+    if v.size == 0:
+        raise ValueError("mean_sd needs at least one value")
+    return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0
+
+
+def sd_over_seeds(a, axis: int = 0) -> np.ndarray:
+    """:func:`mean_sd`'s standard deviation along ``axis`` (the seeds) of an array: zeros for one seed."""
+    a = np.asarray(a, dtype=float)
+    return a.std(axis, ddof=1) if a.shape[axis] > 1 else np.zeros(np.delete(a.shape, axis))
+
+
 def check_int(name: str, value, minimum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")

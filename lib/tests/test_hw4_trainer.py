@@ -242,7 +242,7 @@ def test_eval_area_is_the_mean_eval_over_the_run():
     recs = _evals((0, 2, 10), (0.2, 0.6, 0.6)) + [{"step": 11, "reward_mean": 1.0}]
     assert eval_area(recs) == pytest.approx(((0.2 + 0.6) / 2 * 2 + 0.6 * 8) / 10)
     assert eval_area(_evals((0,), (0.3,))) is None
-    assert seeds_text([0.5, 1.0, 0.75]) == "0.750 ± 0.204 [0.50, 1.00, 0.75]"
+    assert seeds_text([0.5, 1.0, 0.75]) == "0.750 ± 0.250 [0.50, 1.00, 0.75]"  # the sample sd (ddof 1)
 
 
 def test_plot_runs_draws_every_seed_and_their_mean(tmp_path):

@@ -197,7 +197,7 @@ def test_crossing_k_and_summary():
     assert E.crossing_k([0.3, 0.6], [0.6, 0.7]) is None
     fake = {"a": [{"evals": {"step": [0, 10], "x": [0.1, 0.5]}}, {"evals": {"step": [0, 10], "x": [0.1, 0.7]}}]}
     mean, std = E.final(fake, "x")["a"]
-    assert mean == pytest.approx(0.6) and std == pytest.approx(0.1)
+    assert mean == pytest.approx(0.6) and std == pytest.approx(0.1 * 2 ** 0.5)  # the sample sd (ddof 1) of 0.5, 0.7
     assert "0.100 -> 0.600" in E.summary_table(fake, ["x"], {"a": {"x": 0.55}}) and "0.550" in E.summary_table(fake, ["x"], {"a": {"x": 0.55}})
 
 
@@ -409,7 +409,7 @@ def test_describe_setup_and_seed_spread():
     assert "lr differs by arm" in E.describe_setup(mixed).replace("AdamW ", "")
     with pytest.raises(ValueError):
         E.describe_setup({})
-    assert E.seed_spread([0.3, 0.5]) == "0.400 ± 0.100 (2 seeds)"
+    assert E.seed_spread([0.3, 0.5]) == "0.400 ± 0.141 (2 seeds)"  # the sample sd, as lab19 and reproduce print
     assert E.seed_spread([0.25]) == "0.250 (1 seed)" and E.seed_spread([]) == "n/a"
 
 
@@ -486,3 +486,26 @@ def test_second_calibration_search_judges_each_temperature_and_applies_its_rule(
     assert (best["project5"]["lr"], best["project5"]["temperature"]) == (6e-4, 0.7)  # 7 lost a qualitative claim
     # a tie on held: the lr nearer the current one (x1.5 against /2), then the nearer temperature
     assert (best["project4"]["lr"], best["project4"]["temperature"]) == (9e-4, 0.6)
+
+
+def test_every_seed_spread_is_the_sample_standard_deviation():
+    """The notebooks' tables (runner.final / summary_table), lab21's and lab19's spreads, hw4's plots and
+    docs/reproduction.md give one convention: the sample standard deviation over seeds (ddof 1)."""
+    from llmrl import reproduce as R
+    from llmrl.hw4.plots import seeds_text
+    from llmrl.labs import lab19
+    from llmrl.utils import mean_sd
+
+    vals = [0.2, 0.5, 0.6]
+    sd = float(np.std(vals, ddof=1))
+    assert mean_sd(vals) == pytest.approx((np.mean(vals), sd)) and mean_sd([0.4]) == (0.4, 0.0)
+    assert lab19.mean_sd(vals) == mean_sd(vals)
+    fake = {"a": [{"evals": {"x": [0.0, v]}} for v in vals]}
+    assert E.final(fake, "x")["a"] == pytest.approx((np.mean(vals), sd))
+    assert E.seed_spread(vals) == f"{np.mean(vals):.3f} ± {sd:.3f} (3 seeds)"
+    assert seeds_text(vals).startswith(f"{np.mean(vals):.3f} ± {sd:.3f} ")
+    claim = R.Claim("lab21.t", "lab21", "t", "1", ("lab21/models",), lambda r: r["v"], R.near(0.4, 1, "t"))
+    out = R.judge(claim, {i: {"lab21/models": None, "v": v} for i, v in enumerate(vals)})
+    assert out.spread == pytest.approx(sd)
+    with pytest.raises(ValueError, match="at least one"):
+        mean_sd([])

@@ -984,10 +984,10 @@ plt.show()
 # ### BEGIN SOLUTION
 # With the same 64 rollouts per step, GRPO's second clipped epoch gives it two optimizer steps per
 # batch, and it was the more sample-efficient in every seed: the area under its eval curve (its
-# mean held-out eval exact match over the 30 steps) was 0.844 ± 0.010 against 0.695 ± 0.026 for
-# GR-REINFORCE, GRPO minus GR-REINFORCE 0.148 ± 0.031 (0.111 to 0.186 over seeds 0 to 2). It learned
+# mean held-out eval exact match over the 30 steps) was 0.844 ± 0.012 against 0.695 ± 0.032 for
+# GR-REINFORCE, GRPO minus GR-REINFORCE 0.148 ± 0.038 (0.111 to 0.186 over seeds 0 to 2). It learned
 # faster early: at step 10 its eval was 0.951 against 0.471. By step 30 both had nearly solved
-# math_toy, from 0.273 before RL (GRPO 0.982, GR-REINFORCE 0.987); a final gap of -0.005 ± 0.015 is
+# math_toy, from 0.273 before RL (GRPO 0.982, GR-REINFORCE 0.987); a final gap of -0.005 ± 0.018 is
 # no evidence that either ends higher, and it is why the final eval cannot show sample efficiency
 # on a task that both runs solve. The price of the second epoch is a larger KL to the reference (at
 # most 0.033 against 0.016, means over the seeds) and one more forward and backward pass over the

@@ -497,9 +497,9 @@ else:
 #   Here `opd-full` minus `sft-teacher` ends at 0.005 on average, well inside the spread between
 #   seeds: no lead to speak of (the published run had 0.03).
 # - *Against the published table.* The start is close to it (pass@1 0.261 against 0.31, KL 1.887
-#   against 1.98). The KL to the teacher ends near the published values for every arm except `rl`
-#   (`opd-full` 0.677 against 0.70, `sft-teacher` 0.713 against 0.75, `opd-sampled` 0.995 against
-#   1.01; `rl` 1.184 against 1.07), while pass@1 ends lower in every arm: `opd-full` 0.552 against
+#   against 1.98). The KL to the teacher ends near the published values in every arm (`opd-full`
+#   0.677 against 0.70, `sft-teacher` 0.713 against 0.75, `opd-sampled` 0.995 against 1.01, `rl`
+#   1.184 against 1.07), while pass@1 ends lower in every arm: `opd-full` 0.552 against
 #   0.67, `rl` 0.390 against 0.54. The learning rate and the budget are the published ones; with 8
 #   prompts x 8 samples a step instead of 32 x 2, every arm ended much further off in both pass@1
 #   and KL, and none of the other splits we compared closed the pass@1 gap. The orderings are what

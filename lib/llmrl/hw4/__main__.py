@@ -171,7 +171,7 @@ def main(argv=None) -> int:
         distributed.shutdown()
         first = next(r for r in res.records if "eval_exact_match" in r)
         if group.is_main:
-            print(f"{cfg.task} {cfg.algo}: {cfg.steps} steps in {seconds:.1f} s "
+            print(f"{cfg.task} {cfg.algo}: {cfg.steps} steps in {seconds:.2f} s "
                   f"(CPU {', '.join(f'{c:.2f}' for c in cpu)} s{' per process' if len(cpu) > 1 else ''}); eval exact match "
                   f"{first['eval_exact_match']:.3f} -> {res.final('eval_exact_match'):.3f}; final rollout reward "
                   f"{res.final('reward_mean'):.3f}; logs in {run_dir}")

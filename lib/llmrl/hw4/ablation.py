@@ -27,6 +27,7 @@ import numpy as np
 
 from ..plotting import save
 from ..runner import result_from_history, run_arms
+from ..utils import mean_sd
 from .impl import Impl
 from .plots import eval_area
 from .trainer import HW4Config, default_config, train
@@ -78,7 +79,7 @@ def _over_seeds(per_seed: list[dict], seeds: list[int]) -> dict:
         vals = [r[k] for r in per_seed]
         ok = all(v is not None for v in vals)
         row[k] = float(np.mean(vals)) if ok else None
-        row[k + "_std"] = float(np.std(vals)) if ok else None
+        row[k + "_std"] = mean_sd(vals)[1] if ok else None
         row[k + "_seeds"] = vals
     row["first_step_reward_ge_1_seeds"] = [r["first_step_reward_ge_1"] for r in per_seed]
     row["seeds"] = list(seeds)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..plotting import save
+from ..utils import mean_sd
 
 PANELS = (
     ("eval_exact_match", "eval exact match (greedy, held out)"),
@@ -45,10 +46,10 @@ def eval_area(records, name: str = "eval_exact_match") -> float | None:
 
 
 def seeds_text(values, digits: int = 3, seed_digits: int = 2) -> str:
-    """'mean ± standard deviation [each seed]' of one number over seeds."""
-    v = np.asarray(values, dtype=float)
-    return (f"{v.mean():.{digits}f} ± {v.std():.{digits}f} "
-            f"[{', '.join(f'{x:.{seed_digits}f}' for x in v)}]")
+    """'mean ± sample standard deviation [each seed]' of one number over seeds
+    (:func:`llmrl.utils.mean_sd`)."""
+    m, sd = mean_sd(values)
+    return f"{m:.{digits}f} ± {sd:.{digits}f} [{', '.join(f'{float(x):.{seed_digits}f}' for x in values)}]"
 
 
 def _mean_over_seeds(seed_series):

@@ -33,7 +33,7 @@ from .. import toylm
 from ..addition import PROMPT_LEN, Problems, eval_problems, is_correct
 from ..losses import full_vocab_kl, kl_estimate
 from ..plotting import save
-from ..utils import check_float, check_int
+from ..utils import check_float, check_int, sd_over_seeds
 
 #: The published "what you should see" for lab11, with the tolerance each check uses and why.
 EXPECTED = {
@@ -152,7 +152,7 @@ def temperature_sweep_seeds(model, temperatures: Sequence[float] = SWEEP_TEMPERA
     acc = np.stack([r["accuracy"] for r in runs])
     distinct = np.stack([r["distinct_answers"] for r in runs])
     return {"temperature": runs[0]["temperature"], "accuracy": acc.mean(0), "distinct_answers": distinct.mean(0),
-            "accuracy_std": acc.std(0), "distinct_std": distinct.std(0), "accuracy_seeds": acc,
+            "accuracy_std": sd_over_seeds(acc), "distinct_std": sd_over_seeds(distinct), "accuracy_seeds": acc,
             "distinct_seeds": distinct, "seeds": seeds, "n_problems": runs[0]["n_problems"],
             "n_samples": runs[0]["n_samples"]}
 

@@ -32,7 +32,7 @@ from ..losses import clipped_pg_loss
 from ..plotting import figure_png, save
 from ..rewards import exact_match, make_proxy_reward
 from ..runner import seeds_together
-from ..utils import check_float
+from ..utils import check_float, mean_sd as _mean_sd
 
 ARTIFACTS = Path("artifacts") / "lab19"
 #: The seeds of the stored runs and of the notebook's runs.
@@ -177,9 +177,8 @@ def seed_summary(summary, run, **kw) -> dict[str, tuple[float, float]]:
 
 
 def mean_sd(values) -> tuple[float, float]:
-    """(mean, sample standard deviation) of one number per seed; the deviation is 0 for one seed."""
-    v = np.asarray(values, dtype=float)
-    return float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else 0.0
+    """(mean, sample standard deviation) of one number per seed: :func:`llmrl.utils.mean_sd`."""
+    return _mean_sd(values)
 
 
 def _draw(ax, run, name: str, window: int, label: str, color, **line):

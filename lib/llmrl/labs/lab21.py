@@ -54,7 +54,7 @@ from ..runner import final, load_results as _load_results, result_from_history, 
 from ..sampling import generate
 from ..tinylm import TinyLMConfig
 from ..trainer import Hooks, RLConfig, config_dict, rl_train
-from ..utils import check_float, check_int
+from ..utils import check_float, check_int, mean_sd
 
 __all__ = ["EXPECTED", "PROJECTS", "PROJECT0_ARMS", "PROJECT1_ARMS", "PROJECT2_ARMS", "PROJECT3_ARMS",
            "PROJECT4_ARMS", "PROJECT5_ARMS", "CLIP_BOUNDS", "TRAINED_WEIGHTS", "BucketSampler", "Project",
@@ -681,13 +681,15 @@ def describe_setup(results: dict, **evaluation) -> str:
 
 
 def seed_spread(values: Sequence[float], fmt: str = "{:.3f}") -> str:
-    """'mean ± std (n seeds)' of per-seed values (the std over seeds, as in :func:`summary_table`)."""
-    v = np.asarray([x for x in values if x is not None], dtype=float)
-    if v.size == 0:
+    """'mean ± sd (n seeds)' of per-seed values (the sample standard deviation over seeds,
+    :func:`llmrl.utils.mean_sd`, as in :func:`summary_table`)."""
+    v = [x for x in values if x is not None]
+    if not v:
         return "n/a"
-    if v.size == 1:
+    if len(v) == 1:
         return fmt.format(v[0]) + " (1 seed)"
-    return f"{fmt.format(v.mean())} ± {fmt.format(v.std())} ({v.size} seeds)"
+    m, sd = mean_sd(v)
+    return f"{fmt.format(m)} ± {fmt.format(sd)} ({len(v)} seeds)"
 
 
 # ----------------------------------------------------------------------- Project 2's widget
