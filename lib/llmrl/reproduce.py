@@ -293,9 +293,10 @@ def _claims() -> list[Claim]:
               "is calibrated to the pool's value, the peak and the fit, and no candidate of the search put the "
               "exact value near +0.10 with the peak at best-of-10")
     H = ("lab19/hacking",)
-    HACK_PARTIAL = ("the complete hack comes by step 300 in only some seeds (the others pad one digit: length 3, "
-                    "KL 4-5 nats); a higher learning rate (7e-4, 1e-3) completes it in 3 of 5 seeds and pulls the "
-                    "early accuracy below 0.52")
+    HACK_PARTIAL = ("the complete hack comes by step 300 in only some seeds (2 of 5; the others pad one digit: "
+                    "length 3, KL 4-5 nats); a higher learning rate (7e-4, 1e-3) completes it in 3 of 5 seeds and pulls "
+                    "the early accuracy below 0.52, and 500 steps complete it in 3 of 5 (seeds 1 and 2 stay at length 3 "
+                    "with accuracy near 0.5)")
     h = lambda arm, k: (lambda r: r["lab19/hacking"][arm][k])  # noqa: E731
     add("lab19.hack-acc-start", "lab19", "Proxy reward, no KL: sampled accuracy over the first 10 steps.",
         "about 0.52", H, h("0", "accuracy_start"), near(0.52, 0.05, ACC_ABOUT))
