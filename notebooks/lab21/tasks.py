@@ -403,10 +403,10 @@ assert torch.allclose(maxrl_advantages(_rr), _rr / _rr.mean(1, keepdim=True) - 1
 # published run gives the 64 sequences but not how many prompts they come from; we chose 32 x 2 by a
 # recorded comparison of 8 x 8, 16 x 4, 32 x 2 and 64 x 1 (more prompts a step show the distillation
 # arms more of the states the student visits, and 8 x 8 left every arm far below the published
-# numbers). `rl` needs at least 2 samples of a prompt to compare them. At the
-# start, every 50 steps and at the end we measure, on 100 fixed 2-digit problems with 8 samples
-# each at temperature 1: pass@1, pass@8, and KL(student || teacher) per token, measured where the
-# student itself samples. Each arm runs seeds 0, 1 and 2 (two at a time); tables give the mean and
+# numbers). `rl` needs at least 2 samples of a prompt to compare them. At the start, every 50
+# steps and at the end we measure, on 100 fixed 2-digit problems with 8 samples each at
+# temperature 1: pass@1, pass@8, and KL(student || teacher) per token, measured where the student
+# itself samples. Each arm runs seeds 0, 1 and 2 (two at a time); tables give the mean and
 # spread over seeds, plots every seed and their band.
 #
 # The cell below wraps your Tasks 2 and 3 as the trainer's `policy_loss_fn`: the trainer hands it a
