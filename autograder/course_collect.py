@@ -13,9 +13,16 @@ sets it on every write, chmod, rename or link, and its owner cannot set it back 
 access and modification times), so the newest ctime of a submission folder's entries is when it was
 last written (or later, never earlier). `CourseCollect` copies as nbgrader does and then compares:
 
-- the student's time (timestamp.txt) is at most SLACK_S before the files' time: nothing changes;
-- it is earlier than that, missing or unreadable: `submitted/.../timestamp.txt` is replaced by the
-  files' time, so every later step (the batch, nbgrader's autograde, the formgrader) grades that time.
+- the student's time (timestamp.txt) is at most SLACK_S before the files' time (and not after it by
+  more than SLACK_S): nothing changes;
+- it is earlier than that, later than that (an honest submit takes its time before it writes the
+  files), missing or unreadable: `submitted/.../timestamp.txt` is replaced by the files' time, so every
+  later step (the batch, nbgrader's autograde, the formgrader) grades that time.
+
+Which of a student's folders is collected: nbgrader takes the newest by the time in its name, which the
+student writes too. `CourseCollect` takes the one whose files were written last (ties: nbgrader's
+order), so a folder named far in the future does not hide the student's later submissions; folders
+another account wrote in the student's name come after all of the student's own.
 
 Every collected submission gets a record in `collected/<assignment>.json` in the course folder (out of
 the students' reach; the batch and grades.csv read it to say "timestamp.txt says ..., the files were
@@ -88,13 +95,14 @@ def student_stamp(folder: Path) -> tuple[str | None, datetime.datetime | None]:
 
 def check(inbound: Path, submitted: Path, slack_s: float = SLACK_S) -> dict:
     """Compare a copied submission's time with its inbound files' time; replace submitted/'s
-    timestamp.txt with the files' time when the student's is missing, unreadable or earlier than it by
-    more than slack_s. Returns the record (what collected/<assignment>.json keeps for the student)."""
+    timestamp.txt with the files' time when the student's is missing, unreadable, or earlier or later
+    than it by more than slack_s. Returns the record (what collected/<assignment>.json keeps for the
+    student)."""
     files_time = written_at(inbound)
     text, claimed = student_stamp(submitted)
     # nbgrader stores naive UTC; parse_utc gives an aware time
     claimed_utc = claimed.astimezone(datetime.timezone.utc).replace(tzinfo=None) if claimed else None
-    replace = claimed_utc is None or (files_time - claimed_utc).total_seconds() > slack_s
+    replace = claimed_utc is None or abs((files_time - claimed_utc).total_seconds()) > slack_s
     graded = stamp_text(files_time) if replace else text
     if replace:
         target = submitted / "timestamp.txt"
@@ -158,10 +166,17 @@ class CourseCollect(ExchangeCollect):
     slack_s = Float(SLACK_S, help="Seconds timestamp.txt may be before the inbound files' ctime").tag(config=True)
 
     def _sort_by_timestamp(self, records):
-        """Newest first, as nbgrader; on a machine with accounts (the hub) the student's own folders come
-        before any another account wrote in their name (nbgrader only warns about those, after choosing
-        the newest: another student could hand in a later-named folder for them)."""
-        ordered = super()._sort_by_timestamp(records)
+        """Newest first by when the folder's files were written (:func:`written_at`; ties keep nbgrader's
+        order by the time in the name, which the student chooses: a folder named in the year 2099 must
+        not hide their later submissions). On a machine with accounts (the hub) the student's own
+        folders come before any another account wrote in their name (nbgrader only warns about those,
+        after choosing the newest: another student could hand in a later-named folder for them)."""
+        def written(rec):
+            try:
+                return written_at(Path(self.inbound_path) / rec["filename"])
+            except OSError:
+                return datetime.datetime.min
+        ordered = sorted(super()._sort_by_timestamp(records), key=written, reverse=True)  # stable
         if pwd is None or not self.check_owner:
             return ordered
 

@@ -642,3 +642,49 @@ def test_grade_alone_takes_the_time_and_due_date_from_its_command_line(tmp_path)
     proc = subprocess.run(grade + ["--timestamp", "soon"], capture_output=True, text=True, timeout=600)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and lines == [lines[-1]] and "timestamp.txt holds 'soon'" in lines[-1], proc.stderr
+
+
+def test_a_folder_named_in_the_future_neither_hides_later_submissions_nor_keeps_its_time(tmp_path):
+    """A student names an inbound folder in the year 2099 (and writes 2099 in its timestamp.txt), then
+    submits honestly: the collection takes the folder written last, whatever the names say, and a
+    timestamp.txt later than its files' time (an honest submit takes its time before it writes them)
+    is replaced by the files' time, so the student can hand in again after it."""
+    import datetime
+    import getpass
+
+    import course_collect
+    from traitlets.config import Config
+
+    inbound = tmp_path / "inbound"
+    me = getpass.getuser()
+
+    def folder(name_time: str, stamp: str) -> str:
+        name = f"{me}+ps1+{name_time}+{os.urandom(4).hex()}"
+        (inbound / name).mkdir(parents=True)
+        (inbound / name / "ps1.ipynb").write_text("{}")
+        (inbound / name / "timestamp.txt").write_text(stamp)
+        time.sleep(0.05)  # ctimes in order
+        return name
+
+    planted = folder("2099-01-01 00:00:00.000000 UTC", "2099-01-01 00:00:00.000000 UTC")
+    now = course_collect.stamp_text(datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None))
+    honest = folder(now, now)
+    cfg = Config()
+    cfg.CourseDirectory.root = str(tmp_path / "course")
+    collect = course_collect.CourseCollect(config=cfg)
+    collect.inbound_path = str(inbound)
+    records = [collect._path_to_record(str(inbound / n)) for n in (planted, honest)]
+    assert [r["filename"] for r in collect._sort_by_timestamp(records)] == [honest, planted]
+    # written later, the planted folder is the newest again: it is taken, at its files' time, not 2099
+    os.utime(inbound / planted / "ps1.ipynb")  # a write: its ctime moves on
+    assert collect._sort_by_timestamp(records)[0]["filename"] == planted
+    dest = tmp_path / "submitted"
+    shutil.copytree(inbound / planted, dest)
+    rec = course_collect.check(inbound / planted, dest)
+    assert rec["replaced"] and rec["timestamp_txt"] == "2099-01-01 00:00:00.000000 UTC"
+    assert (dest / "timestamp.txt").read_text() == rec["files_written"] != rec["timestamp_txt"]
+    assert (inbound / planted / "timestamp.txt").read_text().startswith("2099")  # the inbound is not changed
+    # an honest stamp, seconds before its files, is kept
+    shutil.rmtree(dest)
+    shutil.copytree(inbound / honest, dest)
+    assert not course_collect.check(inbound / honest, dest)["replaced"] and (dest / "timestamp.txt").read_text() == now
