@@ -51,8 +51,9 @@ c.ExportApp.plugin_class = "course.GradesCsv"
 # scratch courses read that file too (course.load_config(settings_from=)).
 c.LateSubmissionPlugin.penalty_method = "none"
 # The submission time a student cannot forge: the course's collect (the formgrader's Collect,
-# `nbgrader collect`) compares timestamp.txt with the inbound files' ctime and grades the files' time
-# when the student's is earlier by more than a minute (autograder/course_collect.py).
+# `nbgrader collect`) takes the student's folder written last, compares timestamp.txt with the inbound
+# files' ctime and grades the files' time when the student's is off by more than a minute, earlier or
+# later (autograder/course_collect.py).
 c.ExchangeFactory.collect = "course_collect.CourseCollect"
 
 # Text for graders and instructors only (CONTRIBUTING.md, "Answers and rubrics for graders"): lines
