@@ -42,7 +42,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .utils import repo_root
+from .utils import mean_sd, repo_root
 
 CACHE_VERSION = 1
 DEFAULT_SEEDS = (0, 1, 2)
@@ -1074,8 +1074,8 @@ def judge(claim: Claim, per_seed: dict[int, dict], deterministic: bool = False, 
         return Outcome(claim, {}, "not run", note="its experiment was not run")
     arr = np.array(list(vals.values()), dtype=float)
     finite = arr[np.isfinite(arr)]
-    mean = float(finite.mean()) if finite.size else float("nan")
-    spread = float(finite.std(ddof=1)) if finite.size > 1 and not deterministic else 0.0
+    mean, spread = mean_sd(finite) if finite.size else (float("nan"), 0.0)
+    spread = 0.0 if deterministic else spread
     passes = claim.check.passes(mean)
     verdict = ("within about" if claim.check.about else "holds") if passes else "differs"
     note = "" if passes else claim.known

@@ -78,8 +78,7 @@ def _over_seeds(per_seed: list[dict], seeds: list[int]) -> dict:
     for k in SEEDED:
         vals = [r[k] for r in per_seed]
         ok = all(v is not None for v in vals)
-        row[k] = float(np.mean(vals)) if ok else None
-        row[k + "_std"] = mean_sd(vals)[1] if ok else None
+        row[k], row[k + "_std"] = mean_sd(vals) if ok else (None, None)
         row[k + "_seeds"] = vals
     row["first_step_reward_ge_1_seeds"] = [r["first_step_reward_ge_1"] for r in per_seed]
     row["seeds"] = list(seeds)

@@ -32,7 +32,7 @@ from ..losses import clipped_pg_loss
 from ..plotting import figure_png, save
 from ..rewards import exact_match, make_proxy_reward
 from ..runner import seeds_together
-from ..utils import check_float, mean_sd as _mean_sd
+from ..utils import check_float, mean_sd  # noqa: F401 (lab19.mean_sd: the notebook's name for it)
 
 ARTIFACTS = Path("artifacts") / "lab19"
 #: The seeds of the stored runs and of the notebook's runs.
@@ -174,11 +174,6 @@ def seed_summary(summary, run, **kw) -> dict[str, tuple[float, float]]:
     :func:`entropy_summary`) over the seeds of ``run``."""
     parts = [summary(r, **kw) for r in seed_runs(run)]
     return {k: mean_sd([p[k] for p in parts]) for k in parts[0]}
-
-
-def mean_sd(values) -> tuple[float, float]:
-    """(mean, sample standard deviation) of one number per seed: :func:`llmrl.utils.mean_sd`."""
-    return _mean_sd(values)
 
 
 def _draw(ax, run, name: str, window: int, label: str, color, **line):
