@@ -301,7 +301,8 @@ class TinyLMStack:
             y, x, L = y[:, :, L - keep:], x.view(S, M, L, D)[:, :, L - keep:].reshape(S, M * keep, D), keep
         y = y.reshape(S, M * L, D)
         x = x + torch.baddbmm(bp, y, wp)
-        f = torch.baddbmm(bfc, self._norm(x, ln2), wfc).relu_()
+        f = torch.baddbmm(bfc, self._norm(x, ln2), wfc)
+        f = f.relu_() if self.config.activation == "relu" else F.gelu(f)
         return x + torch.baddbmm(bo, f, wo)
 
     def _head(self, x: torch.Tensor, head, vocab_bias: torch.Tensor | None = None) -> torch.Tensor:

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from .utils import check_int
 
 Past = list  # one (keys, values) pair per layer, each [B, H, T_past, d_head]
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}  # name -> the MLP's nonlinearity
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,9 @@ class TinyLMConfig:
     n_heads: int = 4
     d_ff: int | None = None  # defaults to 4 * d
     max_len: int = 16
+    # the MLP's nonlinearity: "relu" (the course's first TinyLM, lab11 and lab19's model, hw4's
+    # character model) or "gelu" (exact, erf form: lab21's teacher and student)
+    activation: str = "relu"
 
     def __post_init__(self):
         for name in ("vocab_size", "d", "n_layers", "n_heads", "max_len"):
@@ -40,6 +44,8 @@ class TinyLMConfig:
             check_int("d_ff", self.d_ff, minimum=1)
         if self.d % self.n_heads:
             raise ValueError(f"d ({self.d}) must be divisible by n_heads ({self.n_heads})")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
 
     @property
     def ff(self) -> int:
@@ -53,6 +59,7 @@ class Block(nn.Module):
     def __init__(self, cfg: TinyLMConfig):
         super().__init__()
         self.n_heads = cfg.n_heads
+        self.act = ACTIVATIONS[cfg.activation]
         self.ln1 = nn.LayerNorm(cfg.d)
         self.qkv = nn.Linear(cfg.d, 3 * cfg.d)
         self.proj = nn.Linear(cfg.d, cfg.d)
@@ -72,7 +79,7 @@ class Block(nn.Module):
         else:  # [T, S] causal with an offset, or a padding-aware [B, 1, T, S]
             att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         x = x + self.proj(att.transpose(1, 2).reshape(B, T, D))
-        x = x + self.out(F.relu(self.fc(self.ln2(x))))
+        x = x + self.out(self.act(self.fc(self.ln2(x))))
         return x, (k, v)
 
 

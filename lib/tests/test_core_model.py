@@ -17,6 +17,23 @@ def test_sizes():
         TinyLM(d=50, n_heads=4)
 
 
+def test_the_activation_is_part_of_the_configuration():
+    torch.manual_seed(0)
+    relu, gelu = TinyLM(), TinyLM(activation="gelu")
+    assert gelu.num_parameters() == relu.num_parameters()  # the same weights, another nonlinearity
+    gelu.load_state_dict(relu.state_dict())
+    x = torch.randint(0, A.VOCAB_SIZE, (3, 9))
+    with torch.no_grad():
+        h = relu.blocks[0].ln2(relu.tok(x) + relu.pos(torch.arange(9)))
+        pre = relu.blocks[0].fc(h)
+        assert torch.equal(relu.blocks[0].act(pre), torch.relu(pre))
+        assert torch.equal(gelu.blocks[0].act(pre), torch.nn.functional.gelu(pre))  # erf form, as torch's default
+        assert not torch.allclose(relu(x), gelu(x))
+    assert TinyLMConfig(activation="gelu").to_dict()["activation"] == "gelu"
+    with pytest.raises(ValueError, match="activation must be one of"):
+        TinyLMConfig(activation="tanh")
+
+
 def test_prompt_encoding_and_buckets():
     p = A.Problems.from_pairs([(37, 48), (3, 4), (507, 8), (32, 41), (67, 58)])
     assert A.decode(p.prompt_tokens()) == ["37+48=", "3+4=", "507+8=", "32+41=", "67+58="]

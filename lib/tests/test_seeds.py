@@ -94,6 +94,42 @@ def test_stack_samples_what_the_decode_loop_samples(sft):
     assert (greedy1 == greedy2).all(1).float().mean() > 0.99
 
 
+@pytest.fixture(scope="module")
+def gelu(sft):
+    """A TinyLM with GELU in its MLP (lab21's models' nonlinearity), holding the sft weights."""
+    m = TinyLM(activation="gelu")
+    m.load_state_dict(sft.state_dict())
+    return m.eval()
+
+
+def test_the_stack_runs_the_models_activation(gelu):
+    ref = copy.deepcopy(gelu)
+    stack = TinyLMStack([copy.deepcopy(gelu)])
+    _, tokens = _rollout_tokens(ref)
+    with torch.no_grad():
+        want = response_logits(ref, tokens, 8)
+        assert (stack.completion_logits(tokens, 7, 8)[..., :15] - want).abs().max() < 1e-4
+        assert (stack.row_logits(tokens)[..., :15] - ref(tokens)).abs().max() < 1e-4
+        relu = TinyLM()
+        relu.load_state_dict(gelu.state_dict())
+        other = TinyLMStack([relu]).completion_logits(tokens, 7, 8)[..., :15]
+        assert (other - want).abs().max() > 1e-2  # the nonlinearity matters: not the ReLU stack's numbers
+    prompts = sample_problems(32, generator=1).prompt_tokens()
+    g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    o1, *_ = sample_completions(ref, prompts, 8, MAX_ANSWER_CHARS, 1.0, g1, eos=EOS, pad=PAD, cap_with_eos=True)
+    o2, *_ = stack.sample(prompts, 8, MAX_ANSWER_CHARS, 1.0, [g2], eos=EOS, pad=PAD, cap_with_eos=True)
+    assert (o1 == o2).all(1).float().mean() > 0.99
+    with pytest.raises(ValueError, match="one configuration"):
+        TinyLMStack([copy.deepcopy(gelu), TinyLM()])
+
+
+def test_each_seed_of_a_batched_gelu_run_is_its_single_run(gelu):
+    cfg = RLConfig(steps=3, lr=5e-4, kl_coef=0.05)
+    batched = rl_train(gelu, cfg, seeds=[0, 3], progress=False)
+    for s, hist in zip((0, 3), batched):
+        _compare_step_by_step(rl_train(copy.deepcopy(gelu), cfg, seed=s, progress=False), hist, f"gelu seed {s}")
+
+
 def test_seed_s_of_a_stack_is_a_one_seed_stack(sft):
     models = [_perturbed(sft, s) for s in range(3)]
     singles = [TinyLMStack([copy.deepcopy(m)]) for m in models]
