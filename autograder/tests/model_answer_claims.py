@@ -532,16 +532,34 @@ def _p0_full_beats_sampled(out: str) -> Optional[str]:
     return None if t["opd-full"][0][1] > t["opd-sampled"][0][1] else "opd-full does not end above opd-sampled"
 
 
-def _p0_pass1_below_published(out: str) -> Optional[str]:
-    # every arm's seed-mean pass@1 at the end (the table's first column) below the published value printed
-    # beside it
-    above = []
+def _p0_published(out: str) -> dict[str, tuple[float, float]]:
+    """arm -> (seed-mean pass@1 at the end, the published value printed beside it), Project 0's table."""
+    got = {}
     for line in out.splitlines():
         m = re.match(rf"(opd-full|sft-teacher|opd-sampled|rl)\s+{FLOAT}\s*->\s*({FLOAT})\s*±\s*{FLOAT}\s+({FLOAT})", line)
-        if m and float(m.group(2)) >= float(m.group(3)):
-            above.append(m.group(1))
-    assert len(_p0(out)) == 4
-    return f"{above} end at or above the published pass@1" if above else None
+        if m:
+            got[m.group(1)] = (float(m.group(2)), float(m.group(3)))
+    assert len(got) == 4 == len(_p0(out)), "no Project 0 summary table with the published pass@1"
+    return got
+
+
+def _p0_pass1_near_published(out: str) -> Optional[str]:
+    # "close to it, within the spread a single published seed can have": reproduce's tolerance for one
+    # published seed of a short RL run, 0.07 (docs/reproduction.md)
+    far = {a: v for a, v in _p0_published(out).items() if abs(v[0] - v[1]) > 0.07}
+    return f"{far} end more than 0.07 from the published pass@1" if far else None
+
+
+def _p0_full_kl_below(out: str) -> Optional[str]:
+    # opd-full's seed-mean KL at the end (the table's third column) below the published 0.70 by more than
+    # reproduce's 15%, the other three within it
+    t = _p0(out)
+    published = {"opd-full": 0.70, "sft-teacher": 0.75, "opd-sampled": 1.01, "rl": 1.07}
+    end = {a: t[a][2][1] for a in published}
+    if not end["opd-full"] < published["opd-full"] * 0.85:
+        return f"opd-full's KL ends at {end['opd-full']:.3f}, not below 0.85 x 0.70"
+    off = [a for a in ("sft-teacher", "opd-sampled", "rl") if abs(end[a] - published[a]) > 0.15 * published[a]]
+    return f"{off} end more than 15% from the published KL" if off else None
 
 
 def _p0_full_ahead_every_seed(out: str) -> Optional[str]:
@@ -555,9 +573,10 @@ LAB21_TASKS: list[Claim] = [
     # Project 0 rests on its summary table and the difference lines below it (the cell after project0(...)).
     Claim("lab21/tasks", r"Dense signals beat the sparse one", r"published start: pass@1", _p0_dense_beats_sparse),
     Claim("lab21/tasks", r"The exact KL beats its one-sample estimate", r"published start: pass@1", _p0_full_beats_sampled),
-    Claim("lab21/tasks", r"ends 0\.116 ahead on average, ahead on 3 of 3 seeds", r"seeds where opd-full is ahead",
+    Claim("lab21/tasks", r"ends 0\.102 ahead on average, ahead on 3 of 3 seeds", r"seeds where opd-full is ahead",
           _p0_full_ahead_every_seed),
-    Claim("lab21/tasks", r"while pass@1 ends lower in every arm", r"published start: pass@1", _p0_pass1_below_published),
+    Claim("lab21/tasks", r"and so is every arm's pass@1 at the end", r"published start: pass@1", _p0_pass1_near_published),
+    Claim("lab21/tasks", r"which falls further \(0\.572 against 0\.70\)", r"published start: pass@1", _p0_full_kl_below),
     Claim("lab21/tasks", r"seldom reaches a state the teacher never wrote", unchecked="a property of the task (answers "
           "of 2 to 4 tokens), not a result of a run"),
 ]
@@ -591,21 +610,13 @@ def _p5_crosses(out: str) -> Optional[str]:
     return bad or (None if "None" not in ks else f"the curves do not cross on every seed: {ks}")
 
 
-def _p5_lower_than_published(out: str) -> Optional[str]:
-    m = re.search(rf"in distribution: pass@1 {FLOAT} -> ({FLOAT}) \(published {FLOAT} -> ({FLOAT})\)", out)
-    assert m, "no Project 5 pass@1 printout with the published value"
-    return None if float(m.group(1)) < float(m.group(2)) else f"pass@1 ends at {m.group(1)}, published {m.group(2)}"
-
-
 LAB21_PROJECTS: list[Claim] = [
     # Project 2 rests on its summary table (the cell after project2(...)).
     Claim("lab21/projects", r"in our runs the hack already wins there", r"stylish_w1\s+\d", _p2_w1_hacked),
-    Claim("lab21/projects", r"Partial credit ends at 0\.464 against binary's 0\.460: no faster", r"stylish_w1\s+\d",
+    Claim("lab21/projects", r"Partial credit ends at 0\.540 against binary's 0\.532: no faster", r"stylish_w1\s+\d",
           _p2_partial_no_faster),
     # Project 5 rests on its pass@k printout (the cell after project5(...)).
-    Claim("lab21/projects", r"the curves cross at k = 50, 29 and 6", r"the curves cross at k", _p5_crosses),
-    Claim("lab21/projects", r"pass@1 ends lower than the published 0\.67", r"in distribution: pass@1",
-          _p5_lower_than_published),
+    Claim("lab21/projects", r"the curves cross at k = 10, 38 and 15", r"the curves cross at k", _p5_crosses),
 ]
 
 CLAIMS: list[Claim] = HW4 + LAB11 + LAB19 + LAB21_TASKS + LAB21_PROJECTS

@@ -11,6 +11,8 @@ Figures (16 prompts x 8 samples, 1 epoch, from a fresh TinyLM):
 * ``rl_step_ms``: one seed's RL step; ``rl_step_flops_ms``: the FLOPs of such a step done the plain
   way (a KV cache in sampling, a reference forward, a training forward and backward over the whole
   sequences) at that rate; ``rl_step_vs_matmul_ratio``;
+* ``rl_step_gelu_ms``: the same single-seed step of a GELU TinyLM (lab21's models' nonlinearity, and
+  the baseline's), with ``rl_step_gelu_speedup_vs_baseline``;
 * ``rl_step_5seeds_ms`` (``--seeds``): five seeds stepping together (``rl_train(seeds=...)``),
   ``rl_step_5seeds_vs_1seed_ratio`` and ``rl_step_5seeds_vs_matmul_ratio`` (against five steps' FLOPs);
 * ``baseline_rl_step_ms``: the plain-torch step of ``../shared/baseline`` (``quick_rl_bench.py``,
@@ -19,7 +21,7 @@ Figures (16 prompts x 8 samples, 1 epoch, from a fresh TinyLM):
 * ``lab19_hacking_arm_s`` (300 steps, 1 seed and 5 seeds) and ``lab21_project0_s`` (four arms at
   the full budget, 5 seeds), whole runs with their evaluations;
 * ``lab11_widget_update_s``, ``lab19_widget_update_s``, ``lab21_widget_update_s``: a slider move redrawn;
-* ``sft_teacher_student_s`` (one SFT run from scratch that yields the student and the teacher) and
+* ``sft_teacher_student_s`` (lab21's SFT run from scratch, which yields its student and teacher) and
   ``trl_grpo_vs_ours_per_sequence`` (optional, with the ``trl`` extra).
 * ``hw4_data_parallel_wall_ratio``: hw4's trainer on 2 CPU processes against 1 process over the
   same prompts and samples, with the CPU-time ratio that shared cores do not blur (``--only-dp``
@@ -50,7 +52,7 @@ from pathlib import Path
 import torch
 
 from .addition import PROMPT_LEN, RESPONSE_LEN
-from .checkpoints import COURSE_SFT, COURSE_SNAPSHOTS, SFTConfig, sft_train
+from .checkpoints import LAB21_SFT, LAB21_SNAPSHOTS, SFTConfig, sft_train
 from .tinylm import TinyLM
 from .trainer import rl_train
 from .utils import repo_root, set_threads
@@ -528,8 +530,11 @@ def main(argv=None) -> list[dict]:
     base = [(baseline_ms(script), baseline_ms(script, cpu=True))] if script is not None else []
     gf = best_rate(matmul_gflops(), matmul_gflops())
     model = TinyLM()
-    (ms, cpu), (ms_s, cpu_s) = best_of(args.rounds, lambda: time_rl_steps(model, args.rl_steps),
-                                       lambda: time_rl_steps(model, args.rl_steps, seeds=list(range(S))))
+    gelu = TinyLM(activation="gelu")
+    gelu.load_state_dict(model.state_dict())  # the same weights: only the nonlinearity differs
+    (ms, cpu), (ms_s, cpu_s), (ms_g, cpu_g) = best_of(
+        args.rounds, lambda: time_rl_steps(model, args.rl_steps),
+        lambda: time_rl_steps(model, args.rl_steps, seeds=list(range(S))), lambda: time_rl_steps(gelu, args.rl_steps))
     gf = best_rate(gf, matmul_gflops())
     out.append(emit("matmul_gflops", round(gf[0], 1), "GFLOP/s", cpu_rate=round(gf[1], 1), shape="512x512x512",
                     note="by wall time; cpu_rate by this process's CPU time (less disturbed by other jobs)"))
@@ -539,6 +544,8 @@ def main(argv=None) -> list[dict]:
     out.append(emit("rl_step_flops_ms", round(flops_ms, 2), "ms", cpu_ms=round(flops_cpu, 2),
                     note="a plain step's FLOPs at the matmul rate"))
     out.append(emit("rl_step_vs_matmul_ratio", round(ms / flops_ms, 2), "x", cpu_ratio=round(cpu / flops_cpu, 2)))
+    out.append(emit("rl_step_gelu_ms", round(ms_g, 2), "ms", cpu_ms=round(cpu_g, 2),
+                    note="the same step with GELU in the MLP (lab21's models, the baseline's TinyLM)"))
     out.append(emit(f"rl_step_{S}seeds_ms", round(ms_s, 2), "ms", cpu_ms=round(cpu_s, 2), seeds=S))
     out.append(emit(f"rl_step_{S}seeds_vs_1seed_ratio", round(ms_s / ms, 2), "x", cpu_ratio=round(cpu_s / cpu, 2),
                     sequential_ratio=S, target="<= 2"))
@@ -554,6 +561,8 @@ def main(argv=None) -> list[dict]:
                         note="plain-torch step, run before and after ours (wall, CPU)"))
         out.append(emit("rl_step_speedup_vs_baseline", round(b / ms, 2), "x", cpu_ratio=round(b_cpu / cpu, 2),
                         target=">= 4"))
+        out.append(emit("rl_step_gelu_speedup_vs_baseline", round(b / ms_g, 2), "x", cpu_ratio=round(b_cpu / cpu_g, 2),
+                        target=">= 4", note="the same architecture as the baseline's"))
     elif not args.skip_baseline:
         out.append(emit("baseline_rl_step_ms", None, "ms", note="../shared/baseline/quick_rl_bench.py not found"))
     out.append(emit("sft_step_ms", round(time_sft_steps(args.sft_steps), 2), "ms", batch=64))
@@ -575,9 +584,9 @@ def main(argv=None) -> list[dict]:
                             note="best of 3 slider moves", target="< 1"))
     if not args.skip_sft_run:
         t = time.perf_counter()
-        sft_train(COURSE_SFT, COURSE_SNAPSHOTS)
+        sft_train(LAB21_SFT, LAB21_SNAPSHOTS)
         out.append(emit("sft_teacher_student_s", round(time.perf_counter() - t, 1), "s",
-                        steps=COURSE_SFT.steps, target="<= 8", published="about 25"))
+                        steps=LAB21_SFT.steps, target="<= 8", published="about 25"))
     if not args.skip_dp:
         r = data_parallel_ratio(args.dp_steps, args.dp_repeats)
         out.append(emit("hw4_data_parallel_wall_ratio", r.pop("ratio"), "x", target="<= 0.7", **r))

@@ -2,7 +2,7 @@
 
     python -m llmrl.cache                      check the shipped models against their manifest
                                                (``make warm``; seconds: nothing is trained)
-    python -m llmrl.cache --rebuild-shipped [--out DIR] [--progress]
+    python -m llmrl.cache --rebuild-shipped [--parts sft lab21 charlm] [--out DIR] [--progress]
                                                train them again and write them with a new manifest
 
 The labs' TinyLM checkpoints (teacher, student, sft) and hw4's character model ship with the
@@ -11,11 +11,12 @@ package, so nothing needs to be built before a kernel starts. Only other configu
 students of another width or a weaker snapshot) are trained on first use into the cache
 (``$LLMRL_CACHE`` or ``~/.cache/llmrl``).
 
-``--rebuild-shipped`` runs the course's SFT recipe and the character model's pretraining (a few
-minutes on one core), scans the SFT snapshots, picks the student and the sft model closest to the
-published calibration (:func:`llmrl.shipped.choose`) and writes the four files and
-``MANIFEST.json`` into ``--out`` (default: the package's ``models/`` folder). It prints the
-calibration of what it wrote. The result is another release of the models: on another CPU the bits
+``--rebuild-shipped`` runs the two SFT recipes (the course's for the sft model, lab21's for its
+teacher and student) and the character model's pretraining (a few minutes on one core), scans the
+SFT snapshots, picks the student and the sft model closest to the published calibration
+(:func:`llmrl.shipped.choose`) and writes the four files and ``MANIFEST.json`` into ``--out``
+(default: the package's ``models/`` folder); ``--parts`` rebuilds some of them and keeps the
+others' manifest entries. It prints the calibration of what it wrote. The result is another release of the models: on another CPU the bits
 and possibly the chosen steps differ, so commit it together with ``checkpoints.STUDENT_STEP`` /
 ``SFT_STEP`` (when the steps moved), the regenerated notebooks and lab19's stored runs (README,
 "The course's models").
@@ -48,13 +49,16 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rebuild-shipped", action="store_true", help="train the shipped models again")
     parser.add_argument("--out", type=Path, default=None, help="where --rebuild-shipped writes (default: the package)")
+    parser.add_argument("--parts", nargs="+", default=None, metavar="PART",
+                        help="with --rebuild-shipped: only these of sft (lab11 and lab19's model), lab21 (its teacher "
+                             "and student), charlm (hw4's model); the others keep their files and entries")
     parser.add_argument("--progress", action="store_true", help="show progress bars")
     args = parser.parse_args(argv)
     from . import checkpoints, shipped
 
     if not args.rebuild_shipped:
-        if args.out is not None:
-            parser.error("--out goes with --rebuild-shipped")
+        if args.out is not None or args.parts is not None:
+            parser.error("--out and --parts go with --rebuild-shipped")
         try:
             shipped.verify()
         except shipped.ShippedModelError as e:
@@ -62,7 +66,11 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(_table(shipped.manifest()))
         return 0
-    blob = shipped.rebuild(args.out, progress=args.progress)
+    parts = tuple(args.parts or shipped.PARTS)
+    unknown = [p for p in parts if p not in shipped.PARTS]
+    if unknown:
+        parser.error(f"--parts: unknown {', '.join(unknown)} (choose from {', '.join(shipped.PARTS)})")
+    blob = shipped.rebuild(args.out, progress=args.progress, parts=parts)
     print(_table(blob))
     print(f"built with torch {blob['built']['torch']} on {blob['built']['cpu_capability']}; "
           f"written to {args.out or shipped.MODELS_DIR}")

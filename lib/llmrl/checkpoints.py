@@ -1,18 +1,24 @@
 """Supervised fine-tuning of TinyLM and the checkpoints every lab starts from.
 
-Three checkpoints come from one SFT run of the course's recipe (``COURSE_SFT``), snapshots along
-the way:
+The labs start from three snapshots of two SFT runs:
 
-* ``teacher``: after all 1,200 steps, about 100% greedy (lab21);
-* ``student``: about 50% greedy, 30% sampled at T = 1 and a KL to the teacher of about 1.98 nats
-  per token (lab21);
-* ``sft``: about 80% greedy, 55% at T = 1, below 30% at T = 2 (lab11, lab19).
+* the course's run (``COURSE_SFT``, ReLU TinyLM): ``sft``, about 80% greedy, 55% at T = 1, below
+  30% at T = 2 (lab11, lab19);
+* lab21's run (``LAB21_SFT``, the same recipe with a GELU TinyLM and its own seed): ``teacher``,
+  after all 1,200 steps, about 100% greedy, and ``student``, about 50% greedy, 30% sampled at
+  T = 1 and a KL to the teacher of about 1.98 nats per token.
+
+Why lab21 has a run of its own: with ReLU in the MLP, a student calibrated like the published one
+(about 50% greedy) learns little or nothing from RL at the published learning rate, while GELU
+students at the same calibration learn as the published results show (the search that chose the
+run is in ``docs/lab21-calibration.md``; lab11's and lab19's published results hold on the ReLU
+model, which they keep).
 
 These three ship with the library (:mod:`llmrl.shipped`, ``lib/llmrl/models/``): trained once and
 frozen, because the same run on another CPU rounds differently and lands its accuracy jump dozens
-of steps away. ``COURSE_SNAPSHOTS`` holds the steps the shipped snapshots were taken at (chosen by
-their calibration, see :func:`llmrl.shipped.choose`); the manifest records them too and a test
-keeps the two in step.
+of steps away. ``SHIPPED_RUNS`` holds each one's run and the step its snapshot was taken at
+(chosen by their calibration, see :func:`llmrl.shipped.choose`); the manifest records them too and
+a test keeps the two in step.
 
 Any other configuration (lab21's students of another width, a weaker snapshot taken at the first
 check where greedy accuracy crosses a threshold) is trained here on first use and kept in a cache
@@ -41,9 +47,10 @@ from .tinylm import TinyLM, TinyLMConfig
 from .utils import check_fields, set_threads
 
 FORMAT_VERSION = 1
-# The SFT steps of the shipped student and sft snapshots (llmrl.shipped: chosen by their calibration
-# on the instructors' machine; models/MANIFEST.json records the same steps).
-STUDENT_STEP, SFT_STEP = 285, 362
+# The SFT steps of the shipped student (lab21's run) and sft (the course's run) snapshots
+# (llmrl.shipped: chosen by their calibration on the instructors' machine; models/MANIFEST.json
+# records the same steps).
+STUDENT_STEP, SFT_STEP = 533, 362
 
 
 def _field(default, doc: str):
@@ -188,15 +195,23 @@ def sft_train(cfg: SFTConfig = SFTConfig(), snapshots: dict[str, Snapshot] | Non
     return model, taken, losses
 
 
-# The course's one SFT run and the steps of its shipped snapshots (lib/llmrl/models/MANIFEST.json;
+# The two SFT runs of the shipped snapshots and the steps they were taken at (lib/llmrl/models/MANIFEST.json;
 # chosen on the instructors' machine by llmrl.shipped.choose, closest to the published calibration).
 COURSE_SFT = SFTConfig()
-COURSE_SNAPSHOTS = {"student": Snapshot(STUDENT_STEP), "sft": Snapshot(SFT_STEP), "teacher": Snapshot(1200)}
+LAB21_SFT = SFTConfig(seed=2, model=TinyLMConfig(activation="gelu"))
+COURSE_SNAPSHOTS = {"sft": Snapshot(SFT_STEP)}
+LAB21_SNAPSHOTS = {"student": Snapshot(STUDENT_STEP), "teacher": Snapshot(LAB21_SFT.steps)}
+# name -> (its run, that run's shipped snapshots)
+SHIPPED_RUNS = {"sft": (COURSE_SFT, COURSE_SNAPSHOTS), "student": (LAB21_SFT, LAB21_SNAPSHOTS),
+                "teacher": (LAB21_SFT, LAB21_SNAPSHOTS)}
 
 
-def is_course(cfg: SFTConfig, snapshots: dict | None) -> bool:
-    """Whether (cfg, snapshots) is the course's run, whose checkpoints ship with the library."""
-    return cfg == COURSE_SFT and (snapshots is None or snapshots == COURSE_SNAPSHOTS)
+def is_shipped(name: str, cfg: SFTConfig, snapshots: dict | None) -> bool:
+    """Whether checkpoint ``name`` of (cfg, snapshots) is one the library ships."""
+    if name not in SHIPPED_RUNS:
+        return False
+    run, snaps = SHIPPED_RUNS[name]
+    return cfg == run and (snapshots is None or snapshots.get(name) == snaps[name])
 
 
 def cache_dir() -> Path:
@@ -244,23 +259,31 @@ def load_state(path: Path, expect_key: str):
         return None
 
 
-def load_checkpoint(name: str, cfg: SFTConfig = COURSE_SFT, snapshots: dict[str, Snapshot] | None = None,
+def load_checkpoint(name: str, cfg: SFTConfig | None = None, snapshots: dict[str, Snapshot] | None = None,
                     progress: bool = True, with_meta: bool = False):
     """A fresh TinyLM in eval mode holding the named checkpoint.
 
-    The course's checkpoints (the default ``cfg`` and ``snapshots``) come from the library's shipped
-    files (:mod:`llmrl.shipped`, sha256-checked; a damaged file raises ShippedModelError). Any other
-    configuration is trained on first use and cached (``progress`` shows that run's bar).
-    ``with_meta=True`` returns (model, meta): meta records the SFT step it was taken at and its sha256.
+    ``cfg`` None: the shipped checkpoint ``name`` ("teacher", "student" or "sft", from its run in
+    :data:`SHIPPED_RUNS`), read from the library's files (:mod:`llmrl.shipped`, sha256-checked; a
+    damaged file raises ShippedModelError); so is any request that spells out a shipped run and
+    snapshot. Any other configuration is trained on first use and cached (``progress`` shows that
+    run's bar). ``with_meta=True`` returns (model, meta): meta records the SFT step it was taken at
+    and its sha256.
     """
-    if is_course(cfg, snapshots):
-        if name not in COURSE_SNAPSHOTS:
-            raise ValueError(f"unknown checkpoint {name!r}; known: {sorted(COURSE_SNAPSHOTS)}")
+    if cfg is None:
+        if name not in SHIPPED_RUNS:
+            raise ValueError(f"unknown checkpoint {name!r}; known: {sorted(SHIPPED_RUNS)}")
+        cfg = SHIPPED_RUNS[name][0]
+    if is_shipped(name, cfg, snapshots):
         from . import shipped
         meta, state = shipped.load_state(name)
         meta = dict(meta, source="shipped")
     else:
-        meta, state = _cached(name, cfg, snapshots or COURSE_SNAPSHOTS, progress)
+        if snapshots is None:
+            if name not in SHIPPED_RUNS:
+                raise ValueError(f"unknown checkpoint {name!r}; known: {sorted(SHIPPED_RUNS)}")
+            snapshots = SHIPPED_RUNS[name][1]
+        meta, state = _cached(name, cfg, snapshots, progress)
     model = TinyLM(cfg.model)
     model.load_state_dict(state)
     model.eval()

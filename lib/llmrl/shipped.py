@@ -9,10 +9,11 @@ once, on the instructors' machine, and frozen: every laptop, CI runner and grade
 the same weights, so the labs' numbers differ between machines by rounding only.
 
 =================  =====================================================================
-``teacher``        TinyLM after the whole SFT run (1,200 steps): about 100% greedy (lab21)
-``student``        TinyLM early in the same run: about 50% greedy, 30% at T = 1, KL to the
+``teacher``        lab21's GELU TinyLM after its whole SFT run (1,200 steps): about 100%
+                   greedy (lab21)
+``student``        the same run early on: about 50% greedy, 30% at T = 1, KL to the
                    teacher about 1.98 nats per token (lab21)
-``sft``            TinyLM later in the run: about 80% greedy, 55% at T = 1, below 30% at
+``sft``            the course's ReLU TinyLM, about 80% greedy, 55% at T = 1, below 30% at
                    T = 2 (lab11, lab19)
 ``hw4-charlm``     hw4's character model after its pretraining (1,500 steps), the pretraining
                    seed whose model copies every format_copy number (RL then only has to
@@ -24,10 +25,12 @@ with (a hash of its configuration) and its calibration measured when it was froz
 machine it was built on. Loading checks the sha256 and fails with a clear error on a changed or
 missing file; it never trains a replacement behind the user's back.
 
-Instructors rebuild them with ``python -m llmrl.cache --rebuild-shipped`` (minutes): one SFT run
-of the course's recipe, a scan of its snapshots every ``SCAN_EVERY`` steps, the student and sft
-snapshots chosen by :func:`choose` and :func:`choose_sft` (closest to the published calibration,
-:data:`TARGETS`; for the sft model, the closest whose lab19 run shows the published hack), the
+Instructors rebuild them with ``python -m llmrl.cache --rebuild-shipped`` (minutes): the two SFT
+runs of :data:`llmrl.checkpoints.SHIPPED_RUNS` (the course's for the sft model, lab21's for the
+teacher and the student), a scan of each one's snapshots every ``SCAN_EVERY`` steps, the student
+and sft snapshots chosen by :func:`choose` and :func:`choose_sft` (closest to the published
+calibration, :data:`TARGETS`; for the sft model, the closest whose lab19 run shows the published
+hack), the
 character model pretrained with each of ``CHARLM_SEEDS`` and chosen by :func:`choose_charlm`, all
 written with a new manifest. On another CPU a rebuild gives
 other bits and possibly other steps: that is a new release of the models, to be committed with the
@@ -249,13 +252,14 @@ def choose_sft(rows: list[dict], states: dict, workers: int = 2, limit: int = 16
                        f"(tried steps {[t['step'] for t in tried]}); look at lab19's settings")
 
 
-def scan_snapshots(cfg=None, progress: bool = True):
+def scan_snapshots(cfg=None, progress: bool = True, roles=tuple(TARGETS)):
     """Scan the snapshots of one SFT recipe (the course's by default) for :func:`choose`.
 
     A coarse pass measures every ``SCAN_EVERY`` steps from ``SCAN_FROM``; a second, identical run
     (training is deterministic on one machine: checked, the final weights must agree bit for bit)
-    measures every step within 4 of each role's three best coarse candidates. Returns (teacher
-    state, {step: state} of every measured snapshot, rows sorted by step).
+    measures every step within 4 of the three best coarse candidates of each of ``roles`` (keys of
+    :data:`TARGETS`). Returns (the run's final state, which the KL measurements take as the
+    teacher; {step: state} of every measured snapshot; rows sorted by step).
     """
     from .checkpoints import COURSE_SFT
 
@@ -264,7 +268,7 @@ def scan_snapshots(cfg=None, progress: bool = True):
     teacher, states = train_keeping(cfg, coarse, progress)
     rows = measure(cfg, states, teacher, progress)
     fine = set()
-    for role in TARGETS:
+    for role in roles:
         best = sorted((r for r in rows if all(k in r for k in TARGETS[role])), key=lambda r: distance(r, role))[:3]
         fine |= {n for r in best for n in range(r["step"] - 4, r["step"] + 5) if 1 <= n <= cfg.steps}
     fine -= coarse
@@ -303,44 +307,65 @@ def machine() -> dict:
             "ATEN_CPU_CAPABILITY": os.environ.get("ATEN_CPU_CAPABILITY"), "MKL_CBWR": os.environ.get("MKL_CBWR")}
 
 
-def rebuild(out_dir: Path | None = None, progress: bool = True) -> dict:
-    """Train, choose and write every shipped model and the manifest into ``out_dir`` (the
-    package's models folder by default). Returns the new manifest."""
-    from .checkpoints import COURSE_SFT
-    from .hw4 import charlm
+PARTS = ("sft", "lab21", "charlm")  # what rebuild() can build: the sft model, lab21's teacher and student, hw4's model
+
+
+def rebuild(out_dir: Path | None = None, progress: bool = True, parts=PARTS) -> dict:
+    """Train, choose and write the shipped models of ``parts`` (:data:`PARTS`) and the manifest into
+    ``out_dir`` (the package's models folder by default); the entries of the other parts are kept
+    from the manifest already there. Returns the new manifest."""
+    from .checkpoints import COURSE_SFT, LAB21_SFT
     from .tinylm import TinyLM
 
+    parts = tuple(parts)
+    if not parts or any(p not in PARTS for p in parts):
+        raise ValueError(f"parts must be some of {PARTS}, got {parts}")
     out_dir = Path(out_dir or MODELS_DIR)
     out_dir.mkdir(parents=True, exist_ok=True)
-    teacher_state, states, rows = scan_snapshots(COURSE_SFT, progress=progress)
-    teacher = TinyLM(COURSE_SFT.model)
-    teacher.load_state_dict(teacher_state)
-    teacher.eval()
-    sft_row, sft_tried = choose_sft(rows, states)
-    chosen = {"student": choose(rows, "student")["step"], "sft": sft_row["step"]}
-    entries = {}
-    for name, state, step in (("teacher", teacher_state, COURSE_SFT.steps),
-                              ("student", states.get(chosen["student"]), chosen["student"]),
-                              ("sft", states.get(chosen["sft"]), chosen["sft"])):
+    old = manifest(out_dir) if (out_dir / MANIFEST_NAME).exists() else None
+    if old is None and set(parts) != set(PARTS):
+        raise ValueError(f"{out_dir} has no manifest to keep the other models' entries from: rebuild every part")
+    blob = dict(old) if old is not None else {}
+    entries = dict(blob.get("models", {}))
+
+    built = {**machine(), "date": datetime.now(timezone.utc).strftime("%Y-%m-%d")}
+
+    def write(name: str, cfg, state: dict, step: int, recipe: str, teacher=None) -> None:
         sha, size = _save(out_dir / FILES[name], state)
-        model = TinyLM(COURSE_SFT.model)
+        model = TinyLM(cfg.model)
         model.load_state_dict(state)
         model.eval()
-        entries[name] = {"file": FILES[name], "sha256": sha, "bytes": size, "step": step,
-                         "recipe": "checkpoints.COURSE_SFT", "recipe_key": recipe_key(COURSE_SFT),
-                         "calibration": calibration(model, teacher if name != "teacher" else None)}
-    char_cfg, char_state, char_cal, char_rows = choose_charlm(progress=progress)
-    sha, size = _save(out_dir / FILES[CHARLM_NAME], char_state)
-    entries[CHARLM_NAME] = {"file": FILES[CHARLM_NAME], "sha256": sha, "bytes": size, "step": char_cfg.steps,
-                            "seed": char_cfg.seed, "recipe": "hw4.charlm.DEFAULT_PRETRAIN",
-                            "recipe_key": recipe_key(char_cfg), "calibration": char_cal}
-    blob = {"format": MANIFEST_FORMAT, "built": {**machine(), "date": datetime.now(timezone.utc).strftime("%Y-%m-%d")},
-            "choice": {"targets": {r: {k: v[0] for k, v in t.items()} for r, t in TARGETS.items()},
-                       "sft_T2_below": SFT_T2_BELOW, "scan_every": SCAN_EVERY, "scan_from": SCAN_FROM,
-                       "sft_max_distance": SFT_MAX_DISTANCE, "sft_lab19_hack": {**{k: v[0] for k, v in LAB19_HACK.items()},
-                                                                               **LAB19_HACK_END},
-                       "charlm_seeds": list(CHARLM_SEEDS), "charlm_math_base": CHARLM_MATH_BASE},
-            "models": entries, "scan": rows, "sft_lab19_tried": sft_tried, "charlm_scan": char_rows}
+        entries[name] = {"file": FILES[name], "sha256": sha, "bytes": size, "step": step, "recipe": recipe,
+                         "recipe_key": recipe_key(cfg), "calibration": calibration(model, teacher), "built": built}
+
+    if "sft" in parts:
+        _, states, rows = scan_snapshots(COURSE_SFT, progress=progress, roles=("sft",))
+        sft_row, blob["sft_lab19_tried"] = choose_sft(rows, states)
+        write("sft", COURSE_SFT, states[sft_row["step"]], sft_row["step"], "checkpoints.COURSE_SFT")
+        blob["scan"] = rows
+    if "lab21" in parts:
+        teacher_state, states, rows = scan_snapshots(LAB21_SFT, progress=progress, roles=("student",))
+        teacher = TinyLM(LAB21_SFT.model)
+        teacher.load_state_dict(teacher_state)
+        teacher.eval()
+        write("teacher", LAB21_SFT, teacher_state, LAB21_SFT.steps, "checkpoints.LAB21_SFT")
+        step = choose(rows, "student")["step"]
+        write("student", LAB21_SFT, states[step], step, "checkpoints.LAB21_SFT", teacher)
+        blob["lab21_scan"] = rows
+    if "charlm" in parts:
+        char_cfg, char_state, char_cal, blob["charlm_scan"] = choose_charlm(progress=progress)
+        sha, size = _save(out_dir / FILES[CHARLM_NAME], char_state)
+        entries[CHARLM_NAME] = {"file": FILES[CHARLM_NAME], "sha256": sha, "bytes": size, "step": char_cfg.steps,
+                                "seed": char_cfg.seed, "recipe": "hw4.charlm.DEFAULT_PRETRAIN",
+                                "recipe_key": recipe_key(char_cfg), "calibration": char_cal, "built": built}
+    blob.update({"format": MANIFEST_FORMAT,
+                 "built": {**built, "parts": list(parts)},  # the latest rebuild; each entry has its own
+                 "choice": {"targets": {r: {k: v[0] for k, v in t.items()} for r, t in TARGETS.items()},
+                            "sft_T2_below": SFT_T2_BELOW, "scan_every": SCAN_EVERY, "scan_from": SCAN_FROM,
+                            "sft_max_distance": SFT_MAX_DISTANCE,
+                            "sft_lab19_hack": {**{k: v[0] for k, v in LAB19_HACK.items()}, **LAB19_HACK_END},
+                            "charlm_seeds": list(CHARLM_SEEDS), "charlm_math_base": CHARLM_MATH_BASE},
+                 "models": {n: entries[n] for n in FILES if n in entries}})
     tmp = out_dir / (MANIFEST_NAME + ".tmp")
     tmp.write_text(json.dumps(blob, indent=1) + "\n")
     tmp.replace(out_dir / MANIFEST_NAME)

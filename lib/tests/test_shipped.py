@@ -5,12 +5,13 @@ test_core_train)."""
 import hashlib
 import json
 import shutil
+from dataclasses import replace
 
 import pytest
 import torch
 
 from llmrl import checkpoints, shipped
-from llmrl.checkpoints import COURSE_SFT, COURSE_SNAPSHOTS, Snapshot, load_checkpoint
+from llmrl.checkpoints import COURSE_SFT, COURSE_SNAPSHOTS, LAB21_SFT, LAB21_SNAPSHOTS, SHIPPED_RUNS, Snapshot, load_checkpoint
 from llmrl.hw4 import charlm
 
 
@@ -32,20 +33,27 @@ def test_every_shipped_file_matches_its_manifest():
 
 
 def test_the_shipped_models_are_the_course_recipe():
-    """A changed recipe (SFT schedule, model size, the character corpus) without a rebuild would
-    leave the shipped weights describing another run than the code says."""
+    """A changed recipe (SFT schedule, model size or nonlinearity, the character corpus) without a rebuild
+    would leave the shipped weights describing another run than the code says."""
     m = shipped.manifest()["models"]
-    for name in shipped.TINYLM_NAMES:
-        assert m[name]["recipe_key"] == shipped.recipe_key(COURSE_SFT), (
-            f"{name} was trained with another SFT recipe than checkpoints.COURSE_SFT: rebuild the shipped models "
+    recipes = {"sft": ("checkpoints.COURSE_SFT", COURSE_SFT), "teacher": ("checkpoints.LAB21_SFT", LAB21_SFT),
+               "student": ("checkpoints.LAB21_SFT", LAB21_SFT)}
+    assert set(recipes) == set(shipped.TINYLM_NAMES) == set(SHIPPED_RUNS)
+    for name, (recipe, cfg) in recipes.items():
+        assert SHIPPED_RUNS[name][0] == cfg
+        assert m[name]["recipe"] == recipe and m[name]["recipe_key"] == shipped.recipe_key(cfg), (
+            f"{name} was trained with another SFT recipe than {recipe}: rebuild the shipped models "
             "(python -m llmrl.cache --rebuild-shipped)")
     assert m["hw4-charlm"]["recipe_key"] == shipped.recipe_key(charlm.DEFAULT_PRETRAIN), (
         "hw4-charlm was pretrained with another configuration or corpus than hw4.charlm.DEFAULT_PRETRAIN: rebuild "
         "the shipped models (python -m llmrl.cache --rebuild-shipped)")
     assert {n: m[n]["step"] for n in shipped.TINYLM_NAMES} == {
-        "teacher": COURSE_SFT.steps, "student": checkpoints.STUDENT_STEP, "sft": checkpoints.SFT_STEP}
-    assert COURSE_SNAPSHOTS == {"student": Snapshot(checkpoints.STUDENT_STEP), "sft": Snapshot(checkpoints.SFT_STEP),
-                                "teacher": Snapshot(COURSE_SFT.steps)}
+        "teacher": LAB21_SFT.steps, "student": checkpoints.STUDENT_STEP, "sft": checkpoints.SFT_STEP}
+    assert COURSE_SNAPSHOTS == {"sft": Snapshot(checkpoints.SFT_STEP)}
+    assert LAB21_SNAPSHOTS == {"student": Snapshot(checkpoints.STUDENT_STEP), "teacher": Snapshot(LAB21_SFT.steps)}
+    # lab21's pair is a GELU TinyLM, lab11 and lab19's model a ReLU one (checkpoints' docstring says why)
+    assert (LAB21_SFT.model.activation, COURSE_SFT.model.activation) == ("gelu", "relu")
+    assert LAB21_SFT == replace(COURSE_SFT, seed=LAB21_SFT.seed, model=replace(COURSE_SFT.model, activation="gelu"))
 
 
 def test_course_models_load_from_the_package_and_nothing_is_built(empty_cache):
@@ -59,6 +67,10 @@ def test_course_models_load_from_the_package_and_nothing_is_built(empty_cache):
     assert all(torch.equal(v, shipped.load_state("hw4-charlm")[1][k]) for k, v in base.state_dict().items())
     # the same request spelled out is still the course's
     assert load_checkpoint("sft", COURSE_SFT, dict(COURSE_SNAPSHOTS), progress=False, with_meta=True)[1]["source"] == "shipped"
+    student, meta = load_checkpoint("student", LAB21_SFT, dict(LAB21_SNAPSHOTS), progress=False, with_meta=True)
+    assert meta["source"] == "shipped" and student.config.activation == "gelu"
+    assert load_checkpoint("teacher", progress=False).config == load_checkpoint("student", progress=False).config
+    assert load_checkpoint("sft", progress=False).config.activation == "relu"
     assert not empty_cache.exists() or not any(empty_cache.iterdir()), "the course's models were trained into the cache"
     with pytest.raises(ValueError, match="unknown checkpoint"):
         load_checkpoint("professor")
@@ -100,8 +112,8 @@ def test_choose_takes_the_snapshot_closest_to_the_published_calibration():
 def test_the_manifest_records_where_and_how_the_models_were_chosen():
     m = shipped.manifest()
     assert {"torch", "cpu_capability", "date"} <= set(m["built"])
-    scan = {r["step"]: r for r in m["scan"]}
-    assert shipped.choose(m["scan"], "student")["step"] == m["models"]["student"]["step"]  # the rule's choice
+    scans = {"sft": {r["step"]: r for r in m["scan"]}, "student": {r["step"]: r for r in m["lab21_scan"]}}
+    assert shipped.choose(m["lab21_scan"], "student")["step"] == m["models"]["student"]["step"]  # the rule's choice
     # the sft model: the nearest snapshot whose lab19 run shows the hack; the nearer ones were tried and do not
     tried = m["sft_lab19_tried"]
     assert [t["lab19"]["shows_the_hack"] for t in tried] == [False] * (len(tried) - 1) + [True]
@@ -109,7 +121,7 @@ def test_the_manifest_records_where_and_how_the_models_were_chosen():
     assert [t["distance"] for t in tried] == sorted(t["distance"] for t in tried)
     for name in ("student", "sft"):  # the row the choice was made on is the file's own calibration
         e = m["models"][name]
-        assert {k: scan[e["step"]][k] for k in shipped.TARGETS[name]} == {k: e["calibration"][k] for k in shipped.TARGETS[name]}
+        assert {k: scans[name][e["step"]][k] for k in shipped.TARGETS[name]} == {k: e["calibration"][k] for k in shipped.TARGETS[name]}
     json.dumps(m)  # plain JSON
 
 
@@ -121,3 +133,15 @@ def test_command_line_checks_the_shipped_models(capsys):
     assert all(name in out for name in ("teacher", "student", "sft", "hw4-charlm"))
     with pytest.raises(SystemExit):
         main(["--out", "/tmp/x"])
+    with pytest.raises(SystemExit):
+        main(["--parts", "lab21"])  # --parts goes with --rebuild-shipped
+    with pytest.raises(SystemExit):
+        main(["--rebuild-shipped", "--parts", "lab22"])
+    assert "unknown lab22" in capsys.readouterr().err
+
+
+def test_a_partial_rebuild_needs_a_manifest_to_keep_the_other_entries_from(tmp_path):
+    with pytest.raises(ValueError, match="no manifest"):
+        shipped.rebuild(tmp_path / "empty", progress=False, parts=("lab21",))
+    with pytest.raises(ValueError, match="parts must be some of"):
+        shipped.rebuild(tmp_path, progress=False, parts=("teacher",))

@@ -47,7 +47,7 @@
 #
 # ```
 # python -m llmrl.labs.lab21 project1 --seeds 0 1 2 3 4 --workers 2
-# python -m llmrl.labs.lab21 project2 --arms stylish_w1 stylish_w1.25 stylish_w1.5 stylish_w2
+# python -m llmrl.labs.lab21 project2 --arms stylish_w0.25 stylish_w0.5 stylish_w0.75 stylish_w1
 # python -m llmrl.labs.lab21 project5 --steps 1000 --seeds 0 1 2
 # ```
 #
@@ -66,17 +66,12 @@
 # on a quiet two-core machine. The published numbers, one seed each, are printed beside the mean
 # and spread of yours. Where our TinyLM cannot match one, the text next to it says so and why.
 #
-# **Learning rate.** The published setting gives Project 0's learning rate (3e-4) but none for
-# Projects 1-5. Ours, `lab21.PROJECT_LR` (4e-4 for Projects 1 and 2, 6e-4 for Projects 3 and 5,
-# 8e-4 for Project 4), were chosen by two recorded searches, project by project
-# (`docs/lab21-calibration.md` in the course repository): at 3e-4 our student learns more slowly
-# than the published one and at 1e-3 some runs break down.
-#
-# **Evaluation temperature.** Nor does the published setting say at which temperature pass@k is
-# sampled. Training samples at T = 1 everywhere; Projects 4 and 5 evaluate at
-# `lab21.EVAL_TEMPERATURE` (T = 0.7), chosen by the same search. At T = 1 our student's
-# pass@k saturates: after RL at lr 6e-4 its pass@16 is 0.94-0.98 (published 0.88-0.91) and its
-# pass@64 0.97 (published 0.92), while its pass@1 stays below the published values.
+# **The model and the settings.** The student and the teacher are TinyLMs with GELU in their MLP,
+# from an SFT run of their own: with the ReLU TinyLM of lab11 and lab19, a student calibrated the
+# same way reproduces far fewer of the published results (`docs/lab21-calibration.md` in the course
+# repository). Every project trains at the learning rate published for Project 0, AdamW at 3e-4, and
+# samples at temperature 1, in training and in every evaluation: the published setting names no
+# other. Projects 1-5 use 16 prompts x 8 samples a step, as published.
 
 # %%
 import matplotlib.pyplot as plt
@@ -106,7 +101,9 @@ ART = "artifacts/lab21"
 # arguing that this keeps entropy from collapsing and so helps pass@k at large k.
 #
 # **Starter.** Three arms, symmetric clip [0.8, 1.2], clip-higher [0.8, 1.28] and no clip, with
-# 4 gradient epochs per batch (with one epoch the ratio is exactly 1 and no clip ever binds).
+# 4 gradient epochs per batch (with one epoch the ratio is exactly 1 and no clip ever binds). "No
+# clip" removes the upper bound and keeps the lower one, [0.8, ∞), as the published trainer's switch
+# does.
 # Measured: per-token entropy, pass@1 and pass@16 against step, and the fraction of tokens each
 # bound switches off.
 
@@ -141,13 +138,11 @@ plotting.save(fig, f"{ART}/project1_clip_higher.png")
 plt.show()
 
 # %% [markdown]
-# **Against the published run.** Entropy collapses here too, but less far in 150 steps: the clipped
-# arms end near 0.29 nats per token against the published 0.22-0.24, and their pass@1 ends near
-# 0.49, just below the published 0.57's band (±0.07). Without a clip our runs fall apart (pass@1
-# 0.17, published 0.50): four epochs of unclipped updates move the policy too far. The learning rate
-# trades these off: at 6e-4 the clipped arms' entropy ends lower (0.27) but their pass@1 is 0.43 and
-# the unclipped arm's near zero; at 3e-4 the unclipped arm holds up better (0.34) and entropy ends
-# higher still.
+# **Against the published run.** Entropy collapses in every arm, from 0.557 nats per token (published
+# 0.54) to 0.217 with the symmetric clip and 0.220 with clip-higher (published 0.222 and 0.235), and
+# to 0.255 without an upper clip (published about 0.26), whose pass@1 ends lowest, 0.466 (published
+# 0.50), against 0.559 and 0.557 for the clipped arms (published 0.57). The difference between the
+# two clipped arms' final entropy, 0.003, is far inside its spread over five seeds.
 #
 # **Your job.** The starter ran seeds 0-4 per arm: report the final entropy as mean and spread. Then
 # make the upper bound matter: `lab21.project1(epochs=8, eps_high=0.4, ...)`. Look at
@@ -184,7 +179,7 @@ plt.show()
 # clip and improves pass@16.
 #
 # **Setup.** The shipped student, 2-digit prompts, 16 prompts x 8 samples per step for 150 steps,
-# AdamW lr 4e-4, 4 epochs per batch, no KL term; evaluation on 100 fixed problems x 16 samples at
+# AdamW lr 3e-4, 4 epochs per batch, no KL term; evaluation on 100 fixed problems x 16 samples at
 # T = 1; seeds 0-4 for each of the three arms (the setup line above).
 #
 # **Plot.** Entropy of the training batches against step, one band per arm with every seed drawn;
@@ -194,8 +189,8 @@ plt.show()
 # column), and clip-higher's final entropy is within the spread of seeds of the symmetric clip's (the
 # printed difference and its spread): on this problem there is no clear clip-higher effect. The upper
 # bound stops only a small share of the positive-advantage tokens (the printed shares), so it had
-# little to act on. Without a clip, 4 epochs at this learning rate break the policy: its pass@1
-# ends at 0.167.
+# little to act on. Without the upper bound the entropy ends highest (0.255) and pass@1 lowest
+# (0.466 against 0.559 with the symmetric clip).
 #
 # **Confounders.** Tiny vocabulary and 2-4-token answers; one learning rate; the number of epochs
 # sets how far the ratio moves; the evaluation set is 100 problems. Extension to report: the run
@@ -217,8 +212,7 @@ plt.show()
 #
 # Our rubrics are not scaled like the published ones: a stylish answer can earn 1 + w, so the
 # proxy reward of the stylish arms runs above 1 (about 2.3 at w = 2 where the published run shows
-# 0.61), and partial credit gives a wrong answer more than the published rubric did. Compare the
-# proxy column within one run, not with the published numbers.
+# 0.61). Compare the stylish arms' proxy column within one run, not with the published numbers.
 
 # %% tags=["nbval-ignore-output"]
 P2_STEPS = 3 if SHORT else 200
@@ -241,11 +235,12 @@ plotting.save(fig, f"{ART}/project2_rubric.png")
 plt.show()
 
 # %% [markdown]
-# **Against the published run.** With w = 1 our runs pad almost every small sum (published 0.08)
-# and gold accuracy stays near its start (published 0.50): our student's accuracy on small sums is
-# well below 1, so padding pays at w = 1 already (the rule below), and our runs find the hack within
-# 200 steps. Binary and partial credit end near 0.46 against the published 0.55: our student learns
-# more slowly.
+# **Against the published run.** Binary and partial credit end at gold pass@1 0.532 and 0.540
+# (published 0.55 and 0.54) and pad almost no small sums; the stylish rubric at w = 2 is hacked as
+# published (0.999 of small sums padded, gold 0.319 against the published 0.29). With w = 1 our runs
+# pad almost every small sum too (0.992, published 0.08) and gold accuracy barely moves (0.341,
+# published 0.50): in our rubric padding pays at w = 1 already (the rule below), so the published
+# threshold between 1 and 2 does not carry over. The published rubric's exact form is not given.
 #
 # **Back of the envelope.** On the 2-digit problems, an honest answer to a sum $\ge 100$ has 3
 # digits anyway, so padding changes only the answers to small sums: there it trades the exact-answer
@@ -260,14 +255,15 @@ _runs = {**lab21.load_results("project2"), **p2}  # command-line sweeps, then th
 lab21.rubric_weight_widget(_runs, accuracy_small=_acc_small)
 
 # %% [markdown]
-# **Your job.** (i) Find the weight $w^*$ above which padding wins: run w = 1, 1.25, 1.5 and 2 (the
+# **Your job.** (i) Find the weight $w^*$ above which padding wins: run a range of weights (the
 # command line above), browse them with the slider, and compare with the back-of-envelope threshold.
 # Why might training need a larger $w$ than the expectation argument says? (ii) Add a **pitfall**:
 # a rubric item with a negative weight that fires on the hack and not on honest answers. Define it
 # below and run the `+pitfall` arm; it should remove the padding without costing gold accuracy.
-# **What you should find:** a weight somewhere between 1 and 2 where the padded share jumps; with a
-# good pitfall item the `+pitfall` arm's padded share drops back to the binary run's level. The cell
-# below prints both.
+# Start below 1: with this rubric the rule puts the threshold at the accuracy on small sums, about
+# 0.3 for this student. **What you should find:** a weight where the padded share jumps, near the
+# rule's threshold; with a good pitfall item the `+pitfall` arm's padded share drops back to the
+# binary run's level. The cell below prints both.
 
 # %%
 PITFALL = None  # e.g. RubricItem("pads_small_sum", check=lambda response, answer: ..., weight=-2.0)
@@ -286,8 +282,8 @@ if PITFALL is not None:
 # - **1 point** hypothesis and setup: a hypothesis that the runs can refute; the setup names what
 #   was held fixed (checkpoint, budget, prompts x samples, learning rate, evaluation set and its
 #   sampling temperature).
-# - **1 point** plot: w = 1, 1.25, 1.5 and 2 (3 seeds each): the padded share of small sums and gold
-#   accuracy against w; every seed visible, not only the mean.
+# - **1 point** plot: at least four weights around the threshold, e.g. 0.25, 0.5, 1 and 2 (3 seeds
+#   each): the padded share of small sums and gold accuracy against w; every seed visible, not only the mean.
 # - **1 point** result: one sentence that the plot supports, with the size of the effect set
 #   against the spread between seeds (a gap inside the spread is reported as no clear effect).
 # - **1 point** extension and confounders: the threshold compared with the back-of-envelope rule (padding
@@ -304,21 +300,21 @@ if PITFALL is not None:
 # aimed at the exploit removes it without hurting accuracy.
 #
 # **Setup.** The trainer and student of Project 1 with 1 epoch per batch, 200 steps of 16 prompts x
-# 8 samples, AdamW lr 4e-4; binary, partial-credit and stylish rubrics (w = 2 and w = 1); gold
+# 8 samples, AdamW lr 3e-4; binary, partial-credit and stylish rubrics (w = 2 and w = 1); gold
 # accuracy on 100 fixed problems x 8 samples at T = 1; seeds 0, 1, 2 (the setup line above).
 #
 # **Plot.** Gold accuracy, the proxy reward and the padded share of small sums against step, every
 # seed drawn.
 #
-# **Result.** Both stylish rubrics are hacked: the padded share of small sums ends at 1.000 for
-# w = 2 and 0.997 for w = 1, while gold accuracy ends at 0.257 and 0.295 from 0.261 at the start.
+# **Result.** Both stylish rubrics are hacked: the padded share of small sums ends at 0.999 for
+# w = 2 and 0.992 for w = 1, while gold accuracy ends at 0.319 and 0.341 from 0.295 at the start.
 # The published run padded only 0.08 at w = 1; in our runs the hack already wins there, as the
 # break-even rule (padding pays once w is above the accuracy on small sums) predicts for any
-# accuracy short of perfect. Partial credit ends at 0.464 against binary's 0.460: no faster.
+# accuracy short of perfect. Partial credit ends at 0.540 against binary's 0.532: no faster.
 #
 # **Confounders.** The threshold depends on how fast accuracy grows (the break-even moves with p);
-# the pitfall uses the true answer, which a real grader may not have. Extension to report: w = 1.25
-# and 1.5, and the pitfall arm's padded share against binary's.
+# the pitfall uses the true answer, which a real grader may not have. Extension to report: weights
+# below 1, around the threshold, and the pitfall arm's padded share against binary's.
 
 # %% [markdown]
 # ## Project 3: a proposer at the learner's frontier
@@ -353,6 +349,9 @@ for arm, runs in p3.items():
     top = [r["evals"]["sampled_accuracy_1d+1d"][-1] for r in runs]
     print(f"{arm:<13} mean gain on the 2-digit buckets {lab21.seed_spread(gain)}; final 1d+1d {lab21.seed_spread(top)}; "
           f"largest final 1d+1d of a seed {max(top):.3f}")
+_hits = [round(sum(r["curve"]["sampled_accuracy"]) * r["config"]["n_prompts"] * r["config"]["group_size"])
+         for r in p3["target-only"]]
+print(f"target-only: correct answers among all its training samples, per seed: {_hits}")
 
 # %%
 fig, axes = plt.subplots(1, 4, figsize=(19, 3.8))
@@ -373,9 +372,12 @@ plotting.save(fig, f"{ART}/project3_learnability.png")
 plt.show()
 
 # %% [markdown]
-# **Against the published run.** Learnability ends ahead of uniform on sum >= 100, as published, but
-# both lower (about 0.43 and 0.27 against 0.62 and 0.50): our student learns more slowly at this
-# budget.
+# **Against the published run.** Learnability spends 0.01 of its samples on 3d+1d (published 0.03)
+# against uniform's 0.20 (published 0.22), and ends ahead of uniform on sum >= 100, 0.527 against
+# 0.450 (published 0.62 and 0.50). Target-only leaves every bucket exactly where it started: our
+# student never solves a 3d+1d problem, so every group's rewards are all 0, every advantage is 0
+# and the model never changes (the published run saw the other buckets drift down a little).
+# Neither arm fixes 1d+1d with groups of 8.
 #
 # **Your job.** The usage plots above average the seeds; plot each seed's usage over time too. Then
 # give the rare bucket bigger groups: `lab21.project3(rare_group=4)` serves each 1d+1d problem as 4 adjacent prompts whose
@@ -411,7 +413,7 @@ plt.show()
 # **Hypothesis.** A learnability bandit spends little on unsolvable problems and improves the
 # buckets at the frontier faster than uniform sampling; target-only training learns nothing.
 #
-# **Setup.** The shipped student, 200 steps of 16 prompts x 8 samples, AdamW lr 6e-4,
+# **Setup.** The shipped student, 200 steps of 16 prompts x 8 samples, AdamW lr 3e-4,
 # mean-baseline advantages over each served group, bandit temperature 0.1 and EMA 0.1; per-bucket
 # accuracy on 100 fixed problems at T = 1; seeds 0, 1, 2 (the setup line above).
 #
@@ -419,9 +421,10 @@ plt.show()
 # dots.
 #
 # **Result.** Learnability spends 0.01 of its samples on 3d+1d against uniform's 0.20, and its mean
-# gain on the 2-digit buckets is 0.191 against uniform's 0.046; on sum >= 100 it ends at 0.427
-# against 0.270. Target-only leaves 3d+1d at 0.000. 1d+1d ends at 0.000 with learnability and at
-# 0.017 with uniform (one seed at 0.050): neither fixes it with groups of 8.
+# gain on the 2-digit buckets is 0.303 against uniform's 0.194; on sum >= 100 it ends at 0.527
+# against 0.450. Target-only leaves 3d+1d at 0.000 and gains 0.000 on the 2-digit buckets: no group
+# ever holds a success, so no step changes the model. 1d+1d ends at 0.020 with learnability and at
+# 0.040 with uniform (no seed above 0.040): neither fixes it with groups of 8.
 #
 # **Confounders.** The bandit's temperature and start values; bucket sizes differ; the 2-digit
 # buckets share skills, so improvements transfer between them. Extension to report: the run with
@@ -464,11 +467,11 @@ plotting.save(fig, f"{ART}/project4_maxrl.png")
 plt.show()
 
 # %% [markdown]
-# **Against the published run.** Evaluated at T = 0.7 (see the top of the notebook), our arms end
-# at pass@1 0.49-0.55 and pass@16 0.88-0.93, inside the published 0.51-0.55 and 0.88-0.91 give or
-# take the evaluation noise, and MaxRL's pass@16 ends highest, as published. At T = 1 the same runs
-# (the calibration record) end at pass@1 0.41-0.45 and pass@16 0.91-0.95: there our student's
-# pass@16 starts at 0.93, about where the published runs ended, and has little room to move.
+# **Against the published run.** The arms end at pass@1 0.530, 0.560 and 0.578 (mean, std, MaxRL;
+# published 0.55, 0.51 and 0.51) and pass@16 0.880, 0.903 and 0.947 (published 0.89, 0.88 and
+# 0.91), from 0.290 and 0.930. MaxRL ends highest at pass@16, as published, by 0.067 over the mean
+# baseline with a spread of 0.042 over seeds; every gap between arms is within about two of the
+# evaluation's standard errors (the `±` lines).
 #
 # **Your job.** Shrink the evaluation noise (`eval_prompts=400`, seeds 0-2 as above), and start from a
 # weaker student where more prompts have small $p$: `student={"greedy_at_least": 0.4}` takes an
@@ -502,16 +505,17 @@ plt.show()
 # **Hypothesis.** MaxRL's 1/p weighting improves pass@16 more than the mean and std baselines do, at
 # equal or slightly lower pass@1.
 #
-# **Setup.** The same student, trainer, budget (200 steps of 16 prompts x 8 samples, AdamW lr 8e-4)
+# **Setup.** The same student, trainer, budget (200 steps of 16 prompts x 8 samples, AdamW lr 3e-4)
 # and prompts for all three arms; only the advantage changes; evaluation on 100 problems x 16
-# samples at T = 0.7 (training samples at T = 1); seeds 0, 1, 2 (the setup line above).
+# samples at T = 1, as in training; seeds 0, 1, 2 (the setup line above).
 #
 # **Plot.** Final pass@1 and pass@16 per arm, seeds as dots, the evaluation's standard error as bars.
 #
-# **Result.** pass@1 ends at 0.504, 0.494 and 0.550 (mean, std, MaxRL), and MaxRL's pass@16 is
-# 0.043 above the mean baseline's with a spread of 0.053 over seeds: the differences are inside the
-# seed spread, so no advantage is a clear winner at this scale. pass@16 ends between 0.883 and 0.933
-# from 0.917 at the start: the mean and std arms lose a little of it while MaxRL gains a little.
+# **Result.** pass@1 ends at 0.530, 0.560 and 0.578 (mean, std, MaxRL), and MaxRL's pass@16 is
+# 0.067 above the mean baseline's with a spread of 0.042 over seeds: the direction of the hypothesis,
+# but on three seeds and 100 problems (standard error about 0.02-0.03 per arm) not a clear winner.
+# pass@16 ends between 0.880 and 0.947 from 0.930 at the start: the mean and std arms lose a little
+# of it while MaxRL gains a little.
 #
 # **Confounders.** The advantage scale changes the effective learning rate (std and MaxRL make
 # larger steps), so a gap may be a step-size effect; few hard prompts in the 2-digit distribution.
@@ -561,14 +565,12 @@ plotting.save(fig, f"{ART}/project5_sharpen_or_expand.png")
 plt.show()
 
 # %% [markdown]
-# **Against the published run.** Evaluated at T = 0.7 (see the top of the notebook), our student
-# starts at pass@1 0.32 (published 0.31) and pass@64 0.98 (published 0.97); after RL its pass@64 falls
-# to 0.95 (published 0.92) but its pass@1 reaches only 0.53 (published 0.67): it learns more slowly.
-# The crossing k varies widely between seeds (from 6 to 50); its mean, 28, lies inside the published
-# 16-32, and the thick mean curves of the plot cross at k = 18, inside it too. The two are different
-# numbers (the crossing of the averaged curves is not the average of the crossings), and with seeds
-# this far apart neither is a precise one. At T = 1 the same runs (the calibration record) start at
-# pass@1 0.26 with pass@64 already 0.997, leaving pass@64 little room to fall (0.973 after RL).
+# **Against the published run.** Our student starts at pass@1 0.287 (published 0.31) and pass@64
+# 1.000 (published 0.97); after RL its pass@1 is 0.623 (published 0.67) and its pass@64 has fallen
+# to 0.940 (published 0.92). The crossing k varies between seeds (10, 38 and 15), around the published
+# 16-32; the thick mean curves of the plot cross at k = 14. The two are different numbers (the
+# crossing of the averaged curves is not the average of the crossings), and with seeds this far
+# apart neither is a precise one. On 3d+1d both models stay at 0 at every k.
 #
 # **Your job.** Run 1,000 steps (`steps=1000`, on the command line) and find out whether the two
 # pass@k curves still cross at the same k. Then add a KL penalty to the reference: the arm
@@ -600,16 +602,15 @@ plt.show()
 # %% [markdown] nbgrader={"grade": true, "grade_id": "writeup_project5", "locked": false, "points": 4, "schema_version": 3, "solution": true, "task": false}
 # **Hypothesis.** RL raises pass@1 but not pass@64; the base model catches up at large k.
 #
-# **Setup.** The shipped student, 300 steps of 16 prompts x 8 samples, AdamW lr 6e-4, no KL term;
-# pass@k from 64 samples on 100 fixed problems per set at T = 0.7 (training samples at T = 1); seeds
-# 0, 1, 2 (the setup line above).
+# **Setup.** The shipped student, 300 steps of 16 prompts x 8 samples, AdamW lr 3e-4, no KL term;
+# pass@k from 64 samples on 100 fixed problems per set at T = 1, as in training; seeds 0, 1, 2 (the
+# setup line above).
 #
 # **Plot.** pass@k against k (log scale), before and after, mean and spread over seeds, both sets.
 #
-# **Result.** RL sharpens: in distribution pass@1 goes from 0.316 to 0.534 while pass@64 goes from
-# 0.980 to 0.950, and the curves cross at k = 50, 29 and 6 (seeds 0, 1, 2; the published run
-# crossed between 16 and 32). On 3d+1d every pass@k is 0.000 before and after. Our student's
-# pass@1 ends lower than the published 0.67.
+# **Result.** RL sharpens: in distribution pass@1 goes from 0.287 to 0.623 while pass@64 goes from
+# 1.000 to 0.940, and the curves cross at k = 10, 38 and 15 (seeds 0, 1, 2; the published run
+# crossed between 16 and 32). On 3d+1d every pass@k is 0.000 before and after.
 #
 # **Confounders.** pass@64 is close to 1 already, so there is little room to expand; one evaluation
-# temperature (0.7) for both models, and the crossing moves with it; 100 problems per set. Extension to report: 1,000 steps and the `rl+kl` arm.
+# temperature (1) for both models, and the crossing moves with it; 100 problems per set. Extension to report: 1,000 steps and the `rl+kl` arm.

@@ -15,7 +15,7 @@ Project 3's bandit, which learns from each step's successes.
 the command line, for long sweeps a notebook cell then loads and plots::
 
     python -m llmrl.labs.lab21 project5 --steps 1000 --seeds 0 1 2 --workers 3
-    python -m llmrl.labs.lab21 project2 --arms stylish_w1 stylish_w1.25 stylish_w1.5 stylish_w2
+    python -m llmrl.labs.lab21 project2 --arms stylish_w0.25 stylish_w0.5 stylish_w1 stylish_w2
 
 (``python -m llmrl.experiments`` is the same command under its former name.) Callables (the
 student's loss, advantage or reward functions) can be passed to every project; with
@@ -45,14 +45,13 @@ import torch
 
 from .. import plotting
 from ..addition import BUCKETS, TWO_DIGIT, Problems, eval_problems, is_correct, sample_problems
-from ..checkpoints import COURSE_SFT, SFTConfig, Snapshot, load_checkpoint
+from ..checkpoints import LAB21_SFT, Snapshot, load_checkpoint
 from ..evaluation import evaluate, pass_at_k, pass_at_k_per_problem
 from ..plotting import figure_png
 from ..rewards import Rubric, RubricItem, binary_rubric, looks_thorough, partial_credit_rubric, stylish_rubric
 from ..runner import final, load_results as _load_results, result_from_history, results_dir, run_arms, \
     seeds_together, start_value, summary_table
 from ..sampling import generate
-from ..tinylm import TinyLMConfig
 from ..trainer import Hooks, RLConfig, config_dict, rl_train
 from ..utils import check_float, check_int, mean_sd
 
@@ -103,36 +102,19 @@ EXPECTED = {
 
 
 # ----------------------------------------------------------------------------------------- models
-# Project 0's learning rate is published (AdamW at 3e-4, 64 sequences per step). Projects 1-5 state
-# none; PROJECT_LR[project] is the one a project's arms use unless given ``lr``. The first recorded search
-# of :mod:`llmrl.labs.lab21_calibration` (one lr for all five, docs/lab21-calibration.md) chose 6e-4:
-# with the shipped student it held 34 of lab21's 65 claims against 33 at 3e-4, and 1e-3 made Project 3's
-# uniform arm collapse. The second search gave each project its own (same document, second section;
-# seeds 0-2, every claim of the project with its own tolerance; a tie goes to the nearer lr to 6e-4).
+# Project 0's learning rate is published (AdamW at 3e-4, 64 sequences per step); Projects 1-5 state none and
+# take the same rate, as the published trainer's one default would give them. PROJECT_LR[project] is the one
+# a project's arms use unless given ``lr``. (For the ReLU student shipped before, a recorded search gave each
+# project its own, 4e-4 to 8e-4: docs/lab21-calibration-relu.md. The GELU student learns at the published
+# rate: docs/lab21-calibration.md.)
 P0_LR = 3e-4
-# Project 0's 64 sequences a step are published; how they split into prompts x samples is not. The third
-# recorded search (docs/lab21-calibration.md; seeds 0-2, Project 0's claims with their own tolerances)
-# tried 8 x 8, 16 x 4, 32 x 2 and 64 x 1 (64 x 1 for the distillation arms, which need no group, with rl
-# at 8 x 8): 32 x 2 holds 4 of its 8 numeric claims (8 x 8: none) and keeps the three orderings. The
-# distillation arms learn from the states the student visits, and 32 prompts a step show them four
-# times as many as 8 (opd-full's pass@1 after 200 steps: 0.42 at 8 x 8, 0.55 at 32 x 2); the learning
-# rate is not what held them back (opd-full at 6e-4 and 8 x 8 ends where it does at 3e-4).
-P0_PROMPTS, P0_GROUP = 32, 2
-PROJECT_LR = {
-    # 4e-4: 5 of 9 held (3.5e-4, 4.5e-4, 5e-4 and 6e-4: 4 each). The one more is the symmetric arm's
-    # pass@1, 0.504 against the published 0.57 ± 0.07 (3.5e-4: 0.496, 6e-4: 0.433), so an edge; the
-    # unclipped arm breaks down less (pass@1 0.17; 6e-4: 0.02) and the clipped arms' entropy ends a little
-    # higher (0.29 against 0.27 at 6e-4; published 0.22-0.24).
-    "project1": 4e-4,
-    # 4e-4: 7 of 14 held (3e-4, 5e-4 and 6e-4: 5 each): the binary arm's padded share (0.057, published
-    # 0.02) and partial credit's proxy reward (0.644, published 0.74) come inside their tolerances; an
-    # island between neighbours that hold 5, so read it as the seeds' luck as much as the lr's
-    "project2": 4e-4,
-    "project3": 6e-4,  # 4e-4 held as many (10 of 12); the tie goes to the first search's 6e-4
-    # 8e-4 with T = 0.7 (EVAL_TEMPERATURE): 7 of 7 held (6e-4: at most 6, at T = 0.6; 3e-4: at most 4)
-    "project4": 8e-4,
-    "project5": 6e-4,  # 1e-3 held as many (6 of 7, at T = 0.7 and 0.8); the tie goes to the nearer 6e-4
-}
+PROJECT_LR = {f"project{i}": P0_LR for i in range(1, 6)}
+# Project 0's 64 sequences a step are published; how they split into prompts x samples is not. The second
+# search of docs/lab21-calibration.md (seeds 0-2, Project 0's claims with their tolerances) tried 8 x 8,
+# 16 x 4, 32 x 2 and 64 x 1 (rl at 8 x 8): 16 x 4 holds 12 of its 13 claims (8 x 8: 7, 32 x 2: 9). More
+# prompts a step show the distillation arms more of the states the student visits: at 32 x 2 they overshoot
+# the published pass@1 and undershoot its KL, at 8 x 8 the reverse.
+P0_PROMPTS, P0_GROUP = 16, 4
 
 
 def _lr(lr: float | None, project: str) -> float:
@@ -140,15 +122,15 @@ def _lr(lr: float | None, project: str) -> float:
 
 
 def load_student(d: int = 64, greedy_at_least: float | None = None) -> torch.nn.Module:
-    """A fresh student: by default the course's shipped one (d = 64, an early snapshot of the course's
-    SFT run: about 50% greedy and 30% sampled at T = 1; its step and measured accuracy are in
-    ``lib/llmrl/models/MANIFEST.json``).
+    """A fresh student: by default the course's shipped one (d = 64, an early snapshot of lab21's SFT
+    run, a GELU TinyLM: about 50% greedy and 30% sampled at T = 1; its step and measured accuracy are
+    in ``lib/llmrl/models/MANIFEST.json``).
 
-    ``greedy_at_least`` takes instead the first snapshot (checked every 5 SFT steps from step 100) whose
-    greedy accuracy on the SFT check set reaches that value: 0.4 gives Project 4's weaker student.
-    ``d`` != 64 trains a student of that width with the course's SFT recipe, taken where its greedy
-    accuracy first reaches ``greedy_at_least`` (default 0.5, the shipped student's). Both are trained
-    on the first call and cached (about 25 s).
+    ``greedy_at_least`` takes instead the first snapshot of that run (checked every 5 SFT steps from
+    step 100) whose greedy accuracy on the SFT check set reaches that value: 0.4 gives Project 4's
+    weaker student. ``d`` != 64 trains a student of that width with the same recipe, taken where its
+    greedy accuracy first reaches ``greedy_at_least`` (default 0.5, the shipped student's). Both are
+    trained on the first call and cached (about 25 s).
     """
     check_int("d", d, minimum=8)
     if greedy_at_least is not None:
@@ -157,7 +139,7 @@ def load_student(d: int = 64, greedy_at_least: float | None = None) -> torch.nn.
             raise ValueError(f"greedy_at_least is an accuracy in [0, 1], got {greedy_at_least}")
     if d == 64 and greedy_at_least is None:
         return load_checkpoint("student", progress=False)
-    cfg = SFTConfig(model=TinyLMConfig(d=d)) if d != 64 else COURSE_SFT
+    cfg = replace(LAB21_SFT, model=replace(LAB21_SFT.model, d=d))
     snap = Snapshot(100, 0.5 if greedy_at_least is None else greedy_at_least, every=5)
     return load_checkpoint("student", cfg=cfg, snapshots={"student": snap}, progress=False)
 
@@ -236,7 +218,10 @@ def _arm0(arm, seeds, steps=200, n_prompts=P0_PROMPTS, group_size=P0_GROUP, lr=P
 
 # ------------------------------------------------------------------------ Project 1: clip-higher
 PROJECT1_ARMS = ("symmetric", "clip-higher", "no-clip")
-CLIP_BOUNDS = {"symmetric": (0.2, 0.2), "clip-higher": (0.2, 0.28), "no-clip": (None, None)}
+# "no-clip" drops the upper bound only, as the published trainer's switch does (and lab19's "no upper clip"):
+# with the lower bound gone too, 4 epochs a batch break the policy down (pass@1 0.17 after 150 steps, where the
+# published no-clip run ends at 0.50).
+CLIP_BOUNDS = {"symmetric": (0.2, 0.2), "clip-higher": (0.2, 0.28), "no-clip": (0.2, None)}
 
 
 @seeds_together
@@ -476,19 +461,10 @@ def _arm3(arm, seeds, steps=200, n_prompts=16, group_size=8, lr=None, rare_group
 
 
 # ------------------------------------------------------------------------- Project 4: MaxRL
-# The sampling temperature of Projects 4 and 5's evaluations (pass@k); training samples at T = 1 and the
-# published setting names no evaluation temperature. At T = 1 our student's pass@k saturates (pass@16
-# 0.94-0.98 against the published 0.88-0.91, pass@64 0.97 after RL against 0.92) while its pass@1 stays
-# low; a lower temperature trades the one for the other. Chosen by the second search of
-# lab21_calibration (seeds 0-2, T = 0.5 ... 1.0 on the same trained runs of each lr tried):
-EVAL_TEMPERATURE = {
-    # 0.7 at lr 8e-4: 7 of Project 4's 7 claims (T = 1: 5): pass@1 0.49-0.55 (published 0.51-0.55),
-    # pass@16 0.88-0.93 (0.88-0.91), MaxRL's pass@16 0.043 above the mean baseline's
-    "project4": 0.7,
-    # 0.7: 6 of 7 (T = 1: 4): pass@1 before 0.32 (published 0.31), pass@64 0.98 -> 0.95 (0.97 -> 0.92; 0.95 is the edge of its ±0.03),
-    # the curves cross at k = 28 on average (16-32); pass@1 after RL 0.53 stays below the published 0.67
-    "project5": 0.7,
-}
+# The sampling temperature of Projects 4 and 5's pass@k evaluation (training samples at T = 1 whatever it is).
+# The published setting names none, so it evaluates at T = 1, as it samples. (The ReLU student shipped before
+# saturated pass@k at T = 1 and was evaluated at 0.7: docs/lab21-calibration-relu.md.)
+EVAL_TEMPERATURE = {"project4": 1.0, "project5": 1.0}
 
 
 def _eval_temperatures(project: str, eval_temperature, more) -> list[tuple[float, str]]:
