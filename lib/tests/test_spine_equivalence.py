@@ -95,7 +95,7 @@ def lab19_runs() -> dict:
 def lab21_project0() -> dict:
     from llmrl.labs import lab21 as E
 
-    # 8 prompts x 8 samples, the split these numbers were pinned at (Project 0's default is now 32 x 2)
+    # 8 prompts x 8 samples, the split these numbers were pinned at (Project 0's default is now 16 x 4)
     res = E.project0(steps=6, n_prompts=8, group_size=8, eval_every=3, eval_prompts=16, eval_samples=8,
                      progress=False)
     return {arm: {"curve": runs[0]["curve"], "evals": runs[0]["evals"]} for arm, runs in res.items()}
