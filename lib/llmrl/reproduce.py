@@ -495,7 +495,9 @@ def _claims() -> list[Claim]:
     add("lab21.p3-uniform-ge100", "lab21", "Uniform: sum >= 100 accuracy after 200 steps.", "0.50", P3,
         b3("uniform", "2d+2d_ge100"), near(0.50, 0.07, ACC_SEED), known=slower)
     add("lab21.p3-learnability-ge100", "lab21", "Learnability: sum >= 100 accuracy after 200 steps.", "0.62", P3,
-        b3("learnability", "2d+2d_ge100"), near(0.62, 0.07, ACC_SEED), known=slower)
+        b3("learnability", "2d+2d_ge100"), near(0.62, 0.07, ACC_SEED),
+        known="the published value is one seed's; this arm's seeds spread widely (the bandit's choices compound), "
+              "and it still ends ahead of uniform, as published")
     add("lab21.p3-learnability-ahead", "lab21", "Learnability ends slightly ahead of uniform on sum >= 100 "
         "(difference).", "slightly ahead", P3, lambda r: _ev(r["lab21/project3"], "learnability", "sampled_accuracy_2d+2d_ge100")
         - _ev(r["lab21/project3"], "uniform", "sampled_accuracy_2d+2d_ge100"), above(0.0, "a direction"), qualitative=True)
