@@ -16,10 +16,10 @@ teacher and student) and the character model's pretraining (a few minutes on one
 SFT snapshots, picks the student and the sft model closest to the published calibration
 (:func:`llmrl.shipped.choose`) and writes the four files and ``MANIFEST.json`` into ``--out``
 (default: the package's ``models/`` folder); ``--parts`` rebuilds some of them and keeps the
-others' manifest entries. It prints the calibration of what it wrote. The result is another release of the models: on another CPU the bits
-and possibly the chosen steps differ, so commit it together with ``checkpoints.STUDENT_STEP`` /
-``SFT_STEP`` (when the steps moved), the regenerated notebooks and lab19's stored runs (README,
-"The course's models").
+others' manifest entries. It prints the calibration of what it wrote. The result is another
+release of the models: on another CPU the bits and possibly the chosen steps differ, so commit it
+together with ``checkpoints.STUDENT_STEP`` / ``SFT_STEP`` (when the steps moved), the regenerated
+notebooks and lab19's stored runs (README, "The course's models").
 """
 
 from __future__ import annotations

@@ -30,9 +30,8 @@ runs of :data:`llmrl.checkpoints.SHIPPED_RUNS` (the course's for the sft model, 
 teacher and the student), a scan of each one's snapshots every ``SCAN_EVERY`` steps, the student
 and sft snapshots chosen by :func:`choose` and :func:`choose_sft` (closest to the published
 calibration, :data:`TARGETS`; for the sft model, the closest whose lab19 run shows the published
-hack), the
-character model pretrained with each of ``CHARLM_SEEDS`` and chosen by :func:`choose_charlm`, all
-written with a new manifest. On another CPU a rebuild gives
+hack), the character model pretrained with each of ``CHARLM_SEEDS`` and chosen by
+:func:`choose_charlm`, all written with a new manifest (``--parts`` rebuilds some of them). On another CPU a rebuild gives
 other bits and possibly other steps: that is a new release of the models, to be committed with the
 notebooks and stored runs regenerated on top of it (README, "The course's models").
 """
@@ -327,7 +326,6 @@ def rebuild(out_dir: Path | None = None, progress: bool = True, parts=PARTS) -> 
         raise ValueError(f"{out_dir} has no manifest to keep the other models' entries from: rebuild every part")
     blob = dict(old) if old is not None else {}
     entries = dict(blob.get("models", {}))
-
     built = {**machine(), "date": datetime.now(timezone.utc).strftime("%Y-%m-%d")}
 
     def write(name: str, cfg, state: dict, step: int, recipe: str, teacher=None) -> None:

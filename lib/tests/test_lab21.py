@@ -56,7 +56,7 @@ def test_project1_tiny_records_clip_fractions():
     _keys_ok(res, ["symmetric", "no-clip"])
     c = res["symmetric"][0]["curve"]
     assert "clip_fraction_high" in c and "clip_fraction_low" in c
-    # "no-clip" drops the upper bound only (the published trainer's switch): nothing is clipped from above
+    # "no-clip" drops the upper bound only (lab21.CLIP_BOUNDS says why): nothing is clipped from above
     assert all(v == 0 for v in res["no-clip"][0]["curve"]["clip_fraction_high"] if v is not None)
     assert E.CLIP_BOUNDS["no-clip"] == (0.2, None)
     assert res["symmetric"][0]["config"]["eps_high"] == 0.2
