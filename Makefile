@@ -149,19 +149,20 @@ test-other-cpu: $(STAMP)
 	$(OTHER_CPU) $(PYTEST) -q $(OTHER_CPU_TESTS)
 	$(OTHER_CPU) $(PYTEST) -q --nbval --nbval-current-env --nbval-sanitize-with $(SANITIZE) source/lab11
 
-# The independent checks share the 2 cores, two at a time, longest first: with -j2 make starts
-# the goals in the order given. On the 2-core CI machine (one submission, 2026-11-29) they took
-# pipeline 11.3 min, library 5.8, nbval 5.1 and validate about 3 when run as a chain next to nbval
-# (21 min in all); the student kit (about 1.5 min here) goes last, beside the end of the pipeline.
+# The independent checks share the 2 cores, two at a time: with -j2 make starts the goals in the
+# order given, each when a lane is free. A fresh-clone .ci/run on the 2-core CI machine (2026-12-02)
+# took pipeline 32.6 min in one lane; library 15.6 (12 since its SmolLM2 run was halved), nbval 13.0,
+# validate about 3, browser 6.2 in the other; then the student kit 2.7 and other-cpu 1 in whichever
+# lane frees first. With the browser test after the kit and other-cpu, as before, make test took
+# 41.6 min: the browser test started only when the pipeline ended.
 # -k: one failing check does not hide the others.
 test: $(STAMP)
 	@$(MAKE) --no-print-directory warm
 	@# The browser test's extra and chromium are installed first (pip must not rewrite the venv while other
-	@# tests import from it); the test itself runs last in the second lane, while the pipeline tests (the
-	@# longest part) finish in the first: about 5 min less than running it after them.
+	@# tests import from it).
 	@$(MAKE) --no-print-directory $(BROWSER_STAMP) chromium
-	@$(MAKE) --no-print-directory -j2 -k --output-sync=target test-pipeline test-lib nbval validate test-kit \
-	        test-other-cpu browser
+	@$(MAKE) --no-print-directory -j2 -k --output-sync=target test-pipeline test-lib nbval validate browser \
+	        test-kit test-other-cpu
 	@echo "make test: all checks passed"
 
 # The browser test (autograder/tests/browser): JupyterLab on 127.0.0.1 driven by Playwright in

@@ -47,19 +47,21 @@ def test_format_copy_grpo_reward_rises_on_the_cpu(backend, tmp_path):
     from llmrl.hw4.impl import load_impl
     from llmrl.hw4.trainer import default_config, train
 
-    cfg = default_config("format_copy", "grpo", steps=4, n_prompts=4, group_size=4, lr=2e-4, max_new_tokens=12,
-                         minibatch_size=8, grad_accum_steps=2, eval_every=4, eval_limit=16, ckpt_every=2,
+    cfg = default_config("format_copy", "grpo", steps=4, n_prompts=2, group_size=4, lr=2e-4, max_new_tokens=12,
+                         minibatch_size=4, grad_accum_steps=2, eval_every=4, eval_limit=16, ckpt_every=2,
                          backend="hf")
     res = train(cfg, load_impl("reference"), run_dir=tmp_path / "run", backend=backend, progress=False)
     rewards = [r["reward_mean"] for r in res.records if "reward_mean" in r]
     evals = [r["eval_reward"] for r in res.records if "eval_reward" in r]
     assert len(rewards) == 4 and len(evals) == 2
     print("rollout reward per step:", [round(r, 3) for r in rewards], "eval reward:", [round(e, 3) for e in evals])
-    # Rise = the last two steps' mean rollout reward above the first two by 0.1 (16 samples a step,
-    # so a margin well above one sample's 1.3/16 = 0.08), and the greedy eval reward on 16 fixed
-    # prompts not lower. Measured on this 2-core CPU: rollout reward 0.28, 0.58, 1.24, 1.30 and
-    # eval reward 0.33 -> 1.30 (eval exact match 0.25 -> 1.0), so the margins are wide.
-    assert sum(rewards[-2:]) / 2 > sum(rewards[:2]) / 2 + 0.1, rewards
+    # Rise = the last two steps' mean rollout reward above the first two by 0.2 (8 samples a step,
+    # so a margin above one sample's 1.3/8 = 0.16), and the greedy eval reward on 16 fixed prompts
+    # not lower. Measured on this 2-core CPU (2026-12-02): rollout reward 0.04, 0.64, 0.89, 1.05 (a
+    # rise of 0.63) and eval reward 0.33 -> 1.30. 8 samples a step instead of 16 halves the test's
+    # time (207 s -> 111 s alone, about 460 s -> 250 s beside another make-test lane); with 16 the
+    # rewards were 0.28, 0.58, 1.24, 1.30.
+    assert sum(rewards[-2:]) / 2 > sum(rewards[:2]) / 2 + 0.2, rewards
     assert evals[-1] >= evals[0], evals
     assert all(r["kl_to_reference_k3_token_mean_nats"] < 5 for r in res.records if "kl_to_reference_k3_token_mean_nats" in r)
     assert torch.isfinite(torch.tensor([r["loss_mean"] for r in res.records if "loss_mean" in r])).all()
