@@ -91,7 +91,7 @@ def test_sandboxed_kernel_sees_only_the_system_the_environment_the_library_and_t
         "if os.path.exists(os.path.expanduser('~root/.cache')) else [], "
         f"[p for p in os.listdir('/tmp') if not os.getcwd().startswith('/tmp/' + p) and not {str(ROOT)!r}.startswith('/tmp/' + p)])",
         "print(sorted(os.environ))",
-        f"print(os.listdir({os.environ.get('LLMRL_CACHE') or str(Path.home() / '.cache' / 'llmrl')!r}) != [])",
+        f"print(os.listdir({str(model_cache)!r}) != [])",
     ])
     text = [_text(o) for o in outs]
     assert text[0].strip() == str(sorted(p.name for p in (ROOT / "lib", ROOT / ".venv") if p.exists())), text[0]
@@ -104,7 +104,7 @@ def test_sandboxed_kernel_sees_only_the_system_the_environment_the_library_and_t
     top, etc = eval(text[7])  # noqa: S307 (two lists printed by the kernel above)
     assert "home" not in top and "srv" not in top and "opt" not in top, top
     assert set(etc) <= set(sandbox.ETC), etc
-    in_home = [sandbox.cache_dir().name] if sandbox.cache_dir().parent == Path("/root/.cache") else []
+    in_home = [model_cache.name] if model_cache.parent == Path("/root/.cache") else []
     assert text[8].strip() == f"False {in_home} []", text[8]  # no /home; of ~/.cache the model cache only
     names = eval(text[9])  # noqa: S307
     leaked = [n for n in names if n not in sandbox.ENV_KEEP and n not in (
