@@ -41,10 +41,8 @@ half-written, one error says which file could not be written.
 from __future__ import annotations
 
 import argparse
-import csv
 import ctypes
 import hashlib
-import io
 import json
 import os
 import resource
@@ -731,11 +729,7 @@ def _finish(results, started, usage0, workers, csv_path, graded, jobs=None) -> d
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS)
-    w.writeheader()
-    w.writerows(rows)
-    files.atomic_write_text(path, buf.getvalue())
+    files.write_csv(path, COLUMNS, rows)
 
 
 def _write_table(csv_path: Path | None, jobs: list[Job], results: dict) -> None:

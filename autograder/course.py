@@ -801,19 +801,13 @@ def _duration(seconds: float) -> str:
 
 def write_grades_csv(root: Path = ROOT, failed: dict[tuple[str, str], str] | None = None,
                      path: Path | None = None) -> Path:
-    """grades.csv from the gradebook (atomically): automatic and manual points apart, status."""
-    import csv
-    import io
-
+    """grades.csv from the gradebook (atomically): automatic and manual points apart, status.
+    No cell can be a spreadsheet formula (files.spreadsheet_safe)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import files
 
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=GRADE_COLUMNS, extrasaction="ignore")
-    w.writeheader()
-    w.writerows(grade_rows(root, failed=failed))
     target = path or root / "grades.csv"
-    files.atomic_write_text(target, buf.getvalue())
+    files.write_csv(target, GRADE_COLUMNS, grade_rows(root, failed=failed), extrasaction="ignore")
     return target
 
 

@@ -69,6 +69,37 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+# A spreadsheet reads a cell that starts with one of these as a formula (or, for tab and CR, may
+# shift it into one). Student ids and file names reach the grade tables, so a cell such as
+# `=HYPERLINK(...)` must arrive as text.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_PLAIN_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+
+
+def spreadsheet_safe(value):
+    """`value` as a CSV cell no spreadsheet runs: text starting with =, +, -, @, tab or CR gets a
+    leading apostrophe (shown as text, the OWASP rule); numbers, and text that is exactly a number
+    such as "-2.5", stay as they are."""
+    if not isinstance(value, str) or not value.startswith(_FORMULA_START):
+        return value
+    if _PLAIN_NUMBER.fullmatch(value):
+        return value
+    return "'" + value
+
+
+def write_csv(path: Path, fieldnames: list[str], rows, extrasaction: str = "raise") -> None:
+    """A CSV table written atomically, every cell passed through `spreadsheet_safe`."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=fieldnames, extrasaction=extrasaction)
+    w.writeheader()
+    for row in rows:
+        w.writerow({k: spreadsheet_safe(v) for k, v in row.items()})
+    atomic_write_text(path, buf.getvalue())
+
+
 def read_regular(path: Path, max_bytes: int) -> bytes:
     """The bytes of a regular file, never following a symbolic link; NotRegular otherwise.
 

@@ -507,3 +507,25 @@ def test_a_submission_leaning_on_the_library_is_held_for_review_with_the_answer_
     reasons = [r for r in nb["review_reasons"] if r.startswith("answer key: ")]
     assert nb["needs_manual_review"] and nb["points"] == 0
     assert any("(seen at run time)" in r for r in reasons) and any("delegates to" in r for r in reasons), reasons
+
+
+# ----------------------------------------------------------------------------- CSV tables
+
+def test_grade_tables_never_hold_a_spreadsheet_formula(tmp_path):
+    """A student id or a file name is written by the student: `=HYPERLINK(...)` or `@SUM(...)` in a
+    cell would run when the instructor opens the table. Such cells arrive as text (a leading
+    apostrophe); numbers, negative ones included, stay numbers."""
+    import csv
+
+    import files
+
+    hostile = ["=HYPERLINK(\"http://x\",\"a\")", "+1+1", "-1+cmd|' /C calc'!A0", "@SUM(A1)", "\tx", "\rx"]
+    rows = [{"student": s, "points": p} for s, p in zip(hostile, [1, -2, "-2.5", 3.0, "+4", "1e3"])]
+    path = tmp_path / "t.csv"
+    files.write_csv(path, ["student", "points"], rows)
+    with path.open(newline="") as f:
+        back = list(csv.DictReader(f))
+    for got, sent in zip(back, rows):
+        assert got["student"] == "'" + sent["student"], got
+        assert got["points"] == str(sent["points"]), got
+    assert files.spreadsheet_safe("bob") == "bob" and files.spreadsheet_safe("-") == "'-"
