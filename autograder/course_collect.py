@@ -69,7 +69,7 @@ except ImportError:  # Windows: nbgrader checks no owners there either
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.exchange.default.collect import ExchangeCollect
 from nbgrader.utils import check_mode, parse_utc
-from traitlets import Float, Integer
+from traitlets import Float, Integer, Unicode
 
 # Seconds the student's time may be before the files' time. An honest `nbgrader submit` takes its time
 # first, then copies the notebooks (at most CourseDirectory.max_dir_size, 100 MB by default), writes
@@ -414,6 +414,10 @@ class CourseCollect(ExchangeCollect):
     slack_s = Float(SLACK_S, help="Seconds timestamp.txt may be before the inbound files' ctime").tag(config=True)
     max_entries = Integer(1000, help="Files and folders collected from one submission at most").tag(config=True)
     max_depth = Integer(16, help="Folders deep collected in one submission at most").tag(config=True)
+    student_inbounds = Unicode("", help="Each student's own inbound, with {student} for their id (the hub: "
+                               "each student hands in on their own filesystem); read besides the exchange's "
+                               "inbound. A folder found in one student's inbound counts only for that "
+                               "student").tag(config=True)
 
     # --- which folders
     def _path_to_record(self, path):
@@ -427,9 +431,12 @@ class CourseCollect(ExchangeCollect):
             when = None
         return {"username": parts[0], "filename": filename, "timestamp": when}
 
+    def _folder(self, rec) -> Path:
+        return Path(rec.get("path") or os.path.join(self.inbound_path, rec["filename"]))
+
     def _written(self, rec) -> datetime.datetime:
         try:
-            return written_at(Path(self.inbound_path) / rec["filename"], self.max_entries * 2)
+            return written_at(self._folder(rec), self.max_entries * 2)
         except OSError:
             return datetime.datetime.min
 
@@ -444,13 +451,33 @@ class CourseCollect(ExchangeCollect):
 
         def owner(rec):
             try:
-                return account_name(os.lstat(os.path.join(self.inbound_path, rec["filename"])).st_uid)
+                return account_name(os.lstat(self._folder(rec)).st_uid)
             except OSError:
                 return None
         return sorted(ordered, key=lambda rec: owner(rec) != rec["username"])
 
-    def _examine(self, name: str) -> Candidate:
-        """An inbound entry of this assignment: whose it is and whether it counts."""
+    def _inbounds(self) -> list[tuple[Path, str | None]]:
+        """(folder, the student whose own inbound it is, or None for the exchange's shared inbound)."""
+        found = [(Path(self.inbound_path), None)]
+        pattern = self.student_inbounds
+        if pattern and "{student}" in pattern:
+            head, tail = pattern.split("{student}", 1)
+            parent = Path(head)
+            try:
+                names = sorted(os.listdir(parent))
+            except OSError as e:
+                self.log.error("cannot list %s for the students' inbounds: %s", parent, e.strerror)
+                names = []
+            for student in names:
+                folder = Path(head + student + tail)
+                if STUDENT_ID.fullmatch(student) and folder.is_dir() and not folder.is_symlink():
+                    found.append((folder, student))
+        return found
+
+    def _examine(self, name: str, where: Path | None = None, whose: str | None = None) -> Candidate:
+        """An inbound entry of this assignment: whose it is and whether it counts. `where`: the inbound
+        folder it is in; `whose`: the student whose own inbound that is (None: the shared one)."""
+        where = Path(where or self.inbound_path)
         c = Candidate(name)
         parts = name.rsplit("+", 3)
         if len(parts) != 4 or parts[1] != self.coursedir.assignment_id:
@@ -466,8 +493,11 @@ class CourseCollect(ExchangeCollect):
         except (ValueError, OverflowError):
             c.why = f"malformed name: {when[:80]!r} is not a time"
             return c
+        if whose is not None and student != whose:
+            c.why = f"names {student} but was handed in through {whose}'s own inbound"
+            return c
         try:
-            st = os.lstat(os.path.join(self.inbound_path, name))
+            st = os.lstat(where / name)
         except OSError as e:
             c.why = f"cannot be examined ({e.strerror})"
             return c
@@ -504,18 +534,26 @@ class CourseCollect(ExchangeCollect):
         marker = f"+{self.coursedir.assignment_id}+"
         self.set_aside: list[Candidate] = []
         own: dict[str, list[dict]] = {}
-        for name in sorted(os.listdir(self.inbound_path)):
-            if marker not in name:
-                continue  # another assignment's
-            c = self._examine(name)
-            if wanted and c.student != wanted:
+        for where, whose in self._inbounds():
+            try:
+                names = sorted(os.listdir(where))
+            except OSError as e:  # one student's inbound: their problem, reported; the others are collected
+                self.log.error("cannot list %s: %s", where, e.strerror)
+                if whose:
+                    self.set_aside.append(Candidate(str(where), whose, why=f"their inbound cannot be listed ({e.strerror})"))
                 continue
-            if c.why:
-                self.set_aside.append(c)
-                continue
-            rec = self._path_to_record(name)
-            rec["uid"] = c.owner_uid
-            own.setdefault(c.student, []).append(rec)
+            for name in names:
+                if marker not in name:
+                    continue  # another assignment's
+                c = self._examine(name, where, whose)
+                if wanted and c.student != wanted:
+                    continue
+                if c.why:
+                    self.set_aside.append(c)
+                    continue
+                rec = self._path_to_record(name)
+                rec["uid"], rec["path"] = c.owner_uid, str(where / name)
+                own.setdefault(c.student, []).append(rec)
         self.src_records = []
         for student, recs in sorted(own.items()):
             ordered = self._sort_by_timestamp(recs)
@@ -578,7 +616,7 @@ class CourseCollect(ExchangeCollect):
         dest.parent.mkdir(parents=True, exist_ok=True)
         owner_uid = rec["candidates"][0].get("uid") if (self.check_owner and pwd is not None) else None
         for cand in rec["candidates"]:
-            src = Path(self.inbound_path) / cand["filename"]
+            src = self._folder(cand)
             written = self._written(cand)
             if (self.update and dest.is_dir() and previous and previous.get("inbound") == cand["filename"]
                     and previous.get("files_written") == stamp_text(written) and

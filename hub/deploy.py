@@ -10,14 +10,21 @@ exactly that; an existing account it did not create is never touched):
 
 - OS accounts: one instructor and the students (useradd; names start with `llmrl-`), homes 0700,
   random passwords kept in D/state/passwords.json (root only). The hub logs them in with PAM.
+- Each student's own filesystem (limits.py): an ext4 image D/images/<student>.img of the disk limit,
+  mounted on D/users/<student> (nosuid, nodev): their home (home/), their /tmp (tmp/) and their inbound
+  (inbound/, where their submissions go). The hub's cgroups (memory and processes per student, and for
+  the class) are made when the hub starts; their servers run inside them (confine.py).
 - The Python environment the users' servers run in. This repository's .venv is used when every
   account can run it (checked as a student: `import llmrl, nbgrader, jupyterhub`); when its
   interpreter sits somewhere they cannot enter (a pyenv Python under /root, mode 0700), D/python is
   a copy of that interpreter (the same release: Debian's 3.11.2 cannot run nbconvert's HTML export)
   and D/env a small environment on it that adds .venv's packages (no second install), with .venv's
   jupyter data (extensions, kernels) and console scripts.
-- nbgrader's exchange D/exchange (mode 1777, like /tmp; nbgrader makes the course's inbound folder
-  write-only for students) and the course folder ~instructor/llmrl (0700, owned by the instructor):
+- nbgrader's exchange D/exchange (mode 1777, like /tmp, which nbgrader requires) with the course's folder
+  in it made now, owned by the instructor (a student cannot create it first and block the release):
+  outbound/ (released assignments), feedback/ (0711) and inbound/ (0700: each student's server sees
+  their own inbound in its place; the course's collect reads them all), and the course folder
+  ~instructor/llmrl (0700, owned by the instructor):
   source/ and the grader (autograder/) copied from this repository, release/ generated there, the
   gradebook with the assignments and the students.
 - The model cache D/cache (written by the instructor, read by everyone).
@@ -48,6 +55,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 HERE = REPO / "hub"
+sys.path.insert(0, str(HERE))
+import limits as L  # noqa: E402
 VENV = REPO / ".venv"
 PROXY = HERE / "node_modules" / ".bin" / "configurable-http-proxy"
 COURSE_ID = "llmrl"
@@ -71,8 +80,8 @@ class HubConfig:
     instructor: str = "llmrl-instructor"
     students: list[str] = field(default_factory=lambda: ["llmrl-s1", "llmrl-s2", "llmrl-s3"])
     port: int = 8500                 # public; the proxy's API, the hub and the course service use the next three
-    user_ports: tuple[int, int] = (8510, 8549)
     assignments: list[str] | None = None  # default: every assignment with source notebooks
+    limits: L.Limits = field(default_factory=L.Limits)  # each student's (and the class's) limits
 
     def __post_init__(self):
         self.dir = Path(self.dir).resolve()
@@ -82,9 +91,8 @@ class HubConfig:
                                "(at most 32 characters)")
         if len(set(self.students)) != len(self.students) or self.instructor in self.students:
             raise HubError("every account name must be different")
-        lo, hi = self.user_ports
-        if not (0 < lo <= hi < 65536) or lo <= self.port + 3 <= hi or lo <= self.port <= hi:
-            raise HubError(f"user ports {lo}-{hi} must not overlap the hub's ports {self.port}-{self.port + 3}")
+        if not 0 < self.port < 65533:
+            raise HubError(f"port {self.port}: the hub needs it and the next three")
 
     # the hub's four ports
     @property
@@ -133,6 +141,29 @@ class HubConfig:
         return self.dir / "manifest.json"
 
     @property
+    def users_dir(self) -> Path:  # each student's filesystem is mounted on users_dir/<student>
+        return self.dir / "users"
+
+    @property
+    def images(self) -> Path:
+        return self.dir / "images"
+
+    @property
+    def socket_dir(self) -> Path:  # the students' servers' unix sockets (spawner.py)
+        return self.dir / "sockets"
+
+    @property
+    def cgroup_base(self) -> str:
+        return f"llmrl-hub-{self.port}"
+
+    def student_home(self, name: str) -> Path:
+        return self.users_dir / name / "home"
+
+    def inbound_of(self, name: str) -> Path:
+        """A student's own inbound (the exchange's inbound as their server sees it)."""
+        return self.users_dir / name / "inbound"
+
+    @property
     def course_dir(self) -> Path:
         return home_of(self.instructor) / COURSE_ID
 
@@ -174,22 +205,56 @@ def write_manifest(cfg: HubConfig, manifest: dict) -> None:
 
 
 def ensure_user(name: str, role: str, manifest: dict, cfg: HubConfig) -> bool:
-    """Create the OS account `name` unless this hub created it before; True when created now."""
+    """Create the OS account `name` unless this hub created it before; True when created now. A student's
+    home is on their own filesystem (make_student_filesystem), made here too."""
     if user_exists(name):
         if name not in manifest["users"]:
             raise HubError(f"the account {name} exists and was not created by this hub ({cfg.manifest} does not list it): "
                            "choose other names or remove it yourself")
         created = False
     else:
-        subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", "--comment", f"llmrl course hub {role}",
+        where = (["--no-create-home", "--home-dir", str(cfg.student_home(name))] if role == "student"
+                 else ["--create-home"])
+        subprocess.run(["useradd", *where, "--shell", "/bin/bash", "--comment", f"llmrl course hub {role}",
                         name], check=True, capture_output=True, text=True)
         manifest["users"].append(name)
         write_manifest(cfg, manifest)  # recorded at once: an interrupted setup still knows what to remove
         created = True
+    if role == "student":
+        make_student_filesystem(name, cfg)
     # Debian's useradd leaves homes 0755 here: every account could read every other's files, including
     # nbgrader's cache of the submission secrets (which name the feedback files).
     os.chmod(home_of(name), 0o700)
     return created
+
+
+def make_student_filesystem(name: str, cfg: HubConfig) -> None:
+    """The student's own filesystem (limits.py) mounted on users_dir/<name>, with home/ (theirs, 0700, from
+    /etc/skel), tmp/ (theirs, 0700: their /tmp) and inbound/ (the instructor's, group theirs, 0730: what
+    they hand in). Idempotent (a remount after a reboot keeps everything)."""
+    cfg.users_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(cfg.users_dir, 0o755)
+    cfg.images.mkdir(parents=True, exist_ok=True)
+    os.chmod(cfg.images, 0o700)
+    root = cfg.users_dir / name
+    try:
+        L.make_user_filesystem(cfg.images / f"{name}.img", root, cfg.limits)
+    except L.LimitError as e:
+        raise HubError(str(e)) from None
+    os.chown(root, 0, 0)
+    os.chmod(root, 0o711)
+    shutil.rmtree(root / "lost+found", ignore_errors=True)
+    pw = pwd.getpwnam(name)
+    inst = pwd.getpwnam(cfg.instructor)
+    home = cfg.student_home(name)
+    if not home.exists():
+        shutil.copytree("/etc/skel", home, symlinks=True)
+        chown_tree(home, name)
+    for folder, owner, group, mode in ((home, pw.pw_uid, pw.pw_gid, 0o700), (root / "tmp", pw.pw_uid, pw.pw_gid, 0o700),
+                                       (root / "inbound", inst.pw_uid, pw.pw_gid, 0o2730)):
+        folder.mkdir(exist_ok=True)
+        os.chown(folder, owner, group)
+        os.chmod(folder, mode)
 
 
 def set_password(name: str, password: str) -> None:
@@ -235,14 +300,20 @@ def end_processes_of(names: list[str], grace_s: float = 10.0) -> list[int]:
 
 
 def run_as(name: str, cmd: list[str], cfg: HubConfig, *, cwd: Path | None = None, timeout: float = 900,
-           env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    """Run `cmd` as the OS user `name` (its own uid, gid and groups), with the hub's environment."""
+           env: dict | None = None, check: bool = True, confined: bool = False) -> subprocess.CompletedProcess:
+    """Run `cmd` as the OS user `name` (its own uid, gid and groups), with the hub's environment.
+    confined: as a student's server runs it (confine.py: their cgroups, mount namespace and limits), i.e.
+    what the student's terminal or kernel can do."""
     pw = pwd.getpwnam(name)
     full_env = user_environment(cfg, name)
     full_env.update(env or {})
-    proc = subprocess.run(cmd, cwd=cwd or pw.pw_dir, env=full_env, user=pw.pw_uid, group=pw.pw_gid,
-                          extra_groups=[g.gr_gid for g in grp.getgrall() if name in g.gr_mem],
-                          capture_output=True, text=True, timeout=timeout)
+    if confined:
+        proc = subprocess.run([sys.executable, str(HERE / "confine.py"), str(cfg.settings), name, "--", *cmd],
+                              cwd=cwd or pw.pw_dir, env=full_env, capture_output=True, text=True, timeout=timeout)
+    else:
+        proc = subprocess.run(cmd, cwd=cwd or pw.pw_dir, env=full_env, user=pw.pw_uid, group=pw.pw_gid,
+                              extra_groups=[g.gr_gid for g in grp.getgrall() if name in g.gr_mem],
+                              capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-5:]
         raise HubError(f"as {name}: {' '.join(cmd[:3])} ... failed (exit {proc.returncode}):\n  " + "\n  ".join(tail))
@@ -415,9 +486,29 @@ def chown_tree(path: Path, name: str) -> None:
 
 
 def make_exchange(cfg: HubConfig) -> None:
+    """The exchange and the course's folder in it, owned by the instructor from the start: in the exchange
+    (1777, as nbgrader requires, sticky: no account can rename or delete what another made) a student who
+    created the course's folder first would make every release fail. Anything already there that is not
+    the instructor's folder is moved aside (and named in the log), never used."""
     cfg.exchange.mkdir(parents=True, exist_ok=True)
     os.chown(cfg.exchange, 0, 0)
-    os.chmod(cfg.exchange, 0o1777)  # like /tmp: nbgrader sets the course folders' own modes beneath
+    os.chmod(cfg.exchange, 0o1777)
+    inst = pwd.getpwnam(cfg.instructor)
+    course = cfg.exchange / COURSE_ID
+    if os.path.lexists(course):
+        st = os.lstat(course)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != inst.pw_uid:
+            aside = cfg.exchange / f".{COURSE_ID}.not-the-instructors.{int(time.time())}"
+            os.rename(course, aside)
+            print(f"exchange: {course} was not the instructor's folder (owner uid {st.st_uid}); moved to {aside}")
+    # (folder, mode): inbound is the instructor's alone; each student's server has their own in its place
+    for folder, mode in ((course, 0o755), (course / "outbound", 0o755), (course / "inbound", 0o700),
+                         (course / "feedback", 0o711)):
+        if os.path.lexists(folder) and (folder.is_symlink() or not folder.is_dir()):
+            folder.unlink()
+        folder.mkdir(exist_ok=True)
+        os.chown(folder, inst.pw_uid, inst.pw_gid)
+        os.chmod(folder, mode)
 
 
 def make_cache(cfg: HubConfig) -> None:
@@ -466,7 +557,9 @@ def make_course(cfg: HubConfig, assignments: list[str]) -> None:
         'load_subconfig("autograder/nbgrader_config.py")  # noqa: F821\n'
         "c = get_config()  # noqa: F821\n"
         f"c.Exchange.root = {str(cfg.exchange)!r}\n"
-        f"c.CourseDirectory.course_id = {COURSE_ID!r}\n")
+        f"c.CourseDirectory.course_id = {COURSE_ID!r}\n"
+        "# each student hands in through their own inbound, on their own filesystem (hub/limits.py)\n"
+        f"c.CourseCollect.student_inbounds = {str(cfg.users_dir / '{student}' / 'inbound')!r}\n")
     (course / "README.txt").write_text(
         "The llmrl course folder (nbgrader's course directory), owned by the instructor and readable by no one else.\n"
         "source/, autograder/, course_tool.py and nbgrader_config.py are copied from the course repository by\n"
@@ -504,8 +597,11 @@ def write_jupyter_configs(cfg: HubConfig) -> None:
         "@jupyter/nbgrader:course-list": True}})
     # The course service (the instructor's formgrader). The hub forbids framing it (frame-ancestors 'none'),
     # so JupyterLab's Formgrader panel, an iframe, is switched off: the formgrader opens in its own tab.
+    # safe_formgrader (autograder/safe_formgrader.py, in the course folder) loads nbgrader's formgrader with
+    # its Manual Grading page made inert: nbgrader's own extension is off, so without it there is no formgrader.
     write_json(cfg.service_config / "jupyter_server_config.json", dict(kernels, ServerApp={"jpserver_extensions": {
-        "nbgrader.server_extensions.formgrader": True,
+        "safe_formgrader": True,
+        "nbgrader.server_extensions.formgrader": False,
         "nbgrader.server_extensions.course_list": False,
         "nbgrader.server_extensions.assignment_list": False,
         "nbgrader.server_extensions.validate_assignment": True}}))
@@ -521,13 +617,23 @@ def write_settings(cfg: HubConfig, env: Path) -> None:
         "repo": str(REPO), "env": str(env), "python": str(env / "bin" / "python"), "proxy": str(PROXY),
         "course_id": COURSE_ID, "instructor": cfg.instructor, "students": cfg.students,
         "ip": "127.0.0.1", "port": cfg.port, "proxy_api_port": cfg.proxy_api_port, "hub_port": cfg.hub_port,
-        "service_port": cfg.service_port, "user_ports": list(cfg.user_ports),
+        "service_port": cfg.service_port,
         "state": str(cfg.state), "exchange": str(cfg.exchange), "cache": str(cfg.cache),
+        "users_dir": str(cfg.users_dir), "socket_dir": str(cfg.socket_dir), "limits": cfg.limits.as_dict(),
+        "cgroups": cgroups_of(cfg).state(), "confine_python": sys.executable,
+        "singleuser": [str(env / "bin" / "python"), "-m", "jupyterhub.singleuser"],
         "course_dir": str(cfg.course_dir), "users_config": str(cfg.users_config),
         "service_config": str(cfg.service_config), "templates": str(HERE / "templates"),
     }
     write_json(cfg.settings, settings)
     cfg.settings.chmod(0o644)
+
+
+def cgroups_of(cfg: HubConfig) -> L.Cgroups:
+    try:
+        return L.Cgroups(cfg.cgroup_base)
+    except L.LimitError as e:
+        raise HubError(str(e)) from None
 
 
 def load_passwords(cfg: HubConfig) -> dict[str, str]:
@@ -557,6 +663,8 @@ def setup(cfg: HubConfig, passwords: dict[str, str] | None = None, log=print) ->
     known = load_passwords(cfg)
     wanted = dict(passwords or {})
     t0 = time.monotonic()
+    cgroups_of(cfg)  # the machine must provide them (limits.py): said now, before any account is made
+    check_disk(cfg)
     for name, role in [(cfg.instructor, "instructor")] + [(s, "student") for s in cfg.students]:
         created = ensure_user(name, role, manifest, cfg)
         pw = wanted.get(name) or (None if not created and name in known else secrets.token_urlsafe(12))
@@ -579,6 +687,21 @@ def setup(cfg: HubConfig, passwords: dict[str, str] | None = None, log=print) ->
     make_course(cfg, assignments)
     log(f"course folder: {cfg.course_dir} with {', '.join(assignments)} ({time.monotonic() - t0:.1f} s)")
     return {n: known[n] for n in [cfg.instructor, *cfg.students]}
+
+
+def check_disk(cfg: HubConfig) -> None:
+    """The students' filesystems are sparse files: they take what the students write, up to their size. All
+    of them full must still fit on the disk that holds them, or one class could fill the machine's disk."""
+    cfg.dir.mkdir(parents=True, exist_ok=True)
+    st = os.statvfs(cfg.dir)
+    free = st.f_bavail * st.f_frsize
+    have = sum((cfg.images / f"{n}.img").stat().st_blocks * 512 for n in cfg.students
+               if (cfg.images / f"{n}.img").exists())
+    need = len(cfg.students) * cfg.limits.disk_bytes - have
+    if need > free:
+        raise HubError(f"{len(cfg.students)} students x {cfg.limits.disk_bytes >> 20} MiB of disk each need up to "
+                       f"{need >> 20} MiB more on {cfg.dir}'s disk, which has {free >> 20} MiB free: give each less "
+                       "(--disk-mib) or put the hub's folder on a larger disk")
 
 
 # The parts of this repository that hold solutions, hidden tests or grades: no hub account may read them
@@ -634,6 +757,17 @@ def _die_with_parent() -> None:
         pass
 
 
+def _hub_preexec(die_with_parent: bool):
+    def run():
+        # the hub and its proxy hold a few descriptors per running server: the hard limit, not 1024
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
+        if die_with_parent:
+            _die_with_parent()
+    return run
+
+
 class RunningHub:
     """A jupyterhub process started by :func:`start`; :meth:`stop` ends it and everything it started."""
 
@@ -686,6 +820,17 @@ def start(cfg: HubConfig, driver_token: str | None = None, timeout: float = 180.
           die_with_parent: bool = False) -> RunningHub:
     """Start jupyterhub (set up before) and wait until its API answers."""
     require_root()
+    # No student process may outlive the hub: a process left from before (it could hold a port of the hub's)
+    # is ended, and the students' filesystems are mounted again (after a reboot).
+    end_processes_of(cfg.students)
+    cg = cgroups_of(cfg)
+    for name in cfg.students:
+        cg.kill(name)
+        make_student_filesystem(name, cfg)
+    try:
+        cg.setup(cfg.limits)
+    except L.LimitError as e:
+        raise HubError(str(e)) from None
     busy = [p for p in (cfg.port, cfg.proxy_api_port, cfg.hub_port, cfg.service_port) if not port_free(p)]
     if busy:
         raise HubError(f"port(s) {', '.join(map(str, busy))} on 127.0.0.1 are in use: is a hub already running? "
@@ -702,7 +847,7 @@ def start(cfg: HubConfig, driver_token: str | None = None, timeout: float = 180.
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, cwd=cfg.state, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True,
-                                preexec_fn=_die_with_parent if die_with_parent else None)
+                                preexec_fn=_hub_preexec(die_with_parent))
     hub = RunningHub(cfg, proc, log_path)
     deadline = time.monotonic() + timeout
     while True:
@@ -744,15 +889,28 @@ def remove(directory: Path, log=print) -> list[str]:
             pass
     users = [u for u in manifest.get("users", []) if NAME_RE.match(u)]
     end_processes_of(users)
+    settings_path = directory / "hub.json"
+    if settings_path.exists():
+        settings = json.loads(settings_path.read_text())
+        if settings.get("cgroups"):
+            try:
+                L.Cgroups(**settings["cgroups"]).remove()
+            except (L.LimitError, OSError) as e:
+                log(f"cgroups not removed: {e}")
+    users_dir = directory / "users"
+    if users_dir.is_dir():
+        for mnt in users_dir.iterdir():
+            L.unmount(mnt)
     restore_repository(manifest)
     removed = []
     for name in users:
         if user_exists(name):
+            home = home_of(name)
             proc = subprocess.run(["userdel", "--remove", name], capture_output=True, text=True)
             if proc.returncode not in (0, 12):  # 12: the home could not be removed (reported below)
                 raise HubError(f"userdel {name} failed: {proc.stderr.strip()}")
-            if home_of(name).exists() and home_of(name) == Path("/home") / name:
-                shutil.rmtree(home_of(name), ignore_errors=True)
+            if home.exists() and home == Path("/home") / name:
+                shutil.rmtree(home, ignore_errors=True)
             removed.append(name)
     shutil.rmtree(directory)
     log(f"removed {', '.join(removed) or 'no accounts'} and {directory}")
@@ -766,11 +924,13 @@ def config_from_args(args) -> HubConfig:
         kw["instructor"] = args.instructor
     if students:
         kw["students"] = students
-    if args.user_ports:
-        lo, hi = (int(x) for x in args.user_ports.split("-"))
-        kw["user_ports"] = (lo, hi)
-    else:
-        kw["user_ports"] = (args.port + 10, args.port + 49)
+    lim = L.Limits()
+    for opt, attr in (("memory_mib", "memory_bytes"), ("disk_mib", "disk_bytes")):
+        if getattr(args, opt):
+            setattr(lim, attr, getattr(args, opt) * L.MiB)
+    if args.processes:
+        lim.processes = args.processes
+    kw["limits"] = lim
     if args.assignments:
         kw["assignments"] = [a for a in args.assignments.split(",") if a]
     return HubConfig(**kw)
@@ -784,7 +944,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--instructor", default=None, help="the instructor's account (default llmrl-instructor)")
     p.add_argument("--students", default=None, help="students' accounts, comma separated (default llmrl-s1,llmrl-s2,llmrl-s3)")
     p.add_argument("--port", type=int, default=8500, help="public port; the next three are the hub's own (default 8500)")
-    p.add_argument("--user-ports", default=None, help="ports of the users' servers, LO-HI (default PORT+10-PORT+49)")
+    p.add_argument("--memory-mib", type=int, default=None, help="memory of each student's server and its kernels "
+                   f"(default {L.Limits().memory_bytes >> 20})")
+    p.add_argument("--processes", type=int, default=None, help=f"processes and threads of each student "
+                   f"(default {L.Limits().processes})")
+    p.add_argument("--disk-mib", type=int, default=None, help="each student's filesystem: home, /tmp and submissions "
+                   f"(default {L.Limits().disk_bytes >> 20})")
     p.add_argument("--assignments", default=None, help="comma separated (default: every assignment in source/)")
     args = p.parse_args(argv)
     try:

@@ -4,7 +4,8 @@ Everything that depends on the machine (ports, folders, accounts, the Python env
 the settings file deploy.py writes ($LLMRL_HUB_SETTINGS); the rest is the course's choice:
 
 - PAM: the accounts log in with their OS passwords (a local course on one machine).
-- CourseSpawner: each user's JupyterLab runs as that OS user, in its home, on a port of the range.
+- CourseSpawner: each student's JupyterLab runs as that OS user, in its home, inside the student's
+  limits (confine.py: cgroups, mount namespace, rlimits), on a unix socket of its own (no TCP port).
 - The formgrader is a hub-managed service named after the course (`jupyterhub-singleuser` as the
   instructor, in the course folder), reachable by the group llmrl-instructors only. The hub
   forbids framing its pages, so it opens in its own tab: /services/<course>/formgrader, linked from
@@ -83,8 +84,9 @@ c.JupyterHub.default_url = default_url
 
 # ----------------------------------------------------------------------------- the users' servers
 c.JupyterHub.spawner_class = CourseSpawner
-c.CourseSpawner.port_range = tuple(S["user_ports"])
-c.Spawner.cmd = SINGLEUSER
+c.CourseSpawner.settings_file = os.environ["LLMRL_HUB_SETTINGS"]
+c.CourseSpawner.python = S["confine_python"]
+c.Spawner.cmd = SINGLEUSER  # CourseSpawner runs it through confine.py
 c.Spawner.default_url = "/lab"
 c.Spawner.notebook_dir = "~"
 c.Spawner.env_keep = ["LANG", "LC_ALL"]  # nothing of root's environment (its PATH, VIRTUAL_ENV) leaks in
@@ -111,6 +113,7 @@ c.JupyterHub.services.append({
         "PATH": PATH,
         "JUPYTERHUB_DEFAULT_URL": "/formgrader",
         "JUPYTER_CONFIG_PATH": S["service_config"],
+        "PYTHONPATH": str(Path(S["course_dir"]) / "autograder"),  # safe_formgrader, the course's formgrader
         "LLMRL_CACHE": S["cache"],
         "PYTHONUNBUFFERED": "1",
     },

@@ -1,59 +1,102 @@
-"""Single-user servers as the students' own OS users, on ports of one range.
+"""Single-user servers as the students' own OS users, each inside its limits, on a unix socket.
 
-JupyterHub's LocalProcessSpawner already starts `jupyterhub-singleuser` as the user (setuid to the
-account, its home as working folder); it picks a random port, which on a shared machine may be
-anyone's. This one takes a free port from `port_range` instead, never one it gave to another
-running server.
+JupyterHub's LocalProcessSpawner starts `jupyterhub-singleuser` as the user on a TCP port of
+127.0.0.1. On a machine the students share, any account can take any free port first: one student
+holding the ports stops everyone else's server from starting (an earlier version of the course's
+spawner handed out a fixed range of 40, which also capped the class at 40 running servers), or
+answers in another student's place. CourseSpawner uses no port at all:
+
+- each server listens on a unix socket, <socket_dir>/<user>/server.sock: the folder belongs to the
+  student (0700) inside a folder of root's, so no other account can create, replace or reach it;
+  the proxy (root) connects to it (http+unix). There is no fixed number of servers.
+- each server starts through confine.py (as root, then the student): the student's cgroups (memory,
+  processes), mount namespace (their own /tmp, /dev/shm and inbound) and resource limits are in place
+  before any of the student's code runs. Stopping the server ends every process of the student's
+  cgroup (kernels, terminals, background jobs), not only the server.
 """
 
 from __future__ import annotations
 
-import socket
+import json
+import os
+import pwd
+import shutil
+import sys
+from pathlib import Path
+from urllib.parse import quote
 
 from jupyterhub.spawner import LocalProcessSpawner
-from traitlets import Integer, Tuple
+from traitlets import Unicode
 
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import limits as L  # noqa: E402
 
-def _free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
+# jupyter_server refuses a socket together with a port other than its default: the URL the hub gives the
+# server names this port, which is never bound (the server listens only on its socket)
+DEFAULT_JUPYTER_PORT = 8888
 
 
 class CourseSpawner(LocalProcessSpawner):
-    port_range = Tuple(Integer(), Integer(), default_value=(0, 0),
-                       help="Ports (first, last) the users' servers listen on; (0, 0): any free port").tag(config=True)
+    settings_file = Unicode("", help="The hub's settings (hub.json, written by hub/deploy.py)").tag(config=True)
+    python = Unicode(sys.executable, help="The interpreter that runs confine.py (as root)").tag(config=True)
 
-    _given: dict[int, str] = {}  # port -> user, over every spawner of this hub
+    @property
+    def hub_settings(self) -> dict:
+        return json.loads(Path(self.settings_file).read_text())
 
-    def _pick_port(self) -> int:
-        lo, hi = self.port_range
-        mine = self.user.name
-        for port in range(lo, hi + 1):
-            owner = CourseSpawner._given.get(port)
-            if owner not in (None, mine):
-                continue
-            if _free(port):
-                CourseSpawner._given[port] = mine
-                return port
-        raise RuntimeError(f"no free port in {lo}-{hi} for {mine}'s server")
+    def socket_path(self) -> Path:
+        return Path(self.hub_settings["socket_dir"]) / self.user.name / "server.sock"
 
-    def _release_port(self) -> None:
-        for port, owner in list(CourseSpawner._given.items()):
-            if owner == self.user.name:
-                del CourseSpawner._given[port]
+    def is_student(self) -> bool:
+        return self.user.name in self.hub_settings["students"]
+
+    def make_preexec_fn(self, name):
+        if self.is_student():
+            return None  # confine.py drops to the student after it has set the limits (it starts as root)
+        return super().make_preexec_fn(name)  # the instructor's own server: as the instructor, no limits
+
+    def get_args(self):
+        return super().get_args() + [f"--ServerApp.sock={self.socket_path()}", "--ServerApp.sock_mode=0600"]
 
     async def start(self):
-        if self.port_range[0]:
-            self._release_port()
-            self.port = self._pick_port()
-        return await super().start()
+        sock = self.socket_path()
+        pw = pwd.getpwnam(self.user.name)
+        sock.parent.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(sock.parent.parent, 0o711)
+        if sock.parent.is_symlink() or (sock.parent.exists() and not sock.parent.is_dir()):
+            sock.parent.unlink()
+        sock.parent.mkdir(exist_ok=True)
+        os.chown(sock.parent, pw.pw_uid, pw.pw_gid)
+        os.chmod(sock.parent, 0o700)
+        if os.path.lexists(sock):
+            os.unlink(sock)
+        self.port = DEFAULT_JUPYTER_PORT
+        self.cmd = ([self.python, str(HERE / "confine.py"), self.settings_file, self.user.name, "--"]
+                    if self.is_student() else []) + self._server_cmd
+        await super().start()
+        url = "http+unix://" + quote(str(sock), safe="")
+        # the hub stores a URL's host lower-cased and adds a port: the proxy and the hub connect through
+        # connect_url instead (the socket's path, as given)
+        self.server.connect_url = url + self.server.base_url
+        return url
+
+    @property
+    def _server_cmd(self) -> list[str]:
+        return list(self.hub_settings["singleuser"])
+
+    async def poll(self):
+        status = await super().poll()
+        if status is None and self.server is not None and not self.server.connect_url:
+            # the hub restarted and reloaded this server from its database: reconnect to its socket
+            self.server.connect_url = "http+unix://" + quote(str(self.socket_path()), safe="") + self.server.base_url
+        return status
 
     async def stop(self, now=False):
         try:
             return await super().stop(now=now)
         finally:
-            self._release_port()
+            settings = self.hub_settings
+            if settings.get("cgroups") and self.is_student():
+                L.Cgroups(**settings["cgroups"]).kill(self.user.name)
+            shutil.rmtree(self.socket_path().parent, ignore_errors=True)

@@ -30,7 +30,7 @@ sys.path.insert(0, str(HERE))
 ENABLED = os.environ.get("LLMRL_HUB_TESTS", "") not in ("", "0")
 collect_ignore_glob = [] if ENABLED else ["test_*.py"]
 
-from common import ARTIFACTS, ASSIGNMENTS, INSTRUCTOR, PORT, SESSION_LIMIT_S, STUDENTS, TEST_DIR  # noqa: E402
+from common import ARTIFACTS, ASSIGNMENTS, INSTRUCTOR, PORT, SESSION_LIMIT_S, STUDENTS, TEST_DIR, TEST_LIMITS  # noqa: E402,E501
 
 
 @dataclass
@@ -66,7 +66,7 @@ def course_hub():
     t0 = time.monotonic()
     deploy.remove(TEST_DIR, log=lambda m: print(f"left over from an earlier run: {m}"))  # only what it made
     cfg = deploy.HubConfig(dir=TEST_DIR, instructor=INSTRUCTOR, students=STUDENTS, port=PORT,
-                           user_ports=(PORT + 10, PORT + 49), assignments=ASSIGNMENTS)
+                           assignments=ASSIGNMENTS, limits=TEST_LIMITS)
     passwords = {n: secrets.token_urlsafe(12) for n in [INSTRUCTOR, *STUDENTS]}
     modes_before = {n: (REPO / n).stat().st_mode for n in deploy.INSTRUCTOR_ONLY if (REPO / n).exists()}
     hub = None

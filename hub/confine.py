@@ -1,0 +1,81 @@
+"""Run a command as a student of the hub, inside the student's limits (root only).
+
+    python hub/confine.py SETTINGS USER -- COMMAND...
+
+SETTINGS is the hub's settings file (hub.json, written by deploy.py). As root, this process:
+
+1. joins the student's cgroups (made with the limits of SETTINGS: memory, processes), so every process
+   the command starts counts against them and none can leave (the groups belong to root);
+2. makes a mount namespace of its own in which /tmp, /var/tmp and /run/lock are the student's own
+   folder on their own filesystem, /dev/shm a small tmpfs, and the exchange's inbound the student's
+   own inbound folder on that filesystem;
+3. sets the resource limits (processes, open files, file size, no core dumps);
+4. becomes the student (their groups, gid and uid) and executes COMMAND.
+
+The hub's spawner starts every student's server through it (spawner.py); the hub's tests run what a
+student types in a terminal through it too (deploy.run_as with confined=True). Everything is in place
+before COMMAND runs: a student's code never runs outside these limits.
+"""
+
+from __future__ import annotations
+
+import grp
+import json
+import os
+import pwd
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import limits as L  # noqa: E402
+
+
+def student_paths(settings: dict, user: str) -> dict[str, Path]:
+    """Where a student's filesystem is mounted and the folders the hub uses on it."""
+    root = Path(settings["users_dir"]) / user
+    return {"fs": root, "home": root / "home", "tmp": root / "tmp", "inbound": root / "inbound",
+            "socket_dir": Path(settings["socket_dir"]) / user}
+
+
+def confine(settings: dict, user: str) -> None:
+    """Steps 1-4 above for this process (then the caller executes the command)."""
+    if os.geteuid() != 0:
+        raise SystemExit("confine.py must run as root")
+    if user not in settings["students"]:
+        raise SystemExit(f"confine.py: {user!r} is not a student of this hub")
+    limits = L.Limits.from_dict(settings["limits"])
+    pw = pwd.getpwnam(user)
+    paths = student_paths(settings, user)
+    if not L.mounted(paths["fs"]):
+        raise SystemExit(f"confine.py: {user}'s filesystem is not mounted on {paths['fs']} (run the hub's setup)")
+    if settings.get("cgroups"):
+        cg = L.Cgroups(**settings["cgroups"])
+        cg.make_user(user, limits)
+        cg.join(user)
+    inbound = Path(settings["exchange"]) / settings["course_id"] / "inbound"
+    L.private_mounts([(str(paths["tmp"]), "/tmp"), (str(paths["tmp"]), "/var/tmp"), (str(paths["tmp"]), "/run/lock"),
+                      (str(paths["inbound"]), str(inbound))], limits.shm_bytes)
+    L.set_rlimits(limits)
+    groups = [g.gr_gid for g in grp.getgrall() if user in g.gr_mem]
+    os.setgroups(sorted({pw.pw_gid, *groups}))
+    os.setgid(pw.pw_gid)
+    os.setuid(pw.pw_uid)
+    if os.getuid() == 0 or os.geteuid() == 0:
+        raise SystemExit("confine.py: still root after dropping privileges")
+    try:
+        os.chdir(pw.pw_dir)
+    except OSError:
+        os.chdir("/")
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 4 or argv[2] != "--":
+        raise SystemExit(__doc__)
+    settings = json.loads(Path(argv[0]).read_text())
+    user, cmd = argv[1], argv[3:]
+    confine(settings, user)
+    os.execvp(cmd[0], cmd)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
