@@ -579,8 +579,6 @@ class CourseCollect(ExchangeCollect):
             self.log.warning("set aside %r: %s", c.name, c.why)
             if c.student:
                 aside_of.setdefault(c.student, []).append({"folder": c.name, "why": c.why})
-        _write_json(set_aside_path(root, assignment),
-                    [{"folder": c.name, "names": c.student, "owner": c.owner, "why": c.why} for c in self.set_aside])
         if not self.src_records:
             self.log.warning("No submissions of '%s' for course '%s' to collect", assignment, self.coursedir.course_id)
         else:
@@ -598,6 +596,8 @@ class CourseCollect(ExchangeCollect):
         for student, aside in sorted(aside_of.items()):
             if student not in {r["username"] for r in self.src_records}:
                 self.log.warning("%s: nothing collected; only folders set aside name them", student)
+        _write_json(set_aside_path(root, assignment),
+                    [{"folder": c.name, "names": c.student, "owner": c.owner, "why": c.why} for c in self.set_aside])
         if problems or self.set_aside:
             self.log.warning("collection of %s: %d student(s) with problems, %d folder(s) set aside "
                              "(collected/%s.json and collected/%s.set_aside.json say which)", assignment, problems,
@@ -631,6 +631,8 @@ class CourseCollect(ExchangeCollect):
                 why = f"cannot be read ({e.strerror or e})"
                 self.log.warning("set aside %r: %s", cand["filename"], why)
                 aside = aside + [{"folder": cand["filename"], "why": why}]
+                self.set_aside.append(Candidate(cand["filename"], student, account_name(cand["uid"])
+                                                if cand.get("uid") is not None else None, cand.get("uid"), why))
                 continue
             record = check(src, tmp, self.slack_s)
             record.update(refused=report.refused, set_aside=aside, files=report.files, bytes=report.bytes)

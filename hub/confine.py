@@ -7,8 +7,9 @@ SETTINGS is the hub's settings file (hub.json, written by deploy.py). As root, t
 1. joins the student's cgroups (made with the limits of SETTINGS: memory, processes), so every process
    the command starts counts against them and none can leave (the groups belong to root);
 2. makes a mount namespace of its own in which /tmp, /var/tmp and /run/lock are the student's own
-   folder on their own filesystem, /dev/shm a small tmpfs, and the exchange's inbound the student's
-   own inbound folder on that filesystem;
+   folder on their own filesystem, /dev/shm a small tmpfs, the exchange's root a folder on their
+   filesystem (nbgrader wants it writable: what they write there counts against their disk) holding
+   the course's real exchange folder, and the course's inbound the student's own inbound folder;
 3. sets the resource limits (processes, open files, file size, no core dumps);
 4. becomes the student (their groups, gid and uid) and executes COMMAND.
 
@@ -34,7 +35,7 @@ def student_paths(settings: dict, user: str) -> dict[str, Path]:
     """Where a student's filesystem is mounted and the folders the hub uses on it."""
     root = Path(settings["users_dir"]) / user
     return {"fs": root, "home": root / "home", "tmp": root / "tmp", "inbound": root / "inbound",
-            "socket_dir": Path(settings["socket_dir"]) / user}
+            "run": root / "run", "exchange": root / "exchange"}
 
 
 def confine(settings: dict, user: str) -> None:
@@ -44,7 +45,8 @@ def confine(settings: dict, user: str) -> None:
     if user not in settings["students"]:
         raise SystemExit(f"confine.py: {user!r} is not a student of this hub")
     limits = L.Limits.from_dict(settings["limits"])
-    pw = pwd.getpwnam(user)
+    pw = pwd.getpwnam(user)  # every lookup before the mounts: nothing below reads the student's view of /etc
+    groups = sorted({pw.pw_gid, *(g.gr_gid for g in grp.getgrall() if user in g.gr_mem)})
     paths = student_paths(settings, user)
     if not L.mounted(paths["fs"]):
         raise SystemExit(f"confine.py: {user}'s filesystem is not mounted on {paths['fs']} (run the hub's setup)")
@@ -52,12 +54,14 @@ def confine(settings: dict, user: str) -> None:
         cg = L.Cgroups(**settings["cgroups"])
         cg.make_user(user, limits)
         cg.join(user)
-    inbound = Path(settings["exchange"]) / settings["course_id"] / "inbound"
+    exchange, course = Path(settings["exchange"]), settings["course_id"]
+    # (the student's filesystem's root and exchange/ are root's: none of these paths is a link they made)
     L.private_mounts([(str(paths["tmp"]), "/tmp"), (str(paths["tmp"]), "/var/tmp"), (str(paths["tmp"]), "/run/lock"),
-                      (str(paths["inbound"]), str(inbound))], limits.shm_bytes)
+                      (str(exchange / course), str(paths["exchange"] / course)),
+                      (str(paths["exchange"]), str(exchange)),
+                      (str(paths["inbound"]), str(exchange / course / "inbound"))], limits.shm_bytes)
     L.set_rlimits(limits)
-    groups = [g.gr_gid for g in grp.getgrall() if user in g.gr_mem]
-    os.setgroups(sorted({pw.pw_gid, *groups}))
+    os.setgroups(groups)
     os.setgid(pw.pw_gid)
     os.setuid(pw.pw_uid)
     if os.getuid() == 0 or os.geteuid() == 0:

@@ -230,8 +230,10 @@ def ensure_user(name: str, role: str, manifest: dict, cfg: HubConfig) -> bool:
 
 def make_student_filesystem(name: str, cfg: HubConfig) -> None:
     """The student's own filesystem (limits.py) mounted on users_dir/<name>, with home/ (theirs, 0700, from
-    /etc/skel), tmp/ (theirs, 0700: their /tmp) and inbound/ (the instructor's, group theirs, 0730: what
-    they hand in). Idempotent (a remount after a reboot keeps everything)."""
+    /etc/skel), tmp/ (theirs, 0700: their /tmp), run/ (theirs, 0700: their server's socket), inbound/ (the
+    instructor's, group theirs, 0730: what they hand in) and exchange/ (root's, 1777, with an empty
+    llmrl/ of root's: the exchange as their server sees it, confine.py). Idempotent (a remount after a
+    reboot keeps everything)."""
     cfg.users_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(cfg.users_dir, 0o755)
     cfg.images.mkdir(parents=True, exist_ok=True)
@@ -251,7 +253,11 @@ def make_student_filesystem(name: str, cfg: HubConfig) -> None:
         shutil.copytree("/etc/skel", home, symlinks=True)
         chown_tree(home, name)
     for folder, owner, group, mode in ((home, pw.pw_uid, pw.pw_gid, 0o700), (root / "tmp", pw.pw_uid, pw.pw_gid, 0o700),
-                                       (root / "inbound", inst.pw_uid, pw.pw_gid, 0o2730)):
+                                       (root / "run", pw.pw_uid, pw.pw_gid, 0o700),
+                                       (root / "inbound", inst.pw_uid, pw.pw_gid, 0o2730),
+                                       (root / "exchange", 0, 0, 0o1777), (root / "exchange" / COURSE_ID, 0, 0, 0o755)):
+        if os.path.lexists(folder) and (folder.is_symlink() or not folder.is_dir()):
+            folder.unlink()
         folder.mkdir(exist_ok=True)
         os.chown(folder, owner, group)
         os.chmod(folder, mode)

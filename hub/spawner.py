@@ -6,9 +6,10 @@ holding the ports stops everyone else's server from starting (an earlier version
 spawner handed out a fixed range of 40, which also capped the class at 40 running servers), or
 answers in another student's place. CourseSpawner uses no port at all:
 
-- each server listens on a unix socket, <socket_dir>/<user>/server.sock: the folder belongs to the
-  student (0700) inside a folder of root's, so no other account can create, replace or reach it;
-  the proxy (root) connects to it (http+unix). There is no fixed number of servers.
+- each server listens on a unix socket, run/server.sock on the student's own filesystem (confine.py):
+  the folder belongs to the student (0700) inside a folder of root's, so no other account can create,
+  replace or reach it; the proxy (root) connects to it (http+unix). There is no fixed number of servers.
+  (The instructor's own server, if they start one, has its socket in <socket_dir>/<instructor>/.)
 - each server starts through confine.py (as root, then the student): the student's cgroups (memory,
   processes), mount namespace (their own /tmp, /dev/shm and inbound) and resource limits are in place
   before any of the student's code runs. Stopping the server ends every process of the student's
@@ -20,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import shutil
 import sys
 from pathlib import Path
 from urllib.parse import quote
@@ -46,7 +46,10 @@ class CourseSpawner(LocalProcessSpawner):
         return json.loads(Path(self.settings_file).read_text())
 
     def socket_path(self) -> Path:
-        return Path(self.hub_settings["socket_dir"]) / self.user.name / "server.sock"
+        s = self.hub_settings
+        if self.user.name in s["students"]:
+            return Path(s["users_dir"]) / self.user.name / "run" / "server.sock"
+        return Path(s["socket_dir"]) / self.user.name / "server.sock"
 
     def is_student(self) -> bool:
         return self.user.name in self.hub_settings["students"]
@@ -61,9 +64,12 @@ class CourseSpawner(LocalProcessSpawner):
 
     async def start(self):
         sock = self.socket_path()
+        if len(str(sock)) > 100:
+            raise RuntimeError(f"{sock}: a unix socket's path must be shorter than 108 bytes (a shorter hub folder)")
         pw = pwd.getpwnam(self.user.name)
-        sock.parent.parent.mkdir(parents=True, exist_ok=True)
-        os.chmod(sock.parent.parent, 0o711)
+        if not self.is_student():
+            sock.parent.parent.mkdir(parents=True, exist_ok=True)
+            os.chmod(sock.parent.parent, 0o711)
         if sock.parent.is_symlink() or (sock.parent.exists() and not sock.parent.is_dir()):
             sock.parent.unlink()
         sock.parent.mkdir(exist_ok=True)
@@ -99,4 +105,5 @@ class CourseSpawner(LocalProcessSpawner):
             settings = self.hub_settings
             if settings.get("cgroups") and self.is_student():
                 L.Cgroups(**settings["cgroups"]).kill(self.user.name)
-            shutil.rmtree(self.socket_path().parent, ignore_errors=True)
+            if os.path.lexists(self.socket_path()):
+                os.unlink(self.socket_path())

@@ -216,3 +216,28 @@ def test_files_of_another_account_and_hard_links_to_them_are_refused(tmp_path):
     assert "owned by root, not by the student" in reasons["planted.txt"], reasons
     with pytest.raises(PermissionError, match="owned by root"):  # a folder that is not the student's
         course_collect.copy_submission(src / "..", tmp_path / "out2", student, course_collect.Limits())
+
+
+def test_a_folder_counts_only_in_the_inbound_of_the_student_it_names(exchange_course, tmp_path):
+    """On the hub each student hands in through an inbound of their own (CourseCollect.student_inbounds):
+    a folder in one student's inbound that names another student counts for no one."""
+    api, root, inbound = exchange_course
+    users = tmp_path / "users"
+    now = _now()
+    answer = nbformat.writes(tiny.submission(root, tiny.RIGHT)).encode()
+    for owner, named in ((ME, ME), ("someone", ME), (ME, "someone")):
+        folder = users / owner / "inbound" / f"{named}+{tiny.ASSIGNMENT}+{now}+{uuid.uuid4().hex}"
+        folder.mkdir(parents=True)
+        (folder / f"{tiny.NOTEBOOK}.ipynb").write_bytes(answer)
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
+    cfg = api.config.copy()
+    cfg.CourseCollect.student_inbounds = str(users / "{student}" / "inbound")
+    r = NbGraderAPI(CourseDirectory(config=cfg), config=cfg).collect(tiny.ASSIGNMENT)
+    assert r["success"], r
+    record = course_collect.read_records(root, tiny.ASSIGNMENT)[ME]
+    assert record["inbound"] in os.listdir(users / ME / "inbound")
+    aside = json.loads(course_collect.set_aside_path(root, tiny.ASSIGNMENT).read_text())
+    assert {a["why"] for a in aside} == {f"names someone but was handed in through {ME}'s own inbound",
+                                         f"names {ME} but was handed in through someone's own inbound"}, aside

@@ -9,7 +9,9 @@ ARTIFACTS = REPO / "artifacts" / "hub"
 TEST_DIR = Path(os.environ.get("LLMRL_HUB_TEST_DIR", "/srv/llmrl-hub-test"))
 PORT = int(os.environ.get("LLMRL_HUB_TEST_PORT", "8550"))  # this test's ports: 8550-8553 (servers: unix sockets)
 INSTRUCTOR = "llmrl-t-inst"
-STUDENTS = ["llmrl-t-s1", "llmrl-t-s2", "llmrl-t-s3", "llmrl-t-s4"]  # s1-s3: the course cycle; s4: the browser
+# s1-s3: the course cycle (s3 and s4 attack it: test_hub_attacks.py); s4: the browser; s5: the hostile
+# submission the instructor opens in the formgrader (test_hub_browser.py)
+STUDENTS = ["llmrl-t-s1", "llmrl-t-s2", "llmrl-t-s3", "llmrl-t-s4", "llmrl-t-s5"]
 ASSIGNMENTS = ["hw4", "lab11"]
 SESSION_LIMIT_S = 1800  # the whole session; a hang ends with every thread's traceback instead of running on
 

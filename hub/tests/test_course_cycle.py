@@ -121,7 +121,8 @@ def page_text(path: Path) -> str:
 
 
 def probe_as(cfg, user: str, checks: list[tuple[str, str]]) -> dict[str, str]:
-    """Run each (operation, path) as the OS account `user`: "ok" or the error's name."""
+    """Run each (operation, path) as the OS account `user`, as their server or terminal would (a student
+    inside their limits and mount namespace, confine.py): "ok" or the error's name."""
     script = ("import json, os, sys\nout = {}\n"
               "for op, p in json.loads(sys.argv[1]):\n"
               "    try:\n"
@@ -131,7 +132,7 @@ def probe_as(cfg, user: str, checks: list[tuple[str, str]]) -> dict[str, str]:
               "        out[op + ' ' + p] = type(e).__name__\n"
               "print(json.dumps(out))\n")
     proc = deploy.run_as(user, [str(deploy.env_dir(cfg) / "bin" / "python"), "-c", script, json.dumps(checks)], cfg,
-                         timeout=60)
+                         timeout=60, confined=user in cfg.students)
     return json.loads(proc.stdout)
 
 
@@ -234,15 +235,16 @@ def test_course_cycle_three_students(course_hub, timings):
     assert "raise NotImplementedError" not in _text(next(c for c in s1_collected["cells"]
                                                          if _meta(c).get("grade_id") == "task1_per_token_logprobs"))
 
-    # What a student's account can read: not the inbound (nor anything in it: names are random),
-    # nor the course folder, nor another student's home, nor the repository's instructor files
-    # (the released feedback folder is checked once it exists, below).
+    # What a student's account can read: not the inbound (their server sees only their own, write-only,
+    # so not s1's folder in it either), nor the course folder, nor another student's home or inbound, nor
+    # the repository's instructor files (the released feedback folder is checked once it exists, below).
     ts_name = f"{S1}+{A}+{second_ts}"
     checks = [("list", str(inbound)), ("read", str(inbound / ts_name / f"{NB}.ipynb")),
               ("list", str(course_dir)), ("read", str(submitted / S1 / A / f"{NB}.ipynb")),
               ("read", str(course_dir / "gradebook.db")), ("read", str(course_dir / "source" / A / f"{NB}.ipynb")),
               ("list", str(deploy.home_of(S1))), ("read", str(deploy.home_of(S1) / A / f"{NB}.ipynb")),
               ("read", str(REPO / "source" / A / f"{NB}.ipynb")), ("list", str(REPO / "autograder")),
+              ("list", str(cfg.inbound_of(S1))), ("list", str(cfg.exchange / COURSE / "inbound")),
               ("read", str(deploy.home_of(S2) / A / f"{NB}.ipynb"))]
     for _, p in checks:
         assert Path(p).exists() or "+" in p, f"probe of a path that does not exist: {p}"

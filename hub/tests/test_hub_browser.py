@@ -5,19 +5,25 @@ framing it) and releases lab11; a student logs in with the OS password, lands in
 fetches lab11 from nbgrader's assignment list, opens the notebook, runs its first code cell (the
 course library imports in the student's own kernel) and saves, then submits from the assignment
 list; the instructor collects in the formgrader and finds the submission on the assignment's
-submissions page. Screenshots: artifacts/hub/browser/.
+submissions page. Then a hostile student's submission (scripts, handlers, SVG, links, widgets,
+attachments, requests to the course service) is opened on the formgrader's Manual Grading page:
+nothing of it runs. Screenshots: artifacts/hub/browser/.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+import secrets
 import sys
+import textwrap
 import time
 from pathlib import Path
 
 import pytest
 from common import ARTIFACTS, INSTRUCTOR, REPO
+from hubclient import Formgrader, UserServer
 
 from hub import deploy
 
@@ -195,3 +201,134 @@ def test_a_student_fetches_runs_and_submits_and_the_instructor_sees_it(course_hu
     collected = cfg.course_dir / "submitted" / STUDENT / A / f"{NB}.ipynb"
     assert json.loads(collected.read_text())["cells"] == saved["cells"], "the collected notebook is not the saved one"
     (SHOTS / "summary.json").write_text(json.dumps({"first_cell_s": round(ran_s, 1), "submitted_at": stamp.group(0)}))
+
+
+# ----------------------------------------------------------------------------- class 1: a script in the formgrader
+
+HOSTILE = "llmrl-t-s5"
+
+
+def hostile_cells(mark: str) -> list[dict]:
+    """What a student can put in front of the grader, every piece trying to run as the grader: set a global,
+    write a file through the course service's API (as the grader), or just make the browser request the
+    service. Markdown (raw HTML, links, an attachment), and code whose outputs appear when the grader runs
+    it: HTML, JavaScript, SVG, markdown, LaTeX, a widget (its state goes into the graded notebook)."""
+    put = (f"fetch('/services/{deploy.COURSE_ID}/api/contents/pwned-{mark}.txt', {{method: 'PUT', "
+           "headers: {'Content-Type': 'application/json', 'X-XSRFToken': (document.cookie.match(/_xsrf=([^;]+)/)"
+           "||[])[1]}, body: JSON.stringify({type: 'file', format: 'text', content: 'pwned'})})")
+    js = f"window.pwned_{mark} = (window.pwned_{mark} || 0) + 1; {put};"
+    img = f"/services/{deploy.COURSE_ID}/formgrader/api/pwned-{mark}"
+    md = (f"## My answer\n\nsee-{mark}\n\n<script>{js}</script>\n\n<img src=x onerror=\"{js}\">\n\n"
+          f"<svg onload=\"{js}\"><script>{js}</script></svg>\n\n<a href=\"javascript:{js}\">click me</a>\n\n"
+          f"<img src=\"{img}-md\"> <iframe src=\"/services/{deploy.COURSE_ID}/api/contents\"></iframe>\n\n"
+          f"<style>body {{ background: url({img}-css) }}</style>\n\n![att](attachment:page.html)")
+    page = base64.b64encode(f"<script>{js}</script>".encode()).decode()
+    code = f"JS, IMG, MARK = {js!r}, {img!r}, {mark!r}\n" + textwrap.dedent("""
+        from IPython.display import HTML, Javascript, SVG, Markdown, Latex, display
+        print("see-" + MARK + "-code")
+        display(HTML("<b>html-" + MARK + "</b><script>" + JS + "</script><img src=x onerror=\\"" + JS + "\\">"
+                     "<img src=\\"" + IMG + "-html\\">"))
+        display(Javascript(JS))
+        display(SVG('<svg xmlns="http://www.w3.org/2000/svg" onload="' + JS + '"><script>' + JS + '</script>'
+                    '<circle r="4"/></svg>'))
+        display(Markdown('<img src=x onerror="' + JS + '"> md-' + MARK))
+        display(Latex("<script>" + JS + "</script>"))
+        try:
+            import ipywidgets
+            display(ipywidgets.HTML('<img src=x onerror="' + JS + '">'))
+        except ImportError:
+            pass
+    """)
+    return [{"cell_type": "markdown", "metadata": {}, "id": "hostile-md", "source": md,
+             "attachments": {"page.html": {"text/html": page}}},
+            {"cell_type": "code", "metadata": {}, "id": "hostile-code", "source": code, "outputs": [],
+             "execution_count": None}]
+
+
+def test_manual_grading_shows_a_hostile_submission_inert(course_hub, browser, pages):
+    hub, cfg, hubapi = course_hub, course_hub.cfg, course_hub.api()
+    mark = secrets.token_hex(6)
+    tokens = {n: hubapi.new_token(n) for n in (INSTRUCTOR, HOSTILE)}
+    fg = Formgrader(hub.url, tokens[INSTRUCTOR], deploy.COURSE_ID)
+    student = UserServer(hub.url, tokens[HOSTILE], HOSTILE)
+    student.start()
+    student.wait_ready()
+    fg.wait_ready()
+    if next(a for a in fg.get("/assignments") if a["name"] == A)["status"] != "released":
+        fg.post(f"/assignment/{A}/release")
+    student.action("fetch", deploy.COURSE_ID, A)
+    nb = student.get_notebook(f"{A}/{NB}.ipynb")
+    nb["cells"][1:1] = hostile_cells(mark)
+    student.put_notebook(f"{A}/{NB}.ipynb", nb)
+    student.action("submit", deploy.COURSE_ID, A)
+    fg.post(f"/assignment/{A}/collect")
+    python = str(deploy.env_dir(cfg) / "bin" / "python")
+    proc = deploy.run_as(INSTRUCTOR, [python, "course_tool.py", "autograde", A, "--workers", "2"], cfg,
+                         cwd=cfg.course_dir, timeout=900, check=False)
+    (ARTIFACTS / "hostile-autograde.log").write_text(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    graded = json.loads((cfg.course_dir / "autograded" / HOSTILE / A / f"{NB}.ipynb").read_text())
+    shown = json.dumps(graded)
+    assert f"html-{mark}" in shown and "application/javascript" in shown, "the hostile outputs were not produced"
+    sub_id = next(n["id"] for n in fg.get(f"/submitted_notebooks/{A}/{NB}") if n["student"] == HOSTILE)
+    url = f"{hub.url}/services/{deploy.COURSE_ID}/formgrader/submissions/{sub_id}/"
+    log_before = len(hub.hub.log_path.read_text(errors="replace"))
+
+    ctx, page = log_in(browser, hub, INSTRUCTOR, next_path=f"/services/{deploy.COURSE_ID}/formgrader/")
+    pages["manual-grading"] = page
+    requests, console = [], []
+    page.on("request", lambda r: requests.append(r.url))
+    page.on("console", lambda m: console.append(m.text))
+    page.wait_for_url(f"**/services/{deploy.COURSE_ID}/formgrader/**", timeout=LONG_MS)
+    page.goto(url)
+    page.wait_for_selector("#notebook-container", timeout=LONG_MS)
+    page.wait_for_timeout(3000)  # a handler, a fetch or a widget loader would have run by now
+    shot(page, "09-manual-grading-hostile.png")
+    text = page.locator("#notebook-container").inner_text()
+    assert f"see-{mark}" in text and f"html-{mark}" in text and f"see-{mark}-code" in text, text[:2000]
+    assert page.evaluate(f"() => window.pwned_{mark}") is None, "a script of the student's ran as the grader"
+    hit = [u for u in requests if mark in u]
+    assert not hit, f"the grader's browser requested what the student chose: {hit}"
+    assert not list(cfg.course_dir.rglob(f"pwned-{mark}*")), "the student's script wrote into the course folder"
+    assert mark not in hub.hub.log_path.read_text(errors="replace")[log_before:], "a request of the student's " \
+        "reached the hub or the course service"
+    # the page itself works under its policy: a score typed into a test cell's box is saved
+    box = page.locator("input.score").first
+    box.wait_for(timeout=60_000)
+    grade_id = box.get_attribute("id")
+    box.fill("0")
+    box.press("Tab")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        grade = next(g for g in fg.get(f"/grades?submission_id={sub_id}") if g["name"] == grade_id)
+        if grade["manual_score"] == 0:
+            break
+        page.wait_for_timeout(500)
+    assert grade["manual_score"] == 0, grade
+    fg.put(f"/grade/{grade['id']}", {"manual_score": None})
+
+    # The policy on its own: the same page with a script and a handler put back into it (as if the
+    # sanitiser had missed them) runs neither; the browser reports the policy's refusals.
+    def inject(route):
+        response = route.fetch()
+        body = response.text().replace(
+            '<div class="container" id="notebook-container">',
+            f'<div class="container" id="notebook-container"><script>window.csp_{mark} = 1</script>'
+            f'<img src="data:," onerror="window.csp2_{mark} = 1"><a id="jsl" href="javascript:window.csp3_{mark}=1">j</a>'
+            f'<img src="/services/{deploy.COURSE_ID}/formgrader/api/csp-{mark}">', 1)
+        assert f"csp_{mark}" in body, "the injection point is gone"
+        route.fulfill(response=response, body=body)
+    page.route(url, inject)
+    console.clear()
+    requests.clear()
+    page.goto(url)
+    page.wait_for_selector("#notebook-container", timeout=LONG_MS)
+    page.locator("#jsl").click()
+    page.wait_for_timeout(1500)
+    for g in ("csp_", "csp2_", "csp3_"):
+        assert page.evaluate(f"() => window.{g}{mark}") is None, f"{g}: the policy let an injected script run"
+    assert not [u for u in requests if f"csp-{mark}" in u], "the policy let an injected image reach the service"
+    assert any("Content Security Policy" in m for m in console), console[-5:]
+    assert page.evaluate("() => typeof Backbone") == "object", "the formgrader's own scripts no longer run"
+    shot(page, "10-manual-grading-injected.png")
+    ctx.close()

@@ -1,10 +1,10 @@
 """A student who forges an early submission time, on the running hub, against the course's collection.
 
 lab11 is due right after an honest student (s1) submits it through their server. After the due date
-another student (s3), as their own OS account, writes into the exchange's inbound the folder that
-`nbgrader submit` writes, with a time an hour before the due date in its name and in timestamp.txt
-(and the files' modification times set back too), and s2 hands in a folder in s1's name, named a day
-later, with the release's stubs. The instructor collects (formgrader) and grades
+another student (s3), as their own OS account in a terminal of their server, writes into the exchange's
+inbound (their own, as their server sees it) the folder that `nbgrader submit` writes, with a time an
+hour before the due date in its name and in timestamp.txt (and the files' modification times set back
+too), and s2 hands in a folder in s1's name, named a day later, with the release's stubs. The instructor collects (formgrader) and grades
 (course_tool.py autograde) with the late policy "zero": s3 is graded at the time the files were
 written (late, 0 points) and the grades say so; s1 is graded on their own folder, on time, with every
 point and no such note.
@@ -89,21 +89,21 @@ def test_a_forged_early_timestamp_after_the_due_date_gets_the_late_policy(course
         name = f"{S3}+{A}+{claimed}+{'f' * 32}"
         python = str(deploy.env_dir(cfg) / "bin" / "python")
         proc = deploy.run_as(S3, [python, "-c", FORGE, str(inbound), str(deploy.home_of(S3) / A / f"{NB}.ipynb"),
-                                  name, claimed], cfg, timeout=60)
+                                  name, claimed], cfg, timeout=60, confined=True)
         assert "forged" in proc.stdout
-        assert (inbound / name).stat().st_uid == deploy.uid_of(S3)
+        assert (cfg.inbound_of(S3) / name).stat().st_uid == deploy.uid_of(S3)
         # s2 hands in a folder in s1's name, named a day later (nbgrader would collect it as s1's newest)
         planted = f"{S1}+{A}+{_stamp((due + datetime.timedelta(days=1)).replace(tzinfo=None))}+{'e' * 32}"
         deploy.run_as(S2, [python, "-c", FORGE, str(inbound), str(deploy.home_of(S2) / A / f"{NB}.ipynb"),
-                           planted, planted.split("+")[2]], cfg, timeout=60)
-        assert (inbound / planted).stat().st_uid == deploy.uid_of(S2)
+                           planted, planted.split("+")[2]], cfg, timeout=60, confined=True)
+        assert (cfg.inbound_of(S2) / planted).stat().st_uid == deploy.uid_of(S2)
 
         fg.post(f"/assignment/{A}/collect")
         submitted = course_dir / "submitted"
         graded_as = (submitted / S3 / A / "timestamp.txt").read_text()
-        honest_in = next(p for p in inbound.glob(f"{S1}+{A}+*") if p.stat().st_uid == deploy.uid_of(S1))
+        honest_in = next(p for p in cfg.inbound_of(S1).glob(f"{S1}+{A}+*") if p.stat().st_uid == deploy.uid_of(S1))
         assert (submitted / S1 / A / "timestamp.txt").read_bytes() == (honest_in / "timestamp.txt").read_bytes()
-        assert (inbound / name / "timestamp.txt").read_text() == claimed, "the student's file was changed"
+        assert (cfg.inbound_of(S3) / name / "timestamp.txt").read_text() == claimed, "the student's file was changed"
         records = json.loads((course_dir / "collected" / f"{A}.json").read_text())
         assert records[S1]["inbound"] == honest_in.name, f"s1's submission is not their own: {records[S1]}"
         assert (records[S3]["timestamp_txt"], records[S3]["replaced"]) == (claimed, True), records[S3]
