@@ -59,6 +59,14 @@ class CourseSpawner(LocalProcessSpawner):
             return None  # confine.py drops to the student after it has set the limits (it starts as root)
         return super().make_preexec_fn(name)  # the instructor's own server: as the instructor, no limits
 
+    def get_env(self):
+        env = super().get_env()
+        if self.is_student():
+            # kernels' ipc sockets: a unix socket's path must stay under 108 bytes, which one under the
+            # student's home on their filesystem would not; /tmp is theirs alone (confine.py)
+            env["JUPYTER_RUNTIME_DIR"] = "/tmp/.jupyter-runtime"
+        return env
+
     def get_args(self):
         return super().get_args() + [f"--ServerApp.sock={self.socket_path()}", "--ServerApp.sock_mode=0600"]
 

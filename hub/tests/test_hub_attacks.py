@@ -289,8 +289,9 @@ def test_one_students_broken_folders_never_stop_the_collection(klass):
     r = fg.post(f"/assignment/{A}/collect")
     assert r["success"], r
     aside = set_aside(cfg)
-    mine = {k: v for k, v in aside.items() if k.startswith(S4) or k.startswith("--evil")}
-    assert len(mine) == 5, aside  # the unreadable folder is the one left to examine: it is named below
+    in_s4s = set(os.listdir(cfg.inbound_of(S4)))
+    mine = {k: v for k, v in aside.items() if k in in_s4s}
+    assert len(mine) == 5, aside  # the sixth, "too few parts", names no assignment: not this collection's
     assert any("is not a time" in w for w in mine.values()) and any("not a folder" in w for w in mine.values())
     assert any("not a student id" in w for w in mine.values())
     locked = next(k for k in os.listdir(cfg.inbound_of(S4)) if k.endswith("+locked"))
@@ -334,8 +335,10 @@ def test_the_course_folder_in_the_exchange_is_the_instructors_from_the_start(kla
     deploy.make_exchange(scratch)
     assert (scratch.exchange / COURSE).stat().st_uid == inst
     assert [p.name for p in scratch.exchange.iterdir() if "not-the-instructors" in p.name]
-    # and release still works for the class (the formgrader's Release button)
+    # and release still works for the class (the formgrader's Unrelease and Release buttons)
+    assert fg.post(f"/assignment/{A}/unrelease")["success"]
     assert fg.post(f"/assignment/{A}/release")["success"]
+    assert (course / "outbound" / A / f"{NB}.ipynb").stat().st_uid == inst
 
 
 SQUAT = '''
@@ -464,19 +467,19 @@ def test_a_students_memory_processes_and_disk_are_bounded_and_the_class_goes_on(
     assert together <= TEST_LIMITS.disk_bytes, f"{together} bytes written on a {TEST_LIMITS.disk_bytes} filesystem"
     assert "28)" in proc.stdout or "27)" in proc.stdout, proc.stdout  # ENOSPC or EFBIG (the file size limit)
 
-    # the class goes on: s1's server answers, saves and hands in (then s1's own folder is the newest)
+    unchanged(before, snapshot(cfg, fg))
+    # the class goes on: s1's server answers and saves
     nb = users[S1].get_notebook(f"{A}/{NB}.ipynb")
     users[S1].put_notebook(f"{A}/scratch-copy.ipynb", nb)
     assert "scratch-copy.ipynb" in users[S1].listdir(A)
-    (deploy.home_of(S1) / A / "scratch-copy.ipynb").unlink()
-    after = snapshot(cfg, fg)
-    unchanged(before, after)
+    users[S1].request("DELETE", f"/user/{S1}/api/contents/{A}/scratch-copy.ipynb")
 
 
 def test_autograde_after_the_attacks_gives_no_one_anothers_work(klass):
-    """The instructor grades hw4 after all of the above: s1's and s2's grades are what they were, s3 is
-    graded on their own notebook (mine.ipynb is not the assignment's notebook: missing, no points) and
-    s4, whose folders were all set aside, has no submission at all."""
+    """The instructor grades hw4 after all of the above: s1's and s2's grades and submissions are what they
+    were (their graded notebooks and feedback pages are the grader's to rewrite), s3 is graded on their
+    own notebook (mine.ipynb is not the assignment's notebook: missing, no points) and s4, whose folders
+    were all set aside, has no submission at all."""
     cfg, users, fg, _ = klass
     before = snapshot(cfg, fg)
     python = str(deploy.env_dir(cfg) / "bin" / "python")
@@ -488,5 +491,7 @@ def test_autograde_after_the_attacks_gives_no_one_anothers_work(klass):
     assert S4 not in subs or not subs[S4].get("submitted", True) or subs[S4].get("score") in (None, 0)
     assert (subs.get(S3) or {}).get("code_score", 0) == 0, subs.get(S3)
     after = snapshot(cfg, fg)
-    before["files"] = {k: v for k, v in before["files"].items()}
+    regraded = [str(cfg.course_dir / d / v) for d in ("autograded", "feedback") for v in VICTIMS]
+    for snap in (before, after):
+        snap["files"] = {k: v for k, v in snap["files"].items() if not k.startswith(tuple(regraded))}
     unchanged(before, after)

@@ -284,7 +284,7 @@ def test_manual_grading_shows_a_hostile_submission_inert(course_hub, browser, pa
     page.wait_for_selector("#notebook-container", timeout=LONG_MS)
     page.wait_for_timeout(3000)  # a handler, a fetch or a widget loader would have run by now
     shot(page, "09-manual-grading-hostile.png")
-    text = page.locator("#notebook-container").inner_text()
+    text = page.locator("#notebook-container").first.inner_text()
     assert f"see-{mark}" in text and f"html-{mark}" in text and f"see-{mark}-code" in text, text[:2000]
     assert page.evaluate(f"() => window.pwned_{mark}") is None, "a script of the student's ran as the grader"
     hit = [u for u in requests if mark in u]
