@@ -202,9 +202,10 @@ hub: $(HUB_STAMP)
 hub-remove:
 	$(SUDO) $(PY) -m hub.deploy remove --dir $(HUB_DIR)
 
-# The whole course cycle against a hub the tests start (accounts llmrl-t-*, ports 8550-8599, folder
-# /srv/llmrl-hub-test), then in chromium; everything is removed afterwards, here too if pytest was killed.
-# About 3 minutes (2026-12-01); not in `make test` (root only, and make test's 40 minutes are spoken for).
+# The whole course cycle against a hub the tests start (accounts llmrl-t-*, ports 8550-8553, folder
+# /srv/llmrl-hub-test), a hostile class's attacks, then in chromium (a hostile submission on Manual
+# Grading too); everything is removed afterwards (accounts, the students' filesystems, cgroups), here too
+# if pytest was killed. Not in `make test` (root only, and make test's 40 minutes are spoken for).
 test-hub: $(HUB_STAMP) $(BROWSER_STAMP) chromium
 	@status=0; $(SUDO) env LLMRL_HUB_TESTS=1 $(PYTEST) -q hub/tests || status=$$?; \
 	  $(SUDO) $(PY) -m hub.deploy remove --dir /srv/llmrl-hub-test || true; exit $$status

@@ -50,10 +50,11 @@ c.ExportApp.plugin_class = "course.GradesCsv"
 # your own) can do anything else. A course folder's own nbgrader_config.py may set it: the grader's
 # scratch courses read that file too (course.load_config(settings_from=)).
 c.LateSubmissionPlugin.penalty_method = "none"
-# The submission time a student cannot forge: the course's collect (the formgrader's Collect,
-# `nbgrader collect`) takes the student's folder written last, compares timestamp.txt with the inbound
-# files' ctime and grades the files' time when the student's is off by more than a minute, earlier or
-# later (autograder/course_collect.py).
+# The course's collect (the formgrader's Collect, `nbgrader collect`; autograder/course_collect.py): only
+# folders owned by the student they name count, of those the one written last; only the student's own
+# regular files are copied (no links, FIFOs, devices; size and count caps), everything else refused and
+# named; one student's problem never stops the class. It compares timestamp.txt with the inbound files'
+# ctime and grades the files' time when the student's is off by more than a minute, earlier or later.
 c.ExchangeFactory.collect = "course_collect.CourseCollect"
 
 # Text for graders and instructors only (CONTRIBUTING.md, "Answers and rubrics for graders"): lines

@@ -8,6 +8,9 @@ What each student's server (and everything it starts: kernels, terminals, backgr
   its own (the class), so the hub, the proxy and the instructor keep the rest of the machine.
 - processes: the same cgroup's pids.max (threads count, so a fork or thread bomb stops there), and
   RLIMIT_NPROC for the account as a second bound.
+- processors: where the cpu controller is there, the student's group has the default weight, as every
+  other student's: under contention each student gets an equal share, however many processes they run
+  (a share, not a cap: an idle machine is theirs to use).
 - disk: the student's home is a filesystem of its own (an ext4 image file mounted through a loop
   device, `nosuid,nodev`): its size bounds their bytes, its inode count their files. Their /tmp,
   /var/tmp and /run/lock are folders of that filesystem, bind-mounted in a mount namespace of their
@@ -109,8 +112,9 @@ class Cgroups:
             self.parents = {k: Path(v) for k, v in parents.items()}
         elif self.version == "v2":
             self.parents = {"unified": CGROUP / base}
-        else:
-            self.parents = {c: CGROUP / c / _own_path(c).lstrip("/") / base for c in ("memory", "pids")}
+        else:  # cpu where mounted: each student one equal share of the processors under contention
+            ctrls = ["memory", "pids"] + (["cpu"] if (CGROUP / "cpu" / "cgroup.procs").exists() else [])
+            self.parents = {c: CGROUP / c / _own_path(c).lstrip("/") / base for c in ctrls}
 
     def state(self) -> dict:
         """What confine.py needs to find the same groups (written into the hub's settings)."""
@@ -124,8 +128,9 @@ class Cgroups:
         for key, parent in self.parents.items():
             (parent / "students").mkdir(parents=True, exist_ok=True)
             if self.version == "v2":
-                _write(parent / "cgroup.subtree_control", "+memory +pids")
-                _write(parent / "students" / "cgroup.subtree_control", "+memory +pids")
+                cpu = " +cpu" if "cpu" in _read(CGROUP / "cgroup.controllers").split() else ""
+                _write(parent / "cgroup.subtree_control", "+memory +pids" + cpu)
+                _write(parent / "students" / "cgroup.subtree_control", "+memory +pids" + cpu)
                 _write(parent / "students" / "memory.max", str(limits.class_memory()))
             elif key == "memory":
                 _write(parent / "memory.use_hierarchy", "1", missing_ok=True)
@@ -142,8 +147,9 @@ class Cgroups:
                 _write(d / "pids.max", str(limits.processes))
             elif key == "memory":
                 _set_v1_memory(d, limits.memory_bytes)
-            else:
+            elif key == "pids":
                 _write(d / "pids.max", str(limits.processes))
+            # cpu: the default weight, the same for every student (a share, not a cap)
         return dirs
 
     def join(self, user: str, pid: int | None = None) -> None:
