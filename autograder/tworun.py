@@ -59,7 +59,8 @@ import wire
 
 HERE = Path(__file__).resolve().parent
 HIDDEN_BEGIN, HIDDEN_END = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
-MAX_RESTARTS = 3
+MAX_RESTARTS = 12        # fresh student's kernels per notebook, all functions together (time bounds them too)
+MAX_CRASHES = 2          # a function that killed (or hung) the student's kernel this often is not run again
 CALL_GRACE = 10  # seconds a test cell may run past the end of its last call of the student's code
 MESSAGE_CHARS = 300
 # The answer of one call: base64 of a wire message, as the repr of a str.
@@ -157,8 +158,34 @@ def names(source: str) -> tuple[set[str], set[str], bool]:
                     targets(n.target)
 
     top(tree.body)
-    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    used = _global_reads(tree)
+    if used is None:
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     return defined, used, star
+
+
+def _global_reads(tree: ast.Module) -> set[str] | None:
+    """Names a cell reads from the notebook's globals: at its top level, and inside its functions,
+    lambdas, classes and comprehensions where a name is not their own (symtable's implicit globals).
+
+    A function's parameters and locals are not among them: `logits` inside `def f(logits)` must
+    not pull in the set-up cell that defines a global `logits` (an experiment cell that calls the
+    student's functions). None when symtable cannot read the cell."""
+    import symtable
+
+    try:
+        table = symtable.symtable(ast.unparse(tree), "<cell>", "exec")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    out: set[str] = set()
+    todo = [table]
+    while todo:
+        t = todo.pop()
+        for sym in t.get_symbols():
+            if sym.is_referenced() and sym.is_global():
+                out.add(sym.get_name())
+        todo.extend(t.get_children())
+    return out
 
 
 def solution_names(source_nb) -> list[str]:
@@ -262,6 +289,8 @@ class Broker:
         self.review = review
         self.events = events
         self.restarts = 0
+        self.crashes: dict[str, int] = {}   # function -> calls of it that killed or hung the student's kernel
+        self.call_names: dict = {}          # call id -> function (a gradient is asked for by call id)
         self.deadline = None          # the running test cell's deadline (loop time)
         self.grading_deadline = None
         self.servers: list = []
@@ -314,9 +343,25 @@ class Broker:
         self.student = await self.start_fresh(f"restart {self.restarts}")
         return self.student
 
+    def _crashed(self, name: str) -> None:
+        self.crashes[name] = self.crashes.get(name, 0) + 1
+        self.events.setdefault("crashed_calls", {})[name] = self.crashes[name]
+
     async def forward(self, header: dict, body: bytes) -> tuple[str, str, bytes]:
-        what = f"{header.get('name')}()" if header.get("op") == "call" else "the gradient of a call"
+        if header.get("op") == "call":
+            name = str(header.get("name"))[:200]
+            if len(self.call_names) < 100_000:
+                self.call_names[header.get("call")] = name
+            what = f"{name}()"
+        else:
+            name = self.call_names.get(header.get("call"), "?")
+            what = f"the gradient of a call of {name}()"
         self.events["calls"] = self.events.get("calls", 0) + 1
+        # A function that crashed the kernel costs the tests that call it, never the others: it is
+        # not run again once it has crashed MAX_CRASHES times, and every other function gets a kernel.
+        if self.crashes.get(name, 0) >= MAX_CRASHES:
+            return "died", (f"{name}() was not run: it crashed or hung the student's kernel {self.crashes[name]} "
+                            f"times already"), b""
         student = await self._student()
         if student is None:
             return "died", f"the student's kernel was restarted {MAX_RESTARTS} times already; {what} was not run", b""
@@ -329,10 +374,12 @@ class Broker:
                 self.retired.append(student)
                 self.student = None
                 student.dead = True
+                self._crashed(name)
             return "timeout", f"{what} did not return within {timeout:.0f} s", b""
         if r.status == "died" or student.dead:
             self.retired.append(student)
             self.student = None
+            self._crashed(name)
             return "died", f"the student's kernel died while running {what} (memory limit or a crash)", b""
         res = r.user_expressions.get("r") or {}
         if r.status != "ok" or res.get("status") != "ok":
@@ -361,16 +408,30 @@ def _env() -> dict:
     return {"NBGRADER_EXECUTION": "autograde"}
 
 
-async def _run_cells(kernel: kernels.Kernel, cells: list[str], s: Settings, deadline: float) -> None:
+async def _run_cells(kernel: kernels.Kernel, cells: list, s: Settings, deadline: float):
+    """Run (key, code) cells in order; the key of the cell that killed or hung the kernel, else None."""
     loop = asyncio.get_running_loop()
-    for code in cells:
+    for key, code in cells:
         left = deadline - loop.time()
         if left <= 0 or kernel.dead:
-            return
+            return None
         r = await kernel.execute(code, timeout=min(s.cell_timeout, left))
         if r.status in ("died", "hung"):
             kernel.dead = True
-            return
+            return key
+    return None
+
+
+def definitions_only(source: str) -> str | None:
+    """A cell's imports, functions and classes, without the code it runs at its top level (a
+    student's own check that calls a function which crashes the kernel); None when nothing is left."""
+    try:
+        tree = ast.parse(_python(source))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    keep = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom, ast.FunctionDef,
+                                                    ast.AsyncFunctionDef, ast.ClassDef))]
+    return ast.unparse(ast.Module(body=keep, type_ignores=[])) if keep else None
 
 
 def exec_expression(code: str, label: str) -> str:
@@ -410,10 +471,18 @@ async def _answer_key(kernel: kernels.Kernel, probe: tuple[str, str] | None, s: 
     return text[:1_000_000] if isinstance(text, str) else "(no text)"
 
 
-async def fresh_student(submission, source_nb, s: Settings, label: str, deadline: float) -> kernels.Kernel:
-    """A new student's kernel: the course's set-up cells the student's solutions need, then the
+async def fresh_student(submission, source_nb, s: Settings, label: str, deadline: float,
+                        crashed: dict | None = None, events: dict | None = None) -> kernels.Kernel:
+    """A new student's kernel: the course's set-up cells the student's solutions read, then the
     student's solution cells (by grade_id, in the source's order). The student's other cells do
-    not run."""
+    not run.
+
+    A cell that kills (or hangs) the kernel while it starts is left out of the next fresh kernel, so
+    that a function which crashes costs only the tests that call it: a solution cell keeps its
+    imports, functions and classes (its top-level code, e.g. a student's own check calling the
+    function, is dropped), then, if that still kills the kernel, goes; a set-up cell goes.
+    `crashed` (cell key -> "definitions" or "skipped") carries that from one fresh kernel to the next."""
+    crashed = {} if crashed is None else crashed
     by_id = {nbmeta(c).get("grade_id"): c for c in submission.cells if is_solution_cell(c)}
     wanted: set[str] = set()
     for c in source_nb.cells:
@@ -426,12 +495,31 @@ async def fresh_student(submission, source_nb, s: Settings, label: str, deadline
     cells = []
     for i, c in enumerate(source_nb.cells):
         if i in setup:
-            cells.append(c.source)
+            cells.append((f"set-up cell {i + 1}", c.source, None))
         elif is_solution_cell(c) and nbmeta(c).get("grade_id") in by_id:
-            cells.append(by_id[nbmeta(c)["grade_id"]].source)
-    k = kernels.Kernel(f"student ({label})", s.scratch, _env(), s.course_roots, s.use_sandbox)
-    await k.start()
-    await _run_cells(k, cells, s, deadline)
+            code = by_id[nbmeta(c)["grade_id"]].source
+            cells.append((f"solution cell {nbmeta(c)['grade_id']}", code, definitions_only(code)))
+    while True:
+        run = []
+        for key, code, defs in cells:
+            state = crashed.get(key)
+            if state is None:
+                run.append((key, code))
+            elif state == "definitions" and defs is not None:
+                run.append((key, defs))
+        k = kernels.Kernel(f"student ({label})", s.scratch, _env(), s.course_roots, s.use_sandbox)
+        await k.start()
+        killer = await _run_cells(k, run, s, deadline)
+        if killer is None or asyncio.get_running_loop().time() >= deadline:
+            break
+        defs = next(d for key, _, d in cells if key == killer)
+        crashed[killer] = "definitions" if crashed.get(killer) is None and killer.startswith("solution") \
+            and defs is not None else "skipped"
+        if events is not None:
+            events.setdefault("fresh_kernel_cells", {})[killer] = (
+                "killed the kernel; only its imports, functions and classes run" if crashed[killer] == "definitions"
+                else "killed the kernel; left out")
+        await k.shutdown()
     if not k.dead:
         await _inject(k)
     return k
@@ -534,8 +622,10 @@ async def run_notebook(nb, source_nb, s: Settings) -> NotebookResult:
         tests_kernel_task = None
         grading_deadline = None
 
+        crashed_cells: dict = {}
+
         async def start_fresh(label):
-            k = await fresh_student(nb, source_nb, s, label, loop.time() + s.notebook_timeout)
+            k = await fresh_student(nb, source_nb, s, label, loop.time() + s.notebook_timeout, crashed_cells, events)
             kernels_used.append(k)
             return k
 
