@@ -152,6 +152,7 @@ class Entry:
     env: dict = field(default_factory=dict)
     check: str | None = None              # extra assertion in test_corpus.py
     expect: dict = field(default_factory=dict)  # grade_id -> points (None: waits for a person), overrides
+    reasons: tuple = ()                   # texts the review reasons must contain (one per attack; review=True)
 
 
 @dataclass
@@ -197,7 +198,7 @@ def available(root: Path = ROOT) -> list[str]:
     return out
 
 
-SHARED_SPECS = {"hostile"}
+SHARED_SPECS = {"hostile", "evasion"}
 # Workers for grading the corpus: one more than the cores, since each grading waits on its kernels
 # (startup, the calls between its two kernels) part of the time.
 CORPUS_WORKERS = (os.cpu_count() or 1) + 1  # specs that place their entries on every assignment (autograder/corpus/hostile.py)
@@ -344,6 +345,19 @@ def compare(b: Built, result) -> tuple[float | None, list[str]]:
         problems.append(f"status {nb['status']!r}, expected {b.entry.status!r} ({nb.get('reason')})")
     if nb["needs_manual_review"] != b.entry.review:
         problems.append(f"needs_manual_review is {nb['needs_manual_review']} ({nb['review_reasons']})")
+    if b.entry.review and nb["status"] == "graded":
+        # held for review: the points are 0 in the tables, but the tests' verdicts a person confirms must
+        # be right (exactly the cells of `lose` failed; every other automatic test passed)
+        for c in nb["cells"]:
+            if c["grade_id"] not in b.expected_cells or c["needs_manual_grade"] and c["error"] is None:
+                continue
+            failed = c["error"] is not None
+            if failed != (c["grade_id"] in b.entry.lose):
+                problems.append(f"{c['grade_id']}: held for review, but its test {'failed' if failed else 'passed'} "
+                                f"({c['error']})")
+        for text in b.entry.reasons:
+            if not any(text in r for r in nb["review_reasons"]):
+                problems.append(f"no review reason says {text!r} (reasons: {nb['review_reasons']})")
     return float(nb["points"]), problems
 
 
