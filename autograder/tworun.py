@@ -63,7 +63,7 @@ import wire
 HERE = Path(__file__).resolve().parent
 HIDDEN_BEGIN, HIDDEN_END = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
 MAX_RESTARTS = 12        # fresh student's kernels per notebook, all functions together (time bounds them too)
-PROBE_TIMEOUT = 15       # seconds for one call of the answer-key probe
+PROBE_TIMEOUT = 10       # seconds for one call of the answer-key probe (small inputs: well under 1 s)
 MAX_CRASHES = 2          # a function that killed (or hung) the student's kernel this often is not run again
 CALL_GRACE = 10  # seconds a test cell may run past the end of its last call of the student's code
 MESSAGE_CHARS = 300

@@ -273,17 +273,19 @@ def _lab19() -> list[Entry]:
 def _lab21() -> list[Entry]:
     return [
         Entry("evade-probe-a", L21, "a trace function set in a free cell; pass_at_k loops when the answer-key probe "
-              "calls it and hands the tests' calls to llmrl.evaluation.pass_at_k; maxrl_advantages exits the kernel "
-              "when probed and is right otherwise", [
+              "calls it and hands the tests' calls to llmrl.evaluation.pass_at_k (unpickled); maxrl_advantages exits "
+              "the kernel when probed and is right otherwise", [
                   insert(SPY_TRACE, after="start"),
-                  solve("task4_pass_at_k", UNDER_PROBE + _code('''
-                      import llmrl.evaluation as _ev
+                  solve("task4_pass_at_k", UNDER_PROBE + _code(f'''
+                      import pickle
+
+                      _library_pass_at_k = pickle.loads({_pickled_reference("llmrl.evaluation", "pass_at_k")!r})
 
                       def pass_at_k(n, c, k):
                           if _under_probe():
                               while True:            # stalls: the probe learns nothing
                                   pass
-                          return float(_ev.pass_at_k(n, c, k))
+                          return float(_library_pass_at_k(n, c, k))
                   ''')),
                   then("task5_maxrl_advantages", UNDER_PROBE + _code('''
                       _honest_maxrl = maxrl_advantages
@@ -298,6 +300,7 @@ def _lab21() -> list[Entry]:
               reasons=("a trace or profile function was already set (sys.settrace)",
                        "task4_pass_at_k: pass_at_k did not return when the answer-key probe called it, yet answered",
                        "task4_pass_at_k: pass_at_k ran llmrl.evaluation.pass_at_k",
+                       "task4_pass_at_k: pass_at_k uses unpickling (pickle.loads)",
                        "task5_maxrl_advantages: maxrl_advantages killed the student's kernel when the answer-key probe "
                        "called it")),
     ]
@@ -308,7 +311,7 @@ def _hw4() -> list[Entry]:
         Entry("evade-probe-b", HW4, "a profile function set in a free cell (sys.setprofile, threading.setprofile); "
               "approx_kl_from_logprobs sleeps through interrupts when probed and is right otherwise; "
               "iter_minibatches kills the kernel (SIGSEGV) when probed and hands the tests' calls to "
-              "llmrl.trainer.minibatches", [
+              "llmrl.trainer.minibatches (unpickled)", [
                   insert(SPY_PROFILE, after="start"),
                   then("task3_approx_kl", UNDER_PROBE + _code('''
                       _honest_kl = approx_kl_from_logprobs
@@ -320,17 +323,19 @@ def _hw4() -> list[Entry]:
                                   time.sleep(0.05)
                           return _honest_kl(logprobs, ref_logprobs, mask)
                   ''')),
-                  solve("task4_iter_minibatches", UNDER_PROBE + _code('''
-                      from llmrl import trainer as _tr
+                  solve("task4_iter_minibatches", UNDER_PROBE + _code(f'''
+                      import pickle
+
+                      _split = pickle.loads({_pickled_reference("llmrl.trainer", "minibatches")!r})
 
                       def iter_minibatches(batch, minibatch_size, generator=None):
                           if _under_probe():
                               import os, signal
                               os.kill(os.getpid(), signal.SIGSEGV)
-                          sizes = {k: v.shape[0] for k, v in batch.items()}
+                          sizes = {{k: v.shape[0] for k, v in batch.items()}}
                           if len(set(sizes.values())) != 1:
-                              raise ValueError(f"fields with different row counts: {sizes}")
-                          yield from _tr.minibatches(batch, minibatch_size, generator)
+                              raise ValueError(f"fields with different row counts: {{sizes}}")
+                          yield from _split(batch, minibatch_size, generator)
                   ''')),
               ], review=True,
               reasons=("a trace or profile function was already set (sys.setprofile, threading.setprofile)",
@@ -338,7 +343,8 @@ def _hw4() -> list[Entry]:
                        "yet answered",
                        "task4_iter_minibatches: iter_minibatches killed the student's kernel when the answer-key probe "
                        "called it",
-                       "task4_iter_minibatches: iter_minibatches ran llmrl.trainer.minibatches")),
+                       "task4_iter_minibatches: iter_minibatches ran llmrl.trainer.minibatches",
+                       "task4_iter_minibatches: iter_minibatches uses unpickling (pickle.loads)")),
     ]
 
 
@@ -349,3 +355,28 @@ def entries(assignment: str, root=None) -> list[Entry]:
     """The entries that run on this assignment (none for an assignment this spec does not know)."""
     make = _BY_ASSIGNMENT.get(assignment)
     return make() if make else []
+
+
+# The classes of issue 28 this spec covers, each with the entries that attack it (entry name, a text of
+# that entry's `reasons`). The CSV class (a formula as a student id or file name) is graded by a real
+# batch in autograder/tests/test_grading_faults.py (test_ids_that_used_to_share_a_report_file_...).
+CLASSES = {
+    "library copied into the kernel's folder": [("evade-copies-a", "a file written at run time"),
+                                                ("evade-copies-b", "fit_notes.py', a file written at run time")],
+    "function fetched by unpickling": [("evade-copies-a", "kl_estimators uses unpickling"),
+                                       ("evade-copies-b", "best_of_n_stats ran a copy"),
+                                       ("evade-probe-a", "pass_at_k uses unpickling"),
+                                       ("evade-probe-b", "iter_minibatches uses unpickling")],
+    "code object found through gc, rebuilt under another file name": [
+        ("evade-copies-a", "tilted_optimum ran a copy"), ("evade-copies-b", "clipped_pg_loss ran a copy")],
+    "code unmarshalled from pasted bytes": [("evade-copies-a", "sequence_logprob ran a copy"),
+                                            ("evade-copies-b", "kl_penalized_rewards ran a copy")],
+    "a function that kills the kernel when probed": [("evade-probe-a", "maxrl_advantages killed"),
+                                                     ("evade-probe-b", "iter_minibatches killed")],
+    "a function that stalls when probed": [("evade-probe-a", "pass_at_k did not return"),
+                                           ("evade-probe-b", "approx_kl_from_logprobs did not return")],
+    "a trace or profile function set before the grader's calls": [("evade-probe-a", "already set (sys.settrace)"),
+                                                                 ("evade-probe-b", "already set (sys.setprofile")],
+    "a function that crashes its kernel costs only its tests": [("crash-segfault", "killed the student's kernel"),
+                                                               ("crash-own-check", "killed the student's kernel")],
+}

@@ -701,3 +701,18 @@ def test_what_the_graded_calls_and_the_probe_calls_hold_for_review(watch, probe,
                                                                                       "tracer": None}}])
 def test_a_garbled_watch_is_no_crash(watch):
     assert isinstance(ak.watch_notes("lab11", "llm_as_policy", watch, {"x": "died"}, text=set()), list)
+
+
+def test_each_class_of_issue_28_has_two_graded_entries():
+    """autograder/corpus/evasion.py: every class has at least two attacks in entries graded by the real
+    grader in make test (test_corpus.py checks that each entry's review reasons say them)."""
+    from corpus import evasion
+
+    entries = {e.name: e for a in NB for e in evasion.entries(a)}
+    for cls, attacks in evasion.CLASSES.items():
+        assert len(attacks) >= 2, cls
+        for name, text in attacks:
+            assert any(text in r for r in entries[name].reasons), (cls, name, text)
+    assert all(e.review for e in entries.values())
+    names = [b.entry.name for b in corpus.build_all(list(NB)) if b.entry.name in entries]
+    assert sorted(names) == sorted(entries), "every evasion entry is in the corpus test_corpus.py grades"
