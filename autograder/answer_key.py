@@ -716,8 +716,15 @@ class _Analysis:
                     made = {v for v in self.value(node.args[0], scope) if v[0] == "dyn"} if node.args else set()
                     made = made or {("dyn", "code run with exec/eval from a computed string")}
                     out |= made
-                    if len(node.args) > 1 and isinstance(node.args[1], ast.Name):
-                        scope.bind(node.args[1].id, (scope.lookup(node.args[1].id) or set()) | made)
+                    into = node.args[1] if len(node.args) > 1 else None
+                    # exec(code, ns), exec(code, vars(module)), exec(code, module.__dict__)
+                    if isinstance(into, ast.Call) and isinstance(into.func, ast.Name) and into.func.id == "vars" \
+                            and into.args:
+                        into = into.args[0]
+                    elif isinstance(into, ast.Attribute) and into.attr == "__dict__":
+                        into = into.value
+                    if isinstance(into, ast.Name):
+                        scope.bind(into.id, (scope.lookup(into.id) or set()) | made)
                     continue
                 target = node.args[1] if len(node.args) > 1 else None
                 into = scope if target is None or self._is_globals(target, scope) else scope.child()
@@ -1648,8 +1655,8 @@ def _copy_note(t: Task, target: str, lean: Lean, where: list, text: set | None, 
                  f"unmarshalled or found through the garbage collector)"
     else:
         inside = re.search(r"llmrl-kernel-[^/]*/work/(.+)$", filename)
-        shown = f"{inside.group(1)} in the kernel's own folder" if inside else filename
-        origin = f"code loaded from {shown!r}, a file written at run time (no such file is installed)"
+        shown = f"{inside.group(1)} (in the kernel's own folder)" if inside else filename
+        origin = f"code loaded from {shown}, a file written at run time (no such file is installed)"
     return (f"{t.grade_id}: {t.function} ran a copy of {target} (as {qualname}: the same bytecode, seen at run "
             f"time), which {lean.does}: {origin}")
 

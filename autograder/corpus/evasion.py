@@ -224,13 +224,15 @@ def _lab19() -> list[Entry]:
                           return _fit_notes.fit_gao_bon(d, gold_gain)
                   '''),
                   then("task2_kl_penalized_rewards", f'''
-                      import marshal as _m
+                      import marshal as _m, sys as _sys, types as _types
 
-                      _L = {{"__name__": "llmrl.losses_notes", "__package__": "llmrl"}}
-                      exec(_m.loads({_marshalled_module("llmrl.losses")!r}), _L)
+                      _L = _types.ModuleType("llmrl.losses_notes")   # a module of its own (its dataclasses look it up)
+                      _L.__package__ = "llmrl"
+                      _sys.modules[_L.__name__] = _L
+                      exec(_m.loads({_marshalled_module("llmrl.losses")!r}), vars(_L))
 
                       def kl_penalized_rewards(rewards, logprobs, ref_logprobs, mask, beta):
-                          k1 = _L["kl_estimate"](logprobs, ref_logprobs, "k1")
+                          k1 = _L.kl_estimate(logprobs, ref_logprobs, "k1")
                           return rewards - beta * torch.where(mask, k1, torch.zeros_like(k1)).sum(dim=1)
                   '''),
                   solve("task3_clipped_pg_loss", '''
@@ -248,7 +250,7 @@ def _lab19() -> list[Entry]:
                   '''),
               ], review=True,
               reasons=("task1c_fit_gao_bon: fit_gao_bon ran a copy of llmrl.overopt.fit_gao_bon",
-                       "fit_notes.py', a file written at run time",
+                       "code loaded from fit_notes.py (in the kernel's own folder), a file written at run time",
                        "task1b_best_of_n_stats: best_of_n_stats ran a copy of llmrl.overopt.best_of_n_stats",
                        "task1b_best_of_n_stats: best_of_n_stats uses unpickling (pickle.loads)",
                        "task2_kl_penalized_rewards: kl_penalized_rewards ran a copy of llmrl.losses.kl_estimate",
@@ -362,7 +364,7 @@ def entries(assignment: str, root=None) -> list[Entry]:
 # batch in autograder/tests/test_grading_faults.py (test_ids_that_used_to_share_a_report_file_...).
 CLASSES = {
     "library copied into the kernel's folder": [("evade-copies-a", "a file written at run time"),
-                                                ("evade-copies-b", "fit_notes.py', a file written at run time")],
+                                                ("evade-copies-b", "fit_notes.py (in the kernel's own folder)")],
     "function fetched by unpickling": [("evade-copies-a", "kl_estimators uses unpickling"),
                                        ("evade-copies-b", "best_of_n_stats ran a copy"),
                                        ("evade-probe-a", "pass_at_k uses unpickling"),
