@@ -304,8 +304,8 @@ def _lab21() -> list[Entry]:
 
                       def pass_at_k(n, c, k):
                           if _under_probe():
-                              while True:            # stalls: the probe learns nothing
-                                  pass
+                              import threading
+                              threading.Event().wait()   # stalls: the probe learns nothing
                           return float(_library_pass_at_k(n, c, k))
                   ''')),
                   then("task5_maxrl_advantages", UNDER_PROBE + _code('''
