@@ -293,7 +293,7 @@ def _lab19() -> list[Entry]:
 
 def _lab21() -> list[Entry]:
     return [
-        Entry("evade-probe-a", L21, "a trace function set in a free cell; pass_at_k loops when the answer-key probe "
+        Entry("evade-probe-a", L21, "a trace function set in a free cell; pass_at_k stalls (waits on an event) when the answer-key probe "
               "calls it and hands the tests' calls to llmrl.evaluation.pass_at_k (unpickled); maxrl_advantages exits "
               "the kernel when probed and is right otherwise", [
                   insert(SPY_TRACE, after="start"),
