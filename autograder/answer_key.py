@@ -19,21 +19,34 @@ Two checks, used together:
   looked up at run time (`getattr(sampling, name)` with a computed name, an import by a computed
   string, `exec` of computed code, `sys.modules[...]`) cannot be followed; it gets its own note.
   Library functions whose body the graded function copies line for line are noted too.
-* runtime (:func:`runtime_probe`, run inside the student's sandboxed kernel after the notebook's
-  cells; :func:`runtime_notes` reads its answer): calls each graded function once on small inputs
-  under `sys.setprofile` and reports which functions of the installed `llmrl` package the call
-  reached, however they were named. It runs inside the student's own process, so a determined
-  student can evade it (replace the profiler hook, recognise the probe's inputs, copy the library's
-  code under another file name); a canary call checks that the profiler works and a note says when
-  it did not. Neither check alone is proof; together they leave review notes for a person.
+  Opaque sources of a value are named too: unpickling, marshal, walks of the garbage collector,
+  functions and code objects built at run time, modules loaded from a file, and modules that are
+  no installed package (a file the kernel wrote at run time).
+* runtime, by behaviour: the *watch* (`_WATCH`, sys.settrace) sees every Python function a call
+  runs and reports the library's functions by where they live and, by content, any code whose
+  fingerprint (bytecode, names, non-string constants: not its name, file, lines or docstring) is
+  one of the library's complete versions of the task, wherever that code came from: a copied file,
+  a pickle, marshal, a code object found through gc and rebuilt under another file name. Code the
+  notebook's own text defines (:func:`text_fingerprints`) is not a copy unless the library function
+  is 4 lines or longer (then it was typed in line for line). The watch runs around every graded
+  call in the student's kernel (autograder/remote.py; its report comes back with the answer,
+  :func:`watch_notes`) and in the probe (:func:`runtime_probe`, one graded function at a time on
+  small inputs after the notebook's cells; :func:`runtime_notes`). A trace or profile function set
+  before the watch (or one that replaced it), a graded call or probe call that killed the kernel,
+  and a probe call that stalled while the function answered the tests' calls hold the notebook for
+  review. All of it runs inside the student's own process, so a determined student can still evade
+  it (see README, "Grading safety"); neither check alone is proof; both leave notes for a person.
 
-Interface for the grader (autograder/grade.py wires it in):
+Interface for the grader (autograder/grade.py and tworun.py wire it in):
 
     notes = review_notes(assignment, notebook)              # notebook: nbformat node, dict or path
+    watch = watch_module(assignment, notebook_name)         # installed as _llmrl_watch in the kernel
     code, expression = runtime_probe(assignment, notebook_name)
-    # run `code` silently in the kernel after the student's cells, read `expression` back
-    # (user_expressions, text/plain), then:
-    notes += runtime_notes(assignment, notebook_name, text_plain)
+    # run `code` silently in the kernel after the student's cells, then `_llmrl_answer_key_probe([key])`
+    # for each key of probe_keys() (user_expressions, text/plain), then:
+    notes += runtime_notes(assignment, notebook_name, text_plain, submission=notebook)
+    notes += watch_notes(assignment, notebook_name, what_the_graded_calls_ran, how_probe_calls_ended,
+                         submission=notebook)
 
 Each note starts with the grade_id of the solution cell, e.g. "task1a_response_logprobs:
 response_logprobs delegates to llmrl.sampling.gather_logprobs, which does this task once the
@@ -374,6 +387,47 @@ MAX_STEPS = 2_000_000  # evaluations per notebook before the check gives up with
 class _TooComplex(Exception):
     pass
 
+
+# Calls whose result the notebook's text does not show (the source of a value the check cannot read);
+# a graded function whose value comes from one gets a note naming it.
+OPAQUE_CALLS = {
+    **{f"{m}.{f}": f"unpickling ({m}.{f})" for m in ("pickle", "_pickle", "dill", "cloudpickle")
+       for f in ("loads", "load", "Unpickler")},
+    "torch.load": "unpickling (torch.load)", "joblib.load": "unpickling (joblib.load)",
+    "shelve.open": "unpickling (shelve.open)", "copyreg._reconstructor": "unpickling (copyreg._reconstructor)",
+    "numpy.load": "a file read at run time (numpy.load)",
+    "marshal.loads": "unmarshalled code (marshal.loads)", "marshal.load": "unmarshalled code (marshal.load)",
+    **{f"gc.{f}": f"a walk of the garbage collector (gc.{f})" for f in ("get_objects", "get_referrers",
+                                                                       "get_referents", "garbage")},
+    **{f"types.{f}": f"a function or code object built at run time (types.{f})"
+       for f in ("FunctionType", "LambdaType", "CodeType", "MethodType")},
+    **{f: f"a module loaded from a file ({f})" for f in (
+        "importlib.util.spec_from_file_location", "importlib.util.module_from_spec",
+        "importlib.machinery.SourceFileLoader", "importlib.machinery.SourcelessFileLoader",
+        "importlib.machinery.ExtensionFileLoader", "runpy.run_path", "runpy.run_module", "imp.load_source",
+        "imp.load_compiled", "zipimport.zipimporter")},
+}
+
+
+@lru_cache(maxsize=4096)
+def _installed(top: str) -> bool:
+    """Whether a top-level module can be imported without files written at run time: built in,
+    frozen, or found on the Python path the kernels get (not the autograder's folder, not the
+    grader's current folder)."""
+    import importlib.machinery
+    import sys
+
+    if top in sys.builtin_module_names or top in getattr(sys, "stdlib_module_names", ()):
+        return True
+    if importlib.machinery.FrozenImporter.find_spec(top) is not None:
+        return True
+    here = str(Path(__file__).resolve().parent)
+    path = [p for p in sys.path if p and Path(p).resolve() != Path(here) and Path(p).resolve() != Path.cwd()]
+    try:
+        return importlib.machinery.PathFinder.find_spec(top, path) is not None
+    except (ImportError, ValueError, OSError):
+        return False
+
 OPAQUE = ("opaque",)   # something computed at run time (so a name holding it is no constant string)
 
 _BUILTINS = set(dir(builtins))
@@ -414,6 +468,10 @@ class _Analysis:
             return {("lib", self.lib.canonical(name))}
         if name in self.module_sources:
             return {("mod", name)}
+        if top and not _installed(top):
+            # the sandbox's only writable folder is the kernel's own: a module that is no installed
+            # package and no %%writefile cell of the notebook was written there at run time
+            return {("dyn", f"module {name}, which is not installed (a file written at run time)")}
         return {("py", name)}
 
     def attr(self, values: Iterable[Value], name: str) -> set:
@@ -595,6 +653,9 @@ class _Analysis:
         funcs = self.value(node.func, scope)
         args = list(node.args) + [k.value for k in node.keywords]
         out = set()
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "replace" and \
+                any((k.arg or "").startswith("co_") for k in node.keywords):
+            out.add(("dyn", "a code object rebuilt (code.replace)"))
         for f in funcs:
             kind, ref = f[0], (f[1] if len(f) > 1 else None)
             if kind == "py" and ref in ("builtins.getattr", "operator.attrgetter") and node.args:
@@ -643,11 +704,27 @@ class _Analysis:
             if kind == "py" and ref in ("builtins.globals", "builtins.locals"):
                 out.add(("globals",))
                 continue
+            if kind == "py" and ref in OPAQUE_CALLS:
+                # a value the notebook's text does not show: whatever the call returns is opaque
+                out.add(("dyn", OPAQUE_CALLS[ref]))
             if kind == "py" and (ref in ("builtins.eval", "builtins.exec", "builtins.compile") or
                                  "get_ipython" in ref and ref.rsplit(".", 1)[-1] in ("run_cell", "ex", "ev")):
                 code = self.strings(node.args[0], scope) if node.args else None
                 if code is None:
-                    out.add(("dyn", "code run with exec/eval from a computed string"))
+                    # what the code is made of (unmarshalled bytes...) names it; the namespace it
+                    # runs in (exec(code, ns)) holds whatever it defines
+                    made = {v for v in self.value(node.args[0], scope) if v[0] == "dyn"} if node.args else set()
+                    made = made or {("dyn", "code run with exec/eval from a computed string")}
+                    out |= made
+                    into = node.args[1] if len(node.args) > 1 else None
+                    # exec(code, ns), exec(code, vars(module)), exec(code, module.__dict__)
+                    if isinstance(into, ast.Call) and isinstance(into.func, ast.Name) and into.func.id == "vars" \
+                            and into.args:
+                        into = into.args[0]
+                    elif isinstance(into, ast.Attribute) and into.attr == "__dict__":
+                        into = into.value
+                    if isinstance(into, ast.Name):
+                        scope.bind(into.id, (scope.lookup(into.id) or set()) | made)
                     continue
                 target = node.args[1] if len(node.args) > 1 else None
                 into = scope if target is None or self._is_globals(target, scope) else scope.child()
@@ -1255,22 +1332,124 @@ def review_notes(assignment: str, notebook, notebook_name: str | None = None,
 
 # ============================================================================ the runtime check
 
-# Runs in the student's kernel (after the notebook's cells); defines nothing but _llmrl_answer_key_*
-# names. It must not import the autograder (the sandbox hides it) and returns plain JSON.
+# Runs in the student's kernel: the probe (after the notebook's cells) and, as the module
+# _llmrl_watch, around every graded call (autograder/remote.py's serve). Defines nothing but
+# _llmrl_answer_key_* names; it must not import the autograder (the sandbox hides it). The grader
+# runs the same source to fingerprint the library and the notebook's own code with the same function.
+_WATCH = r'''
+def _llmrl_answer_key_norm(c, depth=0):
+    import types
+    if isinstance(c, types.CodeType):
+        return ("code", _llmrl_answer_key_fingerprint(c, depth + 1) if depth < 30 else "deep")
+    if c is None or isinstance(c, (str, bytes)):
+        return "text"                    # docstrings (None when there is none) and messages: edited at will
+    if isinstance(c, tuple):
+        return ("tuple",) + tuple(_llmrl_answer_key_norm(x, depth + 1) for x in c)
+    if isinstance(c, frozenset):         # a set's order depends on the process's hash seed
+        return ("frozenset",) + tuple(sorted(repr(_llmrl_answer_key_norm(x, depth + 1)) for x in c))
+    return repr(c)
+
+
+def _llmrl_answer_key_fingerprint(code, depth=0):
+    """What a code object does, however it is named and wherever it came from: its bytecode, the
+    names it reads, its constants other than strings (nested code by its own fingerprint) and its
+    signature; not its name, file, line numbers, local names, docstring or messages."""
+    import hashlib
+    head = repr((code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount, code.co_names,
+                 tuple(_llmrl_answer_key_norm(c, depth) for c in code.co_consts)))
+    return hashlib.sha256(head.encode() + b"\0" + code.co_code).hexdigest()[:32]
+
+
+def _llmrl_answer_key_canary():
+    return 1
+
+
+class _llmrl_answer_key_Watch:
+    """Sees every Python function one call runs (sys.settrace, threading.settrace for the threads it
+    starts) and reports the course library's functions it ran, by where they live ("lib"); any code
+    whose fingerprint is one of the library's complete versions of a graded task, wherever that code
+    came from: a copied file, unpickling, marshal, a rebuilt code object ("copies"); and a trace or
+    profile function that was set before it began or that replaced it during the call ("tracer")."""
+
+    def __init__(self, spec):
+        self.table = spec["fingerprints"]              # fingerprint -> library function
+        self.lengths = set(spec["lengths"])            # their bytecode lengths (a cheap first test)
+        self.pkg = tuple(spec["pkg"])
+        self.cache = {}
+
+    def start(self):
+        import sys, threading
+        self.lib, self.copies, self.tracer, self.canary = set(), set(), [], False
+        self.old = (sys.gettrace(), sys.getprofile(), getattr(threading, "_trace_hook", None),
+                    getattr(threading, "_profile_hook", None))
+        names = ("sys.settrace", "sys.setprofile", "threading.settrace", "threading.setprofile")
+        pre = [n for n, f in zip(names, self.old) if f is not None]
+        if pre:
+            self.tracer.append("a trace or profile function was already set (" + ", ".join(pre) + ")")
+        self.fn = self._trace
+        threading.settrace(self.fn)
+        sys.settrace(self.fn)
+        _llmrl_answer_key_canary()
+        if not self.canary:
+            self.tracer.append("the watch saw no call (sys.settrace does not work in this kernel)")
+        return self
+
+    def stop(self):
+        import sys, threading
+        now = sys.gettrace()
+        sys.settrace(self.old[0])
+        threading.settrace(self.old[2])
+        if now is not self.fn and self.canary:
+            self.tracer.append("the trace function was replaced or removed during the call")
+        return {"lib": sorted(self.lib)[:200], "copies": sorted(self.copies)[:50], "tracer": self.tracer}
+
+    def _trace(self, frame, event, arg):
+        if event != "call":
+            return None
+        code = frame.f_code
+        hit = self.cache.get(id(code))
+        if hit is None or hit[0] is not code:
+            hit = (code, self._classify(code, frame))
+            if len(self.cache) < 100000:
+                self.cache[id(code)] = hit
+        for kind, what in hit[1]:
+            if kind == "canary":
+                self.canary = True
+            elif kind == "lib":
+                self.lib.add(what)
+            else:
+                self.copies.add(what)
+        return None
+
+    def _classify(self, code, frame):
+        out = []
+        if code is _llmrl_answer_key_canary.__code__:
+            return [("canary", None)]
+        name = frame.f_globals.get("__name__", "?") if isinstance(frame.f_globals, dict) else "?"
+        filename = code.co_filename if isinstance(code.co_filename, str) else "?"
+        if filename.startswith(self.pkg):
+            out.append(("lib", str(name)[:200] + "." + code.co_qualname))
+        try:
+            if len(code.co_code) in self.lengths:
+                target = self.table.get(_llmrl_answer_key_fingerprint(code))
+                if target:
+                    out.append(("copy", (target, filename[-300:], str(name)[:200], code.co_qualname[:200])))
+        except Exception:
+            pass
+        return out
+'''
+
 _PROBE = r'''
-def _llmrl_answer_key_probe(specs):
-    import inspect, itertools, json, math, sys, threading
+def _llmrl_answer_key_probe(keys=None):
+    """Call each graded function (those of `keys`, default all) once on small inputs under the watch."""
+    import builtins, inspect, itertools, json, math
     import numpy as np
     import torch
-    import llmrl, llmrl.utils
     from llmrl.losses import LossBatch
     from types import SimpleNamespace
-    pkg = [p.rstrip("/") + "/" for p in llmrl.__path__]
+    spec = _llmrl_answer_key_SPEC
     ns = globals()
     out = {"tracer": "ok", "functions": {}}
-    real_setprofile = sys.setprofile
-    if type(real_setprofile).__name__ != "builtin_function_or_method":
-        out["tracer"] = "sys.setprofile was replaced"
 
     def make_inputs(src):
         g = torch.Generator().manual_seed(0)
@@ -1289,75 +1468,248 @@ def _llmrl_answer_key_probe(specs):
                "R": R, "I": I, "M": M, "G": G}
         return eval(src, env)
 
-    def trace(fn, args, kwargs):
-        reached = set()
-        def prof(frame, event, arg):
-            if event == "call":
-                code = frame.f_code
-                if any(code.co_filename.startswith(p) for p in pkg):
-                    reached.add(str(frame.f_globals.get("__name__", "?")) + "." + code.co_qualname)
-        old = sys.getprofile()
-        old_thread = threading.getprofile() if hasattr(threading, "getprofile") else None
-        error = None
-        real_setprofile(prof)
-        threading.setprofile(prof)
+    for key, fname, src in spec["specs"]:
+        if keys is not None and key not in keys:
+            continue
+        fn = ns.get(fname, getattr(builtins, fname, None))
+        entry = {"function": fname}
+        out["functions"][key] = entry
+        if not callable(fn):
+            entry["error"] = "not defined"
+            continue
+        try:
+            args, kwargs = make_inputs(src)
+        except Exception as e:
+            entry["error"] = "inputs: " + type(e).__name__
+            continue
+        watch = _llmrl_answer_key_Watch(spec).start()
         try:
             res = fn(*args, **kwargs)
             if inspect.isgenerator(res) or (hasattr(res, "__next__") and hasattr(res, "__iter__")):
                 list(itertools.islice(res, 1000))
         except Exception as e:
-            error = type(e).__name__
+            entry["error"] = type(e).__name__
         finally:
-            real_setprofile(old)
-            threading.setprofile(old_thread)
-        return reached, error
-
-    canary, _ = trace(llmrl.utils.check_int, ("n", 1), {})
-    if "llmrl.utils.check_int" not in canary:
-        out["tracer"] = "the profiler saw no call (sys.setprofile does not work in this kernel)"
-    for key, fname, src in specs:
-        import builtins
-        fn = ns.get(fname, getattr(builtins, fname, None))
-        entry = {"function": fname}
-        if not callable(fn):
-            entry["error"] = "not defined"
-        else:
-            try:
-                args, kwargs = make_inputs(src)
-            except Exception as e:
-                entry["error"] = "inputs: " + type(e).__name__
-            else:
-                reached, error = trace(fn, args, kwargs)
-                entry["reached"] = sorted(reached)[:200]
-                if error:
-                    entry["error"] = error
-        out["functions"][key] = entry
+            seen = watch.stop()
+        entry["reached"], entry["copies"] = seen["lib"], [list(c) for c in seen["copies"]]
+        if seen["tracer"]:
+            entry["tracer"] = seen["tracer"]
+            out["tracer"] = "; ".join(seen["tracer"])[:500]
     return json.dumps(out)
 '''
 
 
+def _watch_namespace() -> dict:
+    ns: dict = {}
+    exec(compile(_WATCH, "<answer-key watch>", "exec"), ns)
+    return ns
+
+
+_FINGERPRINT = _watch_namespace()["_llmrl_answer_key_fingerprint"]
+
+
+def fingerprint(code) -> str:
+    """The fingerprint the watch gives a code object (the same function runs in the kernel)."""
+    return _FINGERPRINT(code)
+
+
+@lru_cache(maxsize=8)
+def _library_codes(folder: str) -> dict[str, object]:
+    """Every function of the library (module.qualname -> code object), compiled from its source as
+    an import compiles it (so a copy, a pickled or marshalled one, has the same bytecode)."""
+    import types
+
+    out = {}
+    base = Path(folder)
+    for p in sorted(base.rglob("*.py")):
+        rel = p.relative_to(base).with_suffix("")
+        parts = ["llmrl", *rel.parts]
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        try:
+            code = compile(p.read_text(encoding="utf-8"), str(p), "exec", dont_inherit=True)
+        except (SyntaxError, ValueError, UnicodeDecodeError):
+            continue
+        todo = [c for c in code.co_consts if isinstance(c, types.CodeType)]
+        while todo:
+            c = todo.pop()
+            out[".".join(parts) + "." + c.co_qualname] = c
+            todo += [x for x in c.co_consts if isinstance(x, types.CodeType)]
+    return out
+
+
+def watch_spec(assignment: str, notebook: str, lib: Library | None = None) -> dict:
+    """What the watch needs for one notebook: the fingerprints of the library's complete versions of
+    its tasks (and of ANYWHERE), their bytecode lengths, and the library's folder."""
+    lib = lib or library()
+    codes = _library_codes(str(lib.folder))
+    table = {}
+    for t in tasks_for(assignment, notebook):
+        for lean in t.library + ANYWHERE:
+            code = codes.get(lean.target)
+            if code is not None:
+                table.setdefault(fingerprint(code), lean.target)
+    return {"fingerprints": table, "lengths": sorted({len(codes[t].co_code) for t in table.values()}),
+            "pkg": [str(lib.folder).rstrip("/") + "/"]}
+
+
+def watch_module(assignment: str, notebook: str) -> str:
+    """Source of the module _llmrl_watch the grader installs in the student's kernel: the watch and
+    this notebook's spec; autograder/remote.py's serve() runs every graded call under it."""
+    spec = watch_spec(assignment, notebook)
+    return (_WATCH + f"\nSPEC = {spec!r}\n\n"
+            "def start():\n    return _llmrl_answer_key_Watch(SPEC).start()\n")
+
+
+def _large(target: str, lib: Library) -> bool:
+    """A library function long enough (4 lines or more) that the same code typed into a notebook
+    is a copy, not a coincidence (as the static check's `_copied_from` counts them)."""
+    mod, _, name = target.rpartition(".")
+    node = lib.modules.get(mod, {}).get("defs", {}).get(name)
+    return isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and len(_function_body_lines(node)) >= 4
+
+
+def text_fingerprints(notebook) -> set[str]:
+    """Fingerprints of every function the notebook's own text defines: its code cells (as IPython
+    runs them), %%writefile cells and constant strings of code (exec). A copy of a library function
+    whose fingerprint is not among them came from outside the notebook's text: a file written at
+    run time, unpickling, marshal, a code object rebuilt or found through the garbage collector."""
+    import types
+
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+        transform = TransformerManager().transform_cell
+    except ImportError:  # pragma: no cover - IPython is in the grader's environment
+        def transform(text):
+            return text
+    texts = []
+    for kind, _, src in _cells(notebook):
+        if kind != "code":
+            continue
+        lines = src.splitlines()
+        if lines and lines[0].startswith("%%writefile"):
+            texts.append("\n".join(lines[1:]))
+            continue
+        try:
+            texts.append(transform(src))
+        except Exception:  # noqa: BLE001 - a cell IPython cannot read runs as nothing
+            continue
+    out: set[str] = set()
+    todo = list(texts)
+    done = 0
+    while todo and done < 2000:
+        text = todo.pop()
+        done += 1
+        try:
+            code = compile(text, "<cell>", "exec", dont_inherit=True)
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+            continue
+        stack = [code]
+        while stack:
+            c = stack.pop()
+            for x in c.co_consts:
+                if isinstance(x, types.CodeType):
+                    out.add(fingerprint(x))
+                    stack.append(x)
+        # code held in a string (exec, compile): compiled the same way
+        todo += [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                 and any(w in n.value for w in ("def ", "lambda", "class "))][:200]
+    return out
+
+
+def probe_keys(assignment: str, notebook: str) -> list[tuple[str, str]]:
+    """(key, function) of each call the probe makes, in order (the grader runs them one by one)."""
+    return [(f"{t.grade_id}:{t.function}", t.function) for t in tasks_for(assignment, notebook)]
+
+
 def runtime_probe(assignment: str, notebook: str) -> tuple[str, str]:
-    """(code, expression): run `code` silently in the student's kernel after the notebook's cells,
-    then read `expression` (a JSON string) back, e.g. through user_expressions."""
-    specs = [(f"{t.grade_id}:{t.function}", t.function, t.probe) for t in tasks_for(assignment, notebook)]
-    code = _PROBE + f"\n_llmrl_answer_key_result = _llmrl_answer_key_probe({specs!r})\n"
-    return code, "_llmrl_answer_key_result"
+    """(code, expression): run `code` silently in the student's kernel after the notebook's cells
+    (it only defines _llmrl_answer_key_* names), then read `expression` (a JSON string) back, e.g.
+    through user_expressions. `_llmrl_answer_key_probe([key])` probes one function of probe_keys()."""
+    spec = dict(watch_spec(assignment, notebook),
+                specs=[(f"{t.grade_id}:{t.function}", t.function, t.probe) for t in tasks_for(assignment, notebook)])
+    code = _WATCH + _PROBE + f"\n_llmrl_answer_key_SPEC = {spec!r}\n"
+    return code, "_llmrl_answer_key_probe()"
 
 
-def runtime_notes(assignment: str, notebook: str, answer, lib: Library | None = None) -> list[str]:
+def _copy_note(t: Task, target: str, lean: Lean, where: list, text: set | None, lib: Library) -> str | None:
+    """The note for code with a library function's fingerprint that a call ran, or None when it is
+    the library's own (noted by name) or the notebook's own short code (a coincidence is possible)."""
+    if not (isinstance(where, (list, tuple)) and len(where) == 4 and all(isinstance(x, str) for x in where)):
+        return None
+    _, filename, module, qualname = where
+    pkg = str(lib.folder).rstrip("/") + "/"
+    if filename.startswith(pkg) and module == target.rpartition(".")[0]:
+        return None  # the library's own function, run under its own name: the name-based note says it
+    fp = fingerprint(_library_codes(str(lib.folder))[target])
+    if text is not None and fp in text:
+        if not _large(target, lib):
+            return None
+        return (f"{t.grade_id}: {t.function} ran {qualname}, typed into the notebook line for line from {target} "
+                f"(the same bytecode), which {lean.does}")
+    if filename.startswith(pkg):
+        origin = f"code of the library's file rebuilt under another module ({module})"
+    elif filename.startswith("<") or "/" not in filename:
+        origin = f"code rebuilt at run time (its file name says {filename!r}: a code object made, unpickled, " \
+                 f"unmarshalled or found through the garbage collector)"
+    else:
+        inside = re.search(r"llmrl-kernel-[^/]*/work/(.+)$", filename)
+        shown = f"{inside.group(1)} (in the kernel's own folder)" if inside else filename
+        origin = f"code loaded from {shown}, a file written at run time (no such file is installed)"
+    return (f"{t.grade_id}: {t.function} ran a copy of {target} (as {qualname}: the same bytecode, seen at run "
+            f"time), which {lean.does}: {origin}")
+
+
+def _entry_notes(t: Task, lib: Library, reached, copies, text, what: str) -> list[str]:
+    """Notes for what one function's calls ran (the probe's or the tests'): the same note whoever
+    called it, so that a lean both saw is said once. `what` is kept for the caller's logs."""
+    notes = []
+    targets = {l.target: l for l in t.library + ANYWHERE}
+    seen = set()
+    for name in reached if isinstance(reached, list) else []:
+        if not isinstance(name, str):
+            continue
+        canon = lib.canonical(name.replace(".<locals>", ""))
+        if canon in targets and canon not in seen:
+            seen.add(canon)
+            notes.append(f"{t.grade_id}: {t.function} ran {canon} (seen at run time), which {targets[canon].does}")
+    for where in copies if isinstance(copies, list) else []:
+        if isinstance(where, (list, tuple)) and where and where[0] in targets:
+            note = _copy_note(t, where[0], targets[where[0]], list(where), text, lib)
+            if note:
+                notes.append(note)
+    return notes
+
+
+def _text(notebook, text):
+    if text is not None or notebook is None:
+        return text
+    try:
+        return text_fingerprints(notebook)
+    except Exception:  # noqa: BLE001 - a reviewer's aid: never stops grading
+        return None
+
+
+def runtime_notes(assignment: str, notebook: str, answer, lib: Library | None = None, *,
+                  submission=None, text: set | None = None) -> list[str]:
     """Review notes from the runtime probe's answer (the JSON string, or its text/plain repr).
 
-    The answer comes from the student's kernel: anything malformed is itself a note, never an error."""
+    `submission` (the notebook, any form review_notes takes) or `text` (its text_fingerprints) tells
+    copies of library code the notebook itself holds from those loaded at run time; without either,
+    every copy is noted. The answer comes from the student's kernel: anything malformed is itself
+    a note, never an error."""
     lib = lib or library()
+    text = _text(submission, text)
     if isinstance(answer, str):
-        text = answer.strip()
-        if text[:1] in ("'", '"'):
+        raw = answer.strip()
+        if raw[:1] in ("'", '"'):
             try:
-                text = ast.literal_eval(text)
+                raw = ast.literal_eval(raw)
             except (ValueError, SyntaxError):
                 pass
         try:
-            answer = json.loads(text)
+            answer = json.loads(raw)
         except (TypeError, ValueError):
             return [f"{notebook}: the answer-key runtime check gave no readable answer (the kernel may have "
                     "replaced it): review the graded functions by hand"]
@@ -1366,28 +1718,65 @@ def runtime_notes(assignment: str, notebook: str, answer, lib: Library | None = 
     notes = []
     tracer = answer.get("tracer")
     if tracer != "ok":
-        notes.append(f"{notebook}: the answer-key runtime check could not trace ({str(tracer)[:200]}); "
-                     "the static check's notes stand alone: review the graded functions")
+        if "already set" in str(tracer):
+            notes.append(f"{notebook}: the answer-key probe found a trace or profile function already set in the "
+                         f"student's kernel ({str(tracer)[:200]}): code that watches the grader's calls; review it")
+        else:
+            notes.append(f"{notebook}: the answer-key runtime check could not trace ({str(tracer)[:200]}); "
+                         "the static check's notes stand alone: review the graded functions")
     for t in tasks_for(assignment, notebook):
         entry = answer["functions"].get(f"{t.grade_id}:{t.function}")
         if not isinstance(entry, dict):
             continue
-        reached = entry.get("reached")
-        if not isinstance(reached, list):
+        notes += _entry_notes(t, lib, entry.get("reached"), entry.get("copies"), text, "when probed")
+    return list(dict.fromkeys(notes))
+
+
+def watch_notes(assignment: str, notebook: str, watch: dict, probe: dict | None = None, *,
+                submission=None, text: set | None = None, lib: Library | None = None) -> list[str]:
+    """Reasons for review from the graded calls themselves (autograder/tworun.py collects `watch`:
+    function -> {"calls", "answered", "died", "timeout", "lib", "copies", "tracer"}) and from how the
+    probe's calls ended (`probe`: function -> "died" or "stalled").
+
+    Held for review: a graded call that ran one of the library's complete versions of its task (by
+    name, or by content: a copy); a trace or profile function set before a graded call, or one that
+    replaced the watch during it; a graded call that killed the student's kernel (what it ran cannot
+    be seen); a probe call that killed the kernel; a probe call that stalled while the same function
+    answered the tests' calls (it behaves differently when probed). A function that stalls in the
+    probe and in every graded call alike (an infinite loop) is not held: it earns nothing."""
+    lib = lib or library()
+    text = _text(submission, text)
+    notes: list[str] = []
+    by_function = {}
+    for t in tasks_for(assignment, notebook):
+        by_function.setdefault(t.function, []).append(t)
+    watch = watch if isinstance(watch, dict) else {}
+    tracers: dict[str, list] = {}
+    for fname, w in sorted(watch.items()):
+        if not isinstance(w, dict):
             continue
-        targets = {l.target: l for l in t.library + ANYWHERE}
-        seen = set()
-        for name in reached:
-            if not isinstance(name, str):
-                continue
-            canon = lib.canonical(name.replace(".<locals>", ""))
-            hits = [canon] if canon in targets else []
-            for h in hits:
-                if h not in seen:
-                    seen.add(h)
-                    notes.append(f"{t.grade_id}: a probe call of {t.function} ran {h} (seen at run time), "
-                                 f"which {targets[h].does}")
-    return notes
+        for t in by_function.get(fname, []):
+            notes += _entry_notes(t, lib, w.get("lib"), w.get("copies"), text, "in a graded call")
+        label = by_function[fname][0].grade_id + ": " if fname in by_function else ""
+        for why in (w.get("tracer") or [])[:3] if isinstance(w.get("tracer"), list) else []:
+            tracers.setdefault(str(why)[:200], []).append(fname)
+        if w.get("died"):
+            notes.append(f"{label}{fname} killed the student's kernel in {w['died']} graded call(s): what it ran "
+                         f"cannot be seen; the tests that did not call it kept their verdicts: review it")
+    for why, fnames in tracers.items():   # one note per finding, naming the functions it was found in
+        names = ", ".join(fnames[:8]) + (f" and {len(fnames) - 8} more" if len(fnames) > 8 else "")
+        notes.append(f"{notebook}: graded calls of {names}: {why}; code that watches or hides from the grader: "
+                     f"review it")
+    for fname, how in sorted((probe or {}).items() if isinstance(probe, dict) else []):
+        label = by_function[fname][0].grade_id + ": " if fname in by_function else ""
+        answered = (watch.get(fname) or {}).get("answered", 0) if isinstance(watch.get(fname), dict) else 0
+        if how == "died":
+            notes.append(f"{label}{fname} killed the student's kernel when the answer-key probe called it: the "
+                         f"probe could not see what it runs: review it")
+        elif how == "stalled" and answered:
+            notes.append(f"{label}{fname} did not return when the answer-key probe called it, yet answered "
+                         f"{answered} of the tests' calls: it behaves differently when probed: review it")
+    return list(dict.fromkeys(notes))
 
 
 def all_notes(assignment: str, notebook, notebook_name: str, runtime_answer=None) -> list[str]:

@@ -763,6 +763,9 @@ def table_rows(results: list[Result]) -> list[dict]:
         for nb in r.report["notebooks"]:
             status = "review" if nb["needs_manual_review"] else nb["status"]
             reason = "; ".join(nb["review_reasons"]) if nb["needs_manual_review"] else (nb["reason"] or "")
+            if nb["needs_manual_review"] and nb.get("points_held") is not None:
+                reason = f"{nb['points_held']:g} of {nb['max_points']:g} automatic points held until a person " \
+                         f"confirms them: {reason}"
             notes = "; ".join(nb.get("review_notes", []))
             ev = nb.get("events") or {}
             extra = [k for k in ("notebook_timeout", "kernel_died") if ev.get(k)]

@@ -15,7 +15,7 @@ scratch course) records the points; the feedback HTML shows the student's cells 
 the feedback run and, for each test cell, its points and the first line of its failure.
 
 Output: {"assignment", "notebooks": [{"notebook", "file", "cells": [{"grade_id", "points",
-"max_points", "needs_manual_grade", "error"}], "points", "max_points", "late_penalty", "status",
+"max_points", "needs_manual_grade", "error"}], "points", "max_points", "points_held", "late_penalty", "status",
 "reason", "needs_manual_review", "review_reasons", "review_notes", "events"}], "points", "max_points",
 "late_penalty", "timestamp", "seconds_late", "needs_manual_review", "sandbox", "seconds"}. A cell's
 "error" is the message of its failure (null when it passed). With --timestamp (nbgrader's
@@ -365,21 +365,31 @@ def _answer_key_static(assignment: str, nb, name: str) -> tuple[list[str], list[
 
 
 def _answer_key_probe(assignment: str, name: str):
+    """(the probe: (code, expression, keys), the watch module's source), or (None, None)."""
     try:
         import answer_key
 
-        return answer_key.runtime_probe(assignment, name) if answer_key.tasks_for(assignment, name) else None
+        if not answer_key.tasks_for(assignment, name):
+            return None, None
+        code, expression = answer_key.runtime_probe(assignment, name)
+        return (code, expression, answer_key.probe_keys(assignment, name)), answer_key.watch_module(assignment, name)
     except Exception:
-        return None
+        return None, None
 
 
-def _answer_key_runtime(assignment: str, name: str, answer) -> list[str]:
-    if answer is None:
+def _answer_key_runtime(assignment: str, name: str, result, nb) -> list[str]:
+    """Reasons for review from the probe's answer and from the watch over the graded calls."""
+    if result is None:
         return []
     try:
         import answer_key
 
-        return answer_key.runtime_notes(assignment, name, answer)
+        text = answer_key.text_fingerprints(nb)
+        notes = []
+        if result.probe_answer is not None:
+            notes += answer_key.runtime_notes(assignment, name, result.probe_answer, text=text)
+        notes += answer_key.watch_notes(assignment, name, result.watch, result.probe_ends, text=text)
+        return list(dict.fromkeys(notes))  # what the probe and the tests' calls both saw is said once
     except Exception as e:
         return [f"{name}: the answer-key runtime check could not be read ({type(e).__name__}): review the graded "
                 f"functions"]
@@ -425,8 +435,10 @@ def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Pa
         course_dir = scratch / "course"
         notes: dict[str, list[str]] = {}
         leans: dict[str, list[str]] = {}
+        submitted: dict = {}
         for name, path in chosen.items():
             nb = _read_notebook(str(path))
+            submitted[name] = nb
             notes[name] = repair_metadata(nb, nbformat.read(sources[name], as_version=4)) + safety.scan_notebook(nb)
             leans[name], extra = _answer_key_static(assignment, nb, name)
             notes[name] += extra
@@ -443,10 +455,11 @@ def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Pa
             stage("nbgrader_restore")
             settings = {}
             for name in tworun.STAGED:
+                probe, watch = (None, None) if self_check else _answer_key_probe(assignment, name)
                 settings[name] = tworun.settings_from_env(
                     course_roots=[ROOT, root], scratch=scratch, feedback=not self_check,
                     student_kernel="fresh" if self_check else os.environ.get("LLMRL_GRADE_STUDENT_KERNEL", "reuse"),
-                    probe=None if self_check else _answer_key_probe(assignment, name))
+                    probe=probe, watch=watch)
             try:
                 results = asyncio.run(_run_all(dict(tworun.STAGED), {n: sources[n] for n in tworun.STAGED}, settings))
             except (tworun.GradingError, kernels.KernelStartError, OSError, RuntimeError) as e:
@@ -455,11 +468,12 @@ def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Pa
                 raise PipelineError(f"the grader could not run the notebooks: {type(e).__name__}: "
                                     f"{str(e).strip().splitlines()[0] if str(e).strip() else 'no detail'}") from None
             for name, result in results.items():
-                leans[name] += [n for n in _answer_key_runtime(assignment, name, result.probe_answer)
+                leans[name] += [n for n in _answer_key_runtime(assignment, name, None if self_check else result,
+                                                                submitted.get(name))
                                 if n not in leans[name]]
                 if result.events.get("answer_key_probe"):
-                    notes[name].append(f"the answer-key runtime check {result.events['answer_key_probe']} (a graded "
-                                       f"function did not return?): only the static check applied")
+                    notes[name].append(f"the answer-key probe: {result.events['answer_key_probe']}; the graded calls "
+                                       f"themselves were watched")
             stage("kernels")
             tworun.RESULTS.clear()
             tworun.RESULTS.update(results)
@@ -554,11 +568,14 @@ def _notebook_entry(gb, course_dir, assignment, student, name, src, chosen, prob
     # A graded function that leans on the course library's own version of its task (answer_key.py):
     # held for review like a broken protocol, with the notes as reasons.
     review += [f"answer key: {n}" for n in leans]
+    # the automatic points the tests gave, held (0 in the tables) until a person confirms them
+    held = float(sum(c["points"] or 0 for c in cells)) if review else None
     if review:  # policy: such a notebook scores 0 until a person looks
         for c in cells:
             c["points"] = 0.0
     return {"notebook": name, "file": str(chosen[name]), "status": "graded", "reason": None, "cells": cells,
             "points": float(sum(c["points"] or 0 for c in cells)), "max_points": float(sub.max_score),
+            "points_held": held,
             # nbgrader's AssignLatePenalties by the course's policy; none while held for review (0 points)
             "late_penalty": 0.0 if review else float(sub.late_submission_penalty or 0.0),
             "needs_manual_review": bool(review), "review_reasons": review, "review_notes": notes, "events": events}

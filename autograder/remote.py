@@ -408,6 +408,37 @@ def _swap(value, swap):
 
 _graphs: dict = {}
 MAX_GRAPHS = 64
+_watched: dict = {}   # what the watch saw in the last request (read back with watch_report)
+
+
+def _watch_start():
+    """The answer-key watch (module _llmrl_watch, installed by the grader) around one request: what
+    the student's code runs is reported with the answer (autograder/answer_key.py, watch_notes)."""
+    _watched.clear()
+    w = sys.modules.get("_llmrl_watch")
+    if w is None:
+        return None
+    try:
+        return w.start()
+    except Exception as e:  # noqa: BLE001 - the watch's failure is itself reported
+        _watched["tracer"] = [f"the watch could not start ({type(e).__name__})"]
+        return None
+
+
+def _watch_stop(watch) -> None:
+    if watch is not None:
+        try:
+            _watched.update(watch.stop())
+        except Exception as e:  # noqa: BLE001
+            _watched["tracer"] = [f"the watch could not stop ({type(e).__name__})"]
+
+
+def watch_report() -> str:
+    """What the watch saw in the request just served, as JSON (evaluated right after serve, in the
+    same execution, so it comes back with the answer)."""
+    import json
+
+    return json.dumps(_watched)
 
 
 def _lookup(name: str):
@@ -488,17 +519,20 @@ def _serve_call(req, w) -> bytes:
     grad_outputs: list = []
     enc = w.Encoder(grad_outputs)
     with torch.set_grad_enabled(req["grad"]) if torch is not None else contextlib.nullcontext():
+        watch = _watch_start()
         try:
             args, kwargs = Unpickler(io.BytesIO(req["payload"])).load()
             fn = _lookup(req["name"])
             out = fn(*args, **kwargs)
-            header = {"ok": True, "value": enc.node(out, top=True)}
+            header = {"ok": True, "value": enc.node(out, top=True)}  # a generator is read here, watched
         except KeyboardInterrupt:
             raise
         except BaseException as e:
             del grad_outputs[:]
             enc = w.Encoder(None)
             header = {"ok": False, "error": w.exception(e)}
+        finally:
+            _watch_stop(watch)
     mutated = []
     for i, t in enumerate(tensors):
         if (raw(t), tuple(t.shape)) != before[i]:
@@ -527,6 +561,7 @@ def _serve_vjp(req, w) -> bytes:
     import torch
 
     enc = w.Encoder(None)
+    watch = _watch_start()
     try:
         if req["call"] not in _graphs:
             raise RuntimeError("the gradient of this call is no longer available (more than 64 calls ago)")
@@ -541,4 +576,6 @@ def _serve_vjp(req, w) -> bytes:
     except BaseException as e:
         enc = w.Encoder(None)
         header = {"ok": False, "error": w.exception(e)}
+    finally:
+        _watch_stop(watch)
     return w.pack(header, enc.buffers)

@@ -20,8 +20,11 @@ notebook it saves. What changes is how that notebook is run (`run_notebook`, cal
    included); when that kernel died, hangs or used up its time, a fresh one runs the course's
    set-up cells and the student's solution cells only (`fresh_student`). A call that does not
    return in time, or a student's kernel that dies, fails that call (the kernel is restarted for
-   the later calls, at most `MAX_RESTARTS` times); an answer outside the format fails the call and
-   flags the notebook for review.
+   the later calls; a function that crashed it `MAX_CRASHES` times is not run again, so a crashing
+   function costs only the tests that call it); an answer outside the format fails the call and
+   flags the notebook for review. Every call runs under the answer-key watch
+   (autograder/answer_key.py, module `_llmrl_watch` in the student's kernel), whose report of what
+   the call ran comes back with the answer (`Broker.watch`).
 3. **Score.** A test cell earns its points exactly when the tests' kernel answered its
    execute_request with status "ok". Its outputs in the saved notebook are set to nothing (pass)
    or one error output with the failure's message, first line, capped (fail): nbgrader's
@@ -59,7 +62,9 @@ import wire
 
 HERE = Path(__file__).resolve().parent
 HIDDEN_BEGIN, HIDDEN_END = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
-MAX_RESTARTS = 3
+MAX_RESTARTS = 12        # fresh student's kernels per notebook, all functions together (time bounds them too)
+PROBE_TIMEOUT = 10       # seconds for one call of the answer-key probe (small inputs: well under 1 s)
+MAX_CRASHES = 2          # a function that killed (or hung) the student's kernel this often is not run again
 CALL_GRACE = 10  # seconds a test cell may run past the end of its last call of the student's code
 MESSAGE_CHARS = 300
 # The answer of one call: base64 of a wire message, as the repr of a str.
@@ -157,8 +162,34 @@ def names(source: str) -> tuple[set[str], set[str], bool]:
                     targets(n.target)
 
     top(tree.body)
-    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    used = _global_reads(tree)
+    if used is None:
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     return defined, used, star
+
+
+def _global_reads(tree: ast.Module) -> set[str] | None:
+    """Names a cell reads from the notebook's globals: at its top level, and inside its functions,
+    lambdas, classes and comprehensions where a name is not their own (symtable's implicit globals).
+
+    A function's parameters and locals are not among them: `logits` inside `def f(logits)` must
+    not pull in the set-up cell that defines a global `logits` (an experiment cell that calls the
+    student's functions). None when symtable cannot read the cell."""
+    import symtable
+
+    try:
+        table = symtable.symtable(ast.unparse(tree), "<cell>", "exec")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    out: set[str] = set()
+    todo = [table]
+    while todo:
+        t = todo.pop()
+        for sym in t.get_symbols():
+            if sym.is_referenced() and sym.is_global():
+                out.add(sym.get_name())
+        todo.extend(t.get_children())
+    return out
 
 
 def solution_names(source_nb) -> list[str]:
@@ -208,7 +239,9 @@ class Settings:
     cell_cap: int = 500_000
     notebook_cap: int = 5_000_000
     student_kernel: str = "reuse"          # or "fresh": never grade in the feedback run's kernel
-    probe: tuple | None = None             # the answer-key probe (code, expression) to run in the student's kernel
+    probe: tuple | None = None             # the answer-key probe (code, expression, [(key, function)])
+    watch: str | None = None               # source of the answer-key watch (module _llmrl_watch) for the
+    #                                        student's kernel: every graded call runs under it
     feedback: bool = True                  # False: grading run only (the batch's self-check)
     use_sandbox: bool = True
     course_roots: list = field(default_factory=list)
@@ -224,6 +257,8 @@ class NotebookResult:
     review: list                           # reasons to flag the notebook for review
     cell_sources: list                     # the cells' sources (to check the notebook is the same one)
     probe_answer: str | None = None        # what the answer-key probe said in the student's kernel
+    probe_ends: dict = field(default_factory=dict)   # function -> "died" or "stalled" (a probe call that did not end)
+    watch: dict = field(default_factory=dict)        # function -> what its graded calls ran and how they ended
 
 
 def _first_line(text: str) -> str:
@@ -262,6 +297,9 @@ class Broker:
         self.review = review
         self.events = events
         self.restarts = 0
+        self.crashes: dict[str, int] = {}   # function -> calls of it that killed or hung the student's kernel
+        self.call_names: dict = {}          # call id -> function (a gradient is asked for by call id)
+        self.watch: dict[str, dict] = {}    # function -> {"calls", "answered", "died", "timeout", "lib", ...}
         self.deadline = None          # the running test cell's deadline (loop time)
         self.grading_deadline = None
         self.servers: list = []
@@ -314,25 +352,84 @@ class Broker:
         self.student = await self.start_fresh(f"restart {self.restarts}")
         return self.student
 
+    def _crashed(self, name: str) -> None:
+        self.crashes[name] = self.crashes.get(name, 0) + 1
+        self.events.setdefault("crashed_calls", {})[name] = self.crashes[name]
+
+    def _outcome(self, name: str, how: str) -> dict:
+        w = self.watch.get(name)
+        if w is None:
+            if len(self.watch) >= 200:
+                return {}
+            w = self.watch[name] = {"calls": 0, "answered": 0, "died": 0, "timeout": 0, "lib": [], "copies": [],
+                                    "tracer": []}
+        w["calls"] += 1
+        if how in ("answered", "died", "timeout"):
+            w[how] += 1
+        return w
+
+    def _watched(self, name: str, res: dict | None) -> None:
+        """Merge what the watch saw in one call (a JSON string from the student's kernel, checked)."""
+        w = self._outcome(name, "answered")
+        if not w or not self.s.watch:
+            return
+        seen = None
+        text = ((res or {}).get("data") or {}).get("text/plain") if (res or {}).get("status") == "ok" else None
+        if isinstance(text, str) and len(text) < 1_000_000:
+            try:
+                seen = json.loads(ast.literal_eval(text))
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                seen = None
+        if not isinstance(seen, dict) or not seen:
+            why = "the watch's report of the call did not come back (the kernel's watch was removed or replaced)"
+            if why not in w["tracer"]:
+                w["tracer"].append(why)
+            return
+        for key, cap in (("lib", 200), ("copies", 50), ("tracer", 10)):
+            items = seen.get(key)
+            for item in items if isinstance(items, list) else []:
+                item = item if isinstance(item, str) else [str(x)[:300] for x in item] if isinstance(item, list) else None
+                if item is not None and item not in w[key] and len(w[key]) < cap:
+                    w[key].append(item if isinstance(item, str) else item[:4])
+
     async def forward(self, header: dict, body: bytes) -> tuple[str, str, bytes]:
-        what = f"{header.get('name')}()" if header.get("op") == "call" else "the gradient of a call"
+        if header.get("op") == "call":
+            name = str(header.get("name"))[:200]
+            if len(self.call_names) < 100_000:
+                self.call_names[header.get("call")] = name
+            what = f"{name}()"
+        else:
+            name = self.call_names.get(header.get("call"), "?")
+            what = f"the gradient of a call of {name}()"
         self.events["calls"] = self.events.get("calls", 0) + 1
+        # A function that crashed the kernel costs the tests that call it, never the others: it is
+        # not run again once it has crashed MAX_CRASHES times, and every other function gets a kernel.
+        if self.crashes.get(name, 0) >= MAX_CRASHES:
+            return "died", (f"{name}() was not run: it crashed or hung the student's kernel {self.crashes[name]} "
+                            f"times already"), b""
         student = await self._student()
         if student is None:
             return "died", f"the student's kernel was restarted {MAX_RESTARTS} times already; {what} was not run", b""
         timeout = self._timeout()
         expr = f"__import__('_llmrl_remote').serve({base64.b64encode(body).decode('ascii')!r})"
-        r = await student.execute("", timeout=timeout, silent=True, user_expressions={"r": expr})
+        # The watch's report is read in the same execution, right after the answer: it comes back
+        # with it or not at all (a kernel that dies later cannot take it away).
+        r = await student.execute("", timeout=timeout, silent=True,
+                                  user_expressions={"r": expr, "w": "__import__('_llmrl_remote').watch_report()"})
         if r.status in ("timeout", "hung"):
             self.events["calls_timed_out"] = self.events.get("calls_timed_out", 0) + 1
+            self._outcome(name, "timeout")
             if r.status == "hung":
                 self.retired.append(student)
                 self.student = None
                 student.dead = True
+                self._crashed(name)
             return "timeout", f"{what} did not return within {timeout:.0f} s", b""
         if r.status == "died" or student.dead:
             self.retired.append(student)
             self.student = None
+            self._crashed(name)
+            self._outcome(name, "died")
             return "died", f"the student's kernel died while running {what} (memory limit or a crash)", b""
         res = r.user_expressions.get("r") or {}
         if r.status != "ok" or res.get("status") != "ok":
@@ -347,6 +444,7 @@ class Broker:
             wire.validate(data)
         except (ValueError, wire.WireError) as e:
             return self._protocol(f"the student's kernel answered {what} outside the grader's format ({e})")
+        self._watched(name, r.user_expressions.get("w"))
         return "ok", "", data
 
     def _protocol(self, msg: str) -> tuple[str, str, bytes]:
@@ -361,16 +459,30 @@ def _env() -> dict:
     return {"NBGRADER_EXECUTION": "autograde"}
 
 
-async def _run_cells(kernel: kernels.Kernel, cells: list[str], s: Settings, deadline: float) -> None:
+async def _run_cells(kernel: kernels.Kernel, cells: list, s: Settings, deadline: float):
+    """Run (key, code) cells in order; the key of the cell that killed or hung the kernel, else None."""
     loop = asyncio.get_running_loop()
-    for code in cells:
+    for key, code in cells:
         left = deadline - loop.time()
         if left <= 0 or kernel.dead:
-            return
+            return None
         r = await kernel.execute(code, timeout=min(s.cell_timeout, left))
         if r.status in ("died", "hung"):
             kernel.dead = True
-            return
+            return key
+    return None
+
+
+def definitions_only(source: str) -> str | None:
+    """A cell's imports, functions and classes, without the code it runs at its top level (a
+    student's own check that calls a function which crashes the kernel); None when nothing is left."""
+    try:
+        tree = ast.parse(_python(source))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    keep = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom, ast.FunctionDef,
+                                                    ast.AsyncFunctionDef, ast.ClassDef))]
+    return ast.unparse(ast.Module(body=keep, type_ignores=[])) if keep else None
 
 
 def exec_expression(code: str, label: str) -> str:
@@ -380,40 +492,70 @@ def exec_expression(code: str, label: str) -> str:
             f"or 'ok'")
 
 
-async def _inject(kernel: kernels.Kernel, extra: str = "") -> bool:
+async def _inject(kernel: kernels.Kernel, extra: str = "", watch: str | None = None) -> bool:
     code = (kernels.inject_module("_llmrl_wire", (HERE / "wire.py").read_text()) +
-            kernels.inject_module("_llmrl_remote", (HERE / "remote.py").read_text()) + extra)
+            kernels.inject_module("_llmrl_remote", (HERE / "remote.py").read_text()) +
+            (kernels.inject_module("_llmrl_watch", watch) if watch else "") + extra)
     status, text = await kernel.expression(exec_expression(code, "llmrl grader"), timeout=120)
     return status == "ok" and text == "'ok'"
 
 
-async def _answer_key(kernel: kernels.Kernel, probe: tuple[str, str] | None, s: Settings,
-                      events: dict) -> str | None:
-    """Run the answer-key probe (autograder/answer_key.py) in the student's kernel; its answer, as
-    text, or None when it did not finish (a graded function that does not return, a dead kernel:
-    no evidence either way, so no answer)."""
+async def _answer_key(kernel: kernels.Kernel, probe: tuple | None, s: Settings,
+                      events: dict) -> tuple[str | None, dict]:
+    """Run the answer-key probe (autograder/answer_key.py) in the student's kernel, one graded
+    function at a time: (its answer as JSON text, or None when it could not start; function ->
+    "died" or "stalled" for a probe call that killed the kernel or did not return). After a call
+    that killed or hung the kernel the remaining functions are not probed (their graded calls are
+    watched all the same)."""
+    ends: dict = {}
     if probe is None or kernel is None or kernel.dead:
-        return None
-    code, expression = probe
-    expr = (f"[exec(compile({code!r}, '<answer-key probe>', 'exec'), vars(__import__('__main__'))), "
-            f"eval({expression!r}, vars(__import__('__main__')))][1]")
-    r = await kernel.execute("", timeout=min(60, s.cell_timeout), silent=True, user_expressions={"r": expr})
-    if r.status in ("timeout", "hung", "died"):
-        events["answer_key_probe"] = f"did not finish ({r.status})"
-        if r.status == "hung":
-            kernel.dead = True
-        return None
-    res = r.user_expressions.get("r") or {}
-    if r.status != "ok" or res.get("status") != "ok":
-        return f"(the probe failed: {res.get('ename')}: {res.get('evalue')})"
-    text = (res.get("data") or {}).get("text/plain")
-    return text[:1_000_000] if isinstance(text, str) else "(no text)"
+        return None, ends
+    code, _, keys = probe
+    define = f"exec(compile({code!r}, '<answer-key probe>', 'exec'), vars(__import__('__main__'))) or 'ok'"
+    status, text = await kernel.expression(define, timeout=min(60, s.cell_timeout))
+    if status != "ok":
+        events["answer_key_probe"] = f"could not start ({status})"
+        return f"(the probe failed: {text})", ends
+    merged: dict = {"tracer": "ok", "functions": {}}
+    for key, function in keys:
+        # small inputs: an honest function answers in well under a second, even on a loaded machine
+        r = await kernel.execute("", timeout=min(PROBE_TIMEOUT, s.cell_timeout), silent=True,
+                                 user_expressions={"r": f"_llmrl_answer_key_probe([{key!r}])"})
+        if r.status in ("timeout", "hung", "died"):
+            ends[function] = "died" if r.status == "died" else "stalled"
+            events["answer_key_probe"] = f"{function}: did not finish ({r.status})"
+            if r.status != "timeout":
+                kernel.dead = True
+                break
+            continue
+        res = r.user_expressions.get("r") or {}
+        if r.status != "ok" or res.get("status") != "ok":
+            return f"(the probe failed: {res.get('ename')}: {res.get('evalue')})", ends
+        text = (res.get("data") or {}).get("text/plain")
+        try:
+            one = json.loads(ast.literal_eval(text)) if isinstance(text, str) and len(text) < 1_000_000 else None
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            one = None
+        if not isinstance(one, dict) or not isinstance(one.get("functions"), dict):
+            return "(no text)", ends
+        merged["functions"].update(one["functions"])
+        if one.get("tracer") != "ok" and merged["tracer"] == "ok":
+            merged["tracer"] = one.get("tracer")
+    return json.dumps(merged), ends
 
 
-async def fresh_student(submission, source_nb, s: Settings, label: str, deadline: float) -> kernels.Kernel:
-    """A new student's kernel: the course's set-up cells the student's solutions need, then the
+async def fresh_student(submission, source_nb, s: Settings, label: str, deadline: float,
+                        crashed: dict | None = None, events: dict | None = None) -> kernels.Kernel:
+    """A new student's kernel: the course's set-up cells the student's solutions read, then the
     student's solution cells (by grade_id, in the source's order). The student's other cells do
-    not run."""
+    not run.
+
+    A cell that kills (or hangs) the kernel while it starts is left out of the next fresh kernel, so
+    that a function which crashes costs only the tests that call it: a solution cell keeps its
+    imports, functions and classes (its top-level code, e.g. a student's own check calling the
+    function, is dropped), then, if that still kills the kernel, goes; a set-up cell goes.
+    `crashed` (cell key -> "definitions" or "skipped") carries that from one fresh kernel to the next."""
+    crashed = {} if crashed is None else crashed
     by_id = {nbmeta(c).get("grade_id"): c for c in submission.cells if is_solution_cell(c)}
     wanted: set[str] = set()
     for c in source_nb.cells:
@@ -426,14 +568,33 @@ async def fresh_student(submission, source_nb, s: Settings, label: str, deadline
     cells = []
     for i, c in enumerate(source_nb.cells):
         if i in setup:
-            cells.append(c.source)
+            cells.append((f"set-up cell {i + 1}", c.source, None))
         elif is_solution_cell(c) and nbmeta(c).get("grade_id") in by_id:
-            cells.append(by_id[nbmeta(c)["grade_id"]].source)
-    k = kernels.Kernel(f"student ({label})", s.scratch, _env(), s.course_roots, s.use_sandbox)
-    await k.start()
-    await _run_cells(k, cells, s, deadline)
+            code = by_id[nbmeta(c)["grade_id"]].source
+            cells.append((f"solution cell {nbmeta(c)['grade_id']}", code, definitions_only(code)))
+    while True:
+        run = []
+        for key, code, defs in cells:
+            state = crashed.get(key)
+            if state is None:
+                run.append((key, code))
+            elif state == "definitions" and defs is not None:
+                run.append((key, defs))
+        k = kernels.Kernel(f"student ({label})", s.scratch, _env(), s.course_roots, s.use_sandbox)
+        await k.start()
+        killer = await _run_cells(k, run, s, deadline)
+        if killer is None or asyncio.get_running_loop().time() >= deadline:
+            break
+        defs = next(d for key, _, d in cells if key == killer)
+        crashed[killer] = "definitions" if crashed.get(killer) is None and killer.startswith("solution") \
+            and defs is not None else "skipped"
+        if events is not None:
+            events.setdefault("fresh_kernel_cells", {})[killer] = (
+                "killed the kernel; only its imports, functions and classes run" if crashed[killer] == "definitions"
+                else "killed the kernel; left out")
+        await k.shutdown()
     if not k.dead:
-        await _inject(k)
+        await _inject(k, watch=s.watch)
     return k
 
 
@@ -534,8 +695,10 @@ async def run_notebook(nb, source_nb, s: Settings) -> NotebookResult:
         tests_kernel_task = None
         grading_deadline = None
 
+        crashed_cells: dict = {}
+
         async def start_fresh(label):
-            k = await fresh_student(nb, source_nb, s, label, loop.time() + s.notebook_timeout)
+            k = await fresh_student(nb, source_nb, s, label, loop.time() + s.notebook_timeout, crashed_cells, events)
             kernels_used.append(k)
             return k
 
@@ -551,7 +714,7 @@ async def run_notebook(nb, source_nb, s: Settings) -> NotebookResult:
             student = fb
         events["feedback_s"] = round(time.monotonic() - started, 1)
         verdicts: dict = {}
-        probe_answer = None
+        probe_answer, probe_ends = None, {}
         if tests:
             grading_deadline = loop.time() + s.notebook_timeout
             broker.grading_deadline = grading_deadline
@@ -568,7 +731,7 @@ async def run_notebook(nb, source_nb, s: Settings) -> NotebookResult:
                 status, _ = await student.expression("1", timeout=10)
                 if status != "ok":
                     why_fresh = f"the feedback run's kernel does not answer ({status})"
-                elif not await _inject(student):
+                elif not await _inject(student, watch=s.watch):
                     why_fresh = "the feedback run's kernel could not load the grader's code"
             if why_fresh is None:
                 broker.student = student
@@ -578,7 +741,7 @@ async def run_notebook(nb, source_nb, s: Settings) -> NotebookResult:
                     await student.shutdown()
                 broker.student = await start_fresh("fresh")
                 events["student_kernel"] = f"a fresh kernel ({why_fresh})"
-            probe_answer = await _answer_key(broker.student, s.probe, s, events)
+            probe_answer, probe_ends = await _answer_key(broker.student, s.probe, s, events)
             broker.ready.set()
             tk = await tests_kernel_task
             kernels_used.append(tk)
@@ -611,7 +774,7 @@ async def run_notebook(nb, source_nb, s: Settings) -> NotebookResult:
         events["kernel_cpu_s"] = round(min(cpu, 1e6), 2)
         events["seconds"] = round(time.monotonic() - started, 1)
         return NotebookResult(outputs, counts, verdicts, events, review, [c.get("source") for c in nb.cells],
-                              probe_answer if tests else None)
+                              probe_answer if tests else None, probe_ends, broker.watch if broker else {})
     finally:
         if broker is not None:
             await broker.close()

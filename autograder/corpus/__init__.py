@@ -152,6 +152,7 @@ class Entry:
     env: dict = field(default_factory=dict)
     check: str | None = None              # extra assertion in test_corpus.py
     expect: dict = field(default_factory=dict)  # grade_id -> points (None: waits for a person), overrides
+    reasons: tuple = ()                   # texts the review reasons must contain (one per attack; review=True)
 
 
 @dataclass
@@ -197,7 +198,7 @@ def available(root: Path = ROOT) -> list[str]:
     return out
 
 
-SHARED_SPECS = {"hostile"}
+SHARED_SPECS = {"hostile", "evasion"}
 # Workers for grading the corpus: one more than the cores, since each grading waits on its kernels
 # (startup, the calls between its two kernels) part of the time.
 CORPUS_WORKERS = (os.cpu_count() or 1) + 1  # specs that place their entries on every assignment (autograder/corpus/hostile.py)
@@ -315,7 +316,10 @@ def grade_corpus(built: list[Built], work: Path, workers: int | None = None, pro
     write(built, root / "submitted")
     jobs = [batch.Job(b.assignment, b.student, sorted((root / "submitted" / b.student / b.assignment).glob("*")),
                       dict(b.entry.env)) for b in built]
-    out = batch.run_batch(sorted({b.assignment for b in built}), root, workers=workers, jobs=jobs,
+    # No self-check: every notebook's reference is an entry of the corpus, graded and compared like the
+    # others (the self-check graded each reference a second time before the first entry; it is tested
+    # on its own in test_grading_faults.py and test_course_grading.py)
+    out = batch.run_batch(sorted({b.assignment for b in built}), root, workers=workers, jobs=jobs, check=False,
                           csv_path=work / "corpus_grades.csv", progress=progress)
     return {"batch": out, "root": root, "results": {r.job.student: r for r in out["results"]}}
 
@@ -344,6 +348,19 @@ def compare(b: Built, result) -> tuple[float | None, list[str]]:
         problems.append(f"status {nb['status']!r}, expected {b.entry.status!r} ({nb.get('reason')})")
     if nb["needs_manual_review"] != b.entry.review:
         problems.append(f"needs_manual_review is {nb['needs_manual_review']} ({nb['review_reasons']})")
+    if b.entry.review and nb["status"] == "graded":
+        # held for review: the points are 0 in the tables, but the tests' verdicts a person confirms must
+        # be right (exactly the cells of `lose` failed; every other automatic test passed)
+        for c in nb["cells"]:
+            if c["grade_id"] not in b.expected_cells or c["needs_manual_grade"] and c["error"] is None:
+                continue
+            failed = c["error"] is not None
+            if failed != (c["grade_id"] in b.entry.lose):
+                problems.append(f"{c['grade_id']}: held for review, but its test {'failed' if failed else 'passed'} "
+                                f"({c['error']})")
+        for text in b.entry.reasons:
+            if not any(text in r for r in nb["review_reasons"]):
+                problems.append(f"no review reason says {text!r} (reasons: {nb['review_reasons']})")
     return float(nb["points"]), problems
 
 

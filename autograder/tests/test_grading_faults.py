@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import nbformat
 import pytest
 
 import batch
@@ -286,10 +287,17 @@ def test_a_damaged_gradebook_is_put_back_with_a_clear_error(course, damage):
 
 
 def test_ids_that_used_to_share_a_report_file_and_links_in_submissions(course):
+    """Also (issue 28) ids and file names that a spreadsheet would run as a formula: graded by the
+    real batch, they reach grades.csv and batch_grades.csv as text."""
     root = course
     before = _earlier(root)
     tiny.submit(root, "bob", tiny.submission(root, tiny.WRONG))
     tiny.submit(root, "bob.json", tiny.submission(root, tiny.RIGHT))
+    formula = root / "submitted" / "=2+3" / tiny.ASSIGNMENT        # an id, and a file name, that are formulas
+    formula.mkdir(parents=True)
+    nbformat.write(tiny.submission(root, tiny.RIGHT), formula / "=1+1.ipynb")
+    tiny.submit(root, "@SUM(1+1)", tiny.submission(root, tiny.WRONG))
+    (root / "submitted" / "@SUM(1+1)" / tiny.ASSIGNMENT / "+cmd.ipynb").write_text("-2+3")  # not a notebook
     # a notebook that is a link to the source (the solutions), and a student folder that is a link
     linked = root / "submitted" / "linker" / tiny.ASSIGNMENT
     linked.mkdir(parents=True)
@@ -305,6 +313,20 @@ def test_ids_that_used_to_share_a_report_file_and_links_in_submissions(course):
     assert table["linker"]["status"] == "failed" and "link" in table["linker"]["reason"], table["linker"]
     assert table["alias"]["status"] == "failed" and "link" in table["alias"]["reason"], table["alias"]
     assert ("tiny", "linker", "tiny", "test_double") not in rows
+    # the formula-shaped ids are graded under their own names; in the tables every such cell is text
+    assert rows[("tiny", "=2+3", "tiny", "test_double")][0] == tiny.POINTS
+    assert rows[("tiny", "@SUM(1+1)", "tiny", "test_double")][0] == 0
+    assert table["'=2+3"]["status"] == "graded" and table["'@SUM(1+1)"]["status"] == "graded", table
+    assert table["'=2+3"]["reason"].startswith("'=1+1.ipynb: graded as tiny.ipynb"), table["'=2+3"]
+    assert table["'@SUM(1+1)"]["reason"].startswith("'+cmd.ipynb: not graded"), table["'@SUM(1+1)"]
+    with open(root / "grades.csv", newline="") as f:
+        grades = {r["student_id"]: r for r in csv.DictReader(f)}
+    assert grades["'=2+3"]["automatic"] == "2" and grades["'@SUM(1+1)"]["automatic"] == "0", grades
+    for name in ("batch_grades.csv", "grades.csv"):
+        with open(root / name, newline="") as f:
+            cells = [c for row in csv.reader(f) for c in row]
+        assert not [c for c in cells if c[:1] in ("=", "+", "@", "\t", "\r")
+                    or c[:1] == "-" and not re.fullmatch(r"-[0-9.e]+", c)], name
     _same_earlier(root, before)
 
 
