@@ -200,7 +200,7 @@ RIGHT_B = [
         def response_logprobs(logits, tokens, prompt_len):
             z = logits[:, prompt_len - 1:-1].double()
             logp = z - torch.logsumexp(z, dim=-1, keepdim=True)
-            return torch.take_along_dim(logp, tokens[:, prompt_len:, None], dim=-1)[..., 0].float()
+            return torch.take_along_dim(logp, tokens[:, prompt_len:, None], dim=-1)[..., 0].to(logits.dtype)
     '''),
     solve(S1B, '''
         def sequence_logprob(token_logprobs, mask):
