@@ -260,7 +260,8 @@ RIGHT = [
                 lo = None if batch.eps_low is None else 1 - batch.eps_low
                 hi = None if batch.eps_high is None else 1 + batch.eps_high
                 adv = batch.advantages.unsqueeze(-1)
-                obj = torch.min(ratio * adv, torch.clamp(ratio, min=lo, max=hi) * adv)
+                clipped = ratio if lo is None and hi is None else torch.clamp(ratio, min=lo, max=hi)
+                obj = torch.min(ratio * adv, clipped * adv)
                 obj = torch.where(batch.mask, obj, torch.zeros_like(obj))
                 return -obj.sum() / batch.mask.sum()
         '''),
