@@ -163,7 +163,7 @@ RIGHT_B = [
             s, t = student_logits[mask].double(), teacher_logits[mask].double()   # real positions only
             ls = s - torch.logsumexp(s, -1, keepdim=True)
             lt = t - torch.logsumexp(t, -1, keepdim=True)
-            return (ls.exp() * (ls - lt)).sum(-1).mean().float()
+            return (ls.exp() * (ls - lt)).sum(-1).mean().to(student_logits.dtype)
     '''),
 ]
 
