@@ -249,7 +249,7 @@ RIGHT_B = [
             if len(set(rows.values())) > 1:
                 raise ValueError(f"row counts differ: {rows}")
             n = next(iter(rows.values()))
-            order = torch.arange(n) if generator is None else torch.rand(n, generator=generator).argsort()
+            order = torch.arange(n) if generator is None else torch.randperm(n, generator=generator)
             for chunk in order.split(minibatch_size):
                 yield {k: v.index_select(0, chunk) for k, v in batch.items()}
     '''),
@@ -280,6 +280,6 @@ ENTRIES = standard_entries(NB) + [
           WRONG_E, lose=(T[1], T[4], T[5], T[8])),
     Entry("wrong-f", NB, "3 mean of per-row means, 6 the sample std, 7 no length normalisation (8 compares its "
           "gradient with 7's, so it loses too)", WRONG_F, lose=(T[3], T[6], T[7], T[8])),
-    Entry("right-b", NB, "tasks 1, 4, 8 correct in yet another way (log_softmax(dtype=float32), rand().argsort(), "
-          "torch.where for the min)", RIGHT_B),
+    Entry("right-b", NB, "tasks 1, 4, 8 correct in yet another way (log_softmax(dtype=float32), index_select on "
+          "randperm's split, torch.where for the min)", RIGHT_B),
 ]
