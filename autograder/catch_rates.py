@@ -15,9 +15,9 @@ that no test depends on a cell this evaluator skips.
 
 No nbgrader and no Jupyter kernel: one Python process per notebook executes the set-up cell (the
 first code cell: imports), then forks once per variant; the child executes the solution cells and
-the test cells in notebook order (experiment cells are skipped) and reports which test cells
-raised, with the exception's first line. A whole assignment takes seconds to a minute. This is a
-measuring instrument for the tests' strength, not a grader: it trusts the corpus's code.
+the test cells in notebook order (experiment cells are skipped; a wrong answer runs only its own
+task's test cells) and reports which test cells raised, with the exception's first line. A whole
+assignment takes seconds to a minute. This is a measuring instrument for the tests' strength, not a grader: it trusts the corpus's code.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class Variant:
 
     assignment: str
     notebook: str
-    kind: str                     # "reference", "wrong" or "right"
+    kind: str                     # "reference", "wrong", "right" or "other" (measured, no expectation here)
     entry: str                    # corpus entry name
     task: str | None              # the solution cell a wrong answer replaces
     what: str                     # one line: what the entry says
@@ -91,6 +91,11 @@ class Plan:
 def _solutions_of(nb) -> dict:
     return {_meta(c)["grade_id"]: _src(c) for c in nb["cells"]
             if c["cell_type"] == "code" and _meta(c).get("solution")}
+
+
+def entry_solutions(assignment: str, entry, root: Path = ROOT) -> dict:
+    """grade_id -> code of every solution cell once the entry's edits are applied."""
+    return _solutions_of(json.loads(corpus.build_entry(assignment, entry, root).files[f"{entry.notebook}.ipynb"]))
 
 
 def plan(assignment: str, root: Path = ROOT, holdout: bool = True) -> list[Plan]:
@@ -170,6 +175,8 @@ def run(variant):
             except BaseException as e:
                 out["_solution_" + gid] = first_line(e)
             continue
+        if variant["tests"] is not None and gid not in variant["tests"]:
+            continue
         res = {}
         for which in ("visible", "full"):
             try:
@@ -213,7 +220,9 @@ def evaluate(p: Plan, python: str = sys.executable, timeout: int = VARIANT_TIMEO
     import tempfile
 
     job = {"setup": p.setup, "order": p.order, "visible": p.visible, "full": p.full, "timeout": timeout,
-           "variants": [{"solutions": v.solutions} for v in p.variants]}
+           # a wrong answer runs only its own task's test cells (what it is measured by); the others all
+           "variants": [{"solutions": v.solutions, "tests": list(v.own_tests) if v.kind == "wrong" else None}
+                        for v in p.variants]}
     env = dict(os.environ, LLMRL_FAST="1", MPLBACKEND="Agg", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     env.pop("NBGRADER_EXECUTION", None)
     with tempfile.TemporaryDirectory(prefix="llmrl-catch-") as tmp:
@@ -287,6 +296,8 @@ def problems(plans: list[Plan]) -> dict[str, list[str]]:
     out = {"broken": [], "correct_fails": [], "uncaught": []}
     for p in plans:
         for v in p.variants:
+            if v.kind == "other":
+                continue
             if "_crash" in v.result:
                 out["broken"].append(f"{v.label}: {v.result['_crash']}")
             elif v.kind in ("reference", "right"):
@@ -318,7 +329,7 @@ def table(plans: list[Plan], messages: bool = False) -> str:
                 lines.append(f"  {mark}  {v.entry}/{v.task}" + (f"  [{', '.join(conc)}]" if conc else ""))
                 if messages and (vis or full):
                     lines.append("           " + textwrap.shorten(vis or full, 150))
-        bad = [v for v in p.variants if v.kind != "wrong" and any(failed(v, t, "full") for t in p.full)]
+        bad = [v for v in p.variants if v.kind in ("reference", "right") and any(failed(v, t, "full") for t in p.full)]
         for v in bad:
             lines.append(f"  WRONG  correct answer {v.label} fails a test")
     return "\n".join(lines)

@@ -242,6 +242,11 @@ def task_tests(nb) -> dict[str, list[str]]:
     return out
 
 
+def tests(task_gid: str, *concerns: str) -> tuple[str, ...]:
+    """The grade_ids of a task's test cells for these concerns (test_<task>_<concern>), for `lose=`."""
+    return tuple(f"test_{task_gid}_{c}" for c in concerns)
+
+
 def concern_of(test_gid: str, task_gid: str) -> str:
     """The concern a test cell grades: its grade_id after test_<task>_ ("all" for a single cell)."""
     rest = test_gid.removeprefix(f"test_{task_gid}")

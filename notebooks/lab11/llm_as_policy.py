@@ -291,8 +291,7 @@ print("visible tests for task 1b (types, shapes and inputs) passed")
 ### BEGIN HIDDEN TESTS
 _out = sequence_logprob(torch.tensor([[-3.0]], dtype=torch.float64), torch.tensor([[True]]))
 assert _out.shape == (1,) and _out.dtype == torch.float64, f"B = R = 1: got {_out}"
-# A batch of one gives what the same row gives inside a batch.
-assert torch.equal(sequence_logprob(_lp[1:], _mask[1:]), sequence_logprob(_lp, _mask)[1:])
+assert sequence_logprob(_lp, _mask).shape == (2,)
 ### END HIDDEN TESTS
 
 
@@ -415,14 +414,14 @@ print("visible tests for task 2 (values) passed")
 # Very small T is almost greedy; very large T is almost uniform.
 assert (sample_with_temperature(_z.expand(2000, 4), 0.01, torch.Generator().manual_seed(4)) == 0).all()
 assert torch.allclose(_frequencies(_z, 100.0, seed=5), torch.full((4,), 0.25), atol=0.02), "T = 100 should be close to uniform"
-# A vocabulary of 32,000 (an LLM's): the 31,950 tokens outside the top 50 hold most of the mass here,
-# and draws land there as often as they should (5 standard errors).
-_z = torch.randn(32000, generator=torch.Generator().manual_seed(7))
-_tail = torch.ones(32000, dtype=torch.bool)
+# A large vocabulary: the 4,950 tokens outside the top 50 hold most of the mass here, and draws land
+# there as often as they should (5 standard errors).
+_z = torch.randn(5000, generator=torch.Generator().manual_seed(7))
+_tail = torch.ones(5000, dtype=torch.bool)
 _tail[_z.topk(50).indices] = False
-_draws = sample_with_temperature(_z.expand(400, 32000), 1.0, torch.Generator().manual_seed(8))
+_draws = sample_with_temperature(_z.expand(300, 5000), 1.0, torch.Generator().manual_seed(8))
 _share, _want = _tail[_draws].float().mean().item(), torch.softmax(_z, -1)[_tail].sum().item()
-assert abs(_share - _want) < 5 * (_want * (1 - _want) / 400) ** 0.5, (
+assert abs(_share - _want) < 5 * (_want * (1 - _want) / 300) ** 0.5, (
     f"large vocabulary: {_share:.3f} of the draws fall outside the top 50 tokens, expected about {_want:.3f}")
 ### END HIDDEN TESTS
 
@@ -458,7 +457,10 @@ assert torch.equal(_c, sample_with_temperature(_z, 1.0)), "generator=None: the d
 torch.manual_seed(99)
 assert torch.equal(_a, sample_with_temperature(_z, 1.0, torch.Generator().manual_seed(7)))
 _state = torch.get_rng_state()
-sample_with_temperature(_z, 0.0, torch.Generator().manual_seed(7))
+try:
+    sample_with_temperature(_z, 0.0, torch.Generator().manual_seed(7))
+except Exception:
+    pass  # T = 0 itself is the extreme-inputs cell's concern
 assert torch.equal(torch.get_rng_state(), _state), "greedy decoding must not touch the global random state"
 torch.set_rng_state(_state0)
 ### END HIDDEN TESTS
@@ -498,7 +500,12 @@ else:
 _z = torch.tensor([[2.0, 0.0, -1.0, 1.0], [0.0, 0.5, 3.0, 0.0]])
 _z0 = _z.clone()
 for _T in (1.0, 0.0):
-    _out = sample_with_temperature(_z, _T, torch.Generator().manual_seed(0))
+    try:
+        _out = sample_with_temperature(_z, _T, torch.Generator().manual_seed(0))
+    except Exception:
+        if _T == 0.0:
+            break  # T = 0 itself is the extreme-inputs cell's concern
+        raise
     assert isinstance(_out, torch.Tensor) and _out.dtype == torch.long and _out.shape == (2,), (
         f"T = {_T}: expected a long tensor of shape [B] = (2,), got {getattr(_out, 'dtype', type(_out).__name__)} "
         f"{tuple(getattr(_out, 'shape', ()))}")

@@ -111,6 +111,9 @@ _ns = np.array([1, 3, 10, 100, 3000])
 _got = np.asarray(bon_kl(_ns), dtype=float)
 assert np.allclose(_got, np.log(_ns) - (_ns - 1) / _ns), "wrong values for an array of n"
 assert np.all(np.diff(_got) > 0), "the KL grows with n"
+# float64 all the way: exact to 1e-12 at large n (float32 is off by about 1e-7 there).
+_ns = np.array([3000, 7, 123456])
+assert np.allclose(bon_kl(_ns), np.log(_ns.astype(float)) - (_ns - 1) / _ns, rtol=0, atol=1e-12)
 ### END HIDDEN TESTS
 
 
@@ -130,10 +133,8 @@ assert np.shape(_got) == (2, 2), f"the result has the shape of n: (2, 2), got {n
 print("visible tests for task 1a (types and shapes) passed")
 
 ### BEGIN HIDDEN TESTS
-# float64 all the way: exact to 1e-12 at large n (float32 is off by about 1e-7 there).
-_ns = np.array([3000, 7, 123456])
-assert np.allclose(bon_kl(_ns), np.log(_ns.astype(float)) - (_ns - 1) / _ns, rtol=0, atol=1e-12)
-assert isinstance(bon_kl(np.int64(5)), float) and abs(bon_kl(np.int64(5)) - (np.log(5) - 0.8)) < 1e-12
+assert isinstance(bon_kl(np.int64(5)), float), "a numpy integer n gives a float too"
+assert np.asarray(bon_kl(np.array([[3]]))).shape == (1, 1)
 ### END HIDDEN TESTS
 
 
@@ -348,6 +349,11 @@ assert abs(_a - 0.5) < 1e-8 and abs(_b + 0.1) < 1e-8, "a curve bending upwards h
 _a, _b = fit_gao_bon(np.array([0.0, 1.0, 2.0]), np.array([0.0, 0.5, 0.6]))
 _X = np.array([[0.0, 0.0], [1.0, -1.0], [2.0, -4.0]])
 assert np.allclose([_a, _b], np.linalg.lstsq(_X, np.array([0.0, 0.5, 0.6]), rcond=None)[0], atol=1e-10)
+# float64: exact to 1e-8 on data whose columns are nearly parallel (float32 loses about 1e-6 here).
+_d = np.linspace(1.0, 1.2, 7)
+_y = _d * (0.9 - 0.3 * _d) + np.array([1, -1, 1, -1, 1, -1, 1]) * 1e-4
+_X = np.stack([_d, -_d ** 2], 1)
+assert np.allclose(fit_gao_bon(_d, _y), np.linalg.lstsq(_X, _y, rcond=None)[0], rtol=0, atol=1e-8)
 ### END HIDDEN TESTS
 
 
@@ -363,11 +369,8 @@ assert np.array_equal(_d, [0.5, 1.0, 1.5, 2.0, 2.5]) and np.array_equal(_y, [0.4
 print("visible tests for task 1c (types and inputs) passed")
 
 ### BEGIN HIDDEN TESTS
-# float64: exact to 1e-10 on data whose columns are nearly parallel (float32 loses about 1e-6 here).
-_d = np.linspace(1.0, 1.2, 7)
-_y = _d * (0.9 - 0.3 * _d) + np.array([1, -1, 1, -1, 1, -1, 1]) * 1e-4
-_X = np.stack([_d, -_d ** 2], 1)
-assert np.allclose(fit_gao_bon(_d, _y), np.linalg.lstsq(_X, _y, rcond=None)[0], rtol=0, atol=1e-8)
+_out = fit_gao_bon(np.array([1.0, 2.0]), np.array([0.5, 0.4]))
+assert isinstance(_out, tuple) and len(_out) == 2 and all(isinstance(x, float) for x in _out), "two points"
 ### END HIDDEN TESTS
 
 
@@ -911,11 +914,11 @@ assert torch.equal(_logits.detach(), torch.tensor([[[1.0, 2.0, 0.5], [0.0, 0.0, 
 print("visible tests for task 4 (types, shapes and inputs) passed")
 
 ### BEGIN HIDDEN TESTS
-# The gradient reaches the logits of the response positions only; a batch of one works.
+# The gradient reaches the logits, finite; a batch of one works.
 _x = torch.tensor([[[1.0, 2.0, 0.5], [0.3, 0.1, 0.0]]], requires_grad=True)
 _out = token_entropy(_x, torch.tensor([[True, False]]))
 _out.backward()
-assert _out.ndim == 0 and torch.isfinite(_x.grad).all() and (_x.grad[0, 1] == 0).all() and _x.grad[0, 0].abs().sum() > 0
+assert _out.ndim == 0 and torch.isfinite(_x.grad).all() and _x.grad.abs().sum() > 0
 ### END HIDDEN TESTS
 
 
