@@ -61,7 +61,7 @@ class Variant:
     task: str | None              # the solution cell a wrong answer replaces
     what: str                     # one line: what the entry says
     solutions: dict               # grade_id -> code of every solution cell
-    holdout: bool = False         # from the hold-out set (corpus._holdout_<assignment>), not graded by nbgrader
+    holdout: str = ""             # "" (corpus), "A" or "B" (the hold-out sets: corpus._holdout_<a>, corpus._holdout2)
     own_tests: tuple = ()         # the test cells of the task it replaces (one per concern)
     result: dict = field(default_factory=dict)  # test gid -> {"visible": msg|None, "full": msg|None}
 
@@ -134,7 +134,7 @@ def plan(assignment: str, root: Path = ROOT, holdout: bool = True) -> list[Plan]
     for e in spec.ENTRIES + held:
         if e.notebook not in plans:
             continue
-        is_held = e in held
+        is_held = corpus.holdout_set(e.name) if e in held else ""
         p = plans[e.notebook]
         ref = p.variants[0].solutions
         if e.name.startswith("wrong-"):
@@ -258,14 +258,23 @@ def concerns_failed(v: Variant, which: str) -> list[str]:
     return [corpus.concern_of(t, v.task) for t in v.own_tests if failed(v, t, which)]
 
 
-def _wrong(plans: list[Plan], holdout: bool | None) -> list[Variant]:
-    return [v for p in plans for v in p.variants
-            if v.kind == "wrong" and (holdout is None or v.holdout == holdout)]
+def _in_set(v: Variant, holdout) -> bool:
+    """holdout: False (the corpus), True (both hold-out sets), "A" or "B" (one of them), None (all)."""
+    if holdout is None:
+        return True
+    if holdout is True or holdout is False:
+        return bool(v.holdout) == holdout
+    return v.holdout == holdout
 
 
-def rates(plans: list[Plan], holdout: bool | None = False) -> dict:
+def _wrong(plans: list[Plan], holdout) -> list[Variant]:
+    return [v for p in plans for v in p.variants if v.kind == "wrong" and _in_set(v, holdout)]
+
+
+def rates(plans: list[Plan], holdout=False) -> dict:
     """{"visible": (caught, n), "full": (caught, n)} over the wrong answers (the corpus's by default;
-    holdout=True: the hold-out set's; None: both), each caught when a test cell of its own task fails."""
+    holdout="A" or "B": one hold-out set's, True: both, None: everything), each caught when a test
+    cell of its own task fails."""
     wrong = _wrong(plans, holdout)
     vis = sum(caught(v, "visible") is not None for v in wrong)
     full = sum(caught(v, "full") is not None for v in wrong)
@@ -278,7 +287,7 @@ def by_concern(plans: list[Plan], holdout: bool | None = None) -> dict:
     out: dict = {}
     for p in plans:
         for v in p.variants:
-            if v.kind != "wrong" or (holdout is not None and v.holdout != holdout):
+            if v.kind != "wrong" or not _in_set(v, holdout):
                 continue
             for t in v.own_tests:
                 d = out.setdefault((p.assignment, corpus.concern_of(t, v.task)), {"visible": 0, "full": 0, "n": 0})
@@ -315,8 +324,8 @@ def problems(plans: list[Plan]) -> dict[str, list[str]]:
 def table(plans: list[Plan], messages: bool = False) -> str:
     lines = []
     for p in plans:
-        for held, name in ((False, "corpus"), (True, "hold-out")):
-            wrong = [v for v in p.variants if v.kind == "wrong" and v.holdout == held]
+        for held, name in ((False, "corpus"), ("A", "hold-out A"), ("B", "hold-out B")):
+            wrong = [v for v in p.variants if v.kind == "wrong" and _in_set(v, held)]
             if not wrong:
                 continue
             r = rates([p], held)
@@ -341,7 +350,8 @@ def summary(plans: list[Plan]) -> str:
     by = {}
     for p in plans:
         by.setdefault(p.assignment, []).append(p)
-    for held, name in ((False, "corpus"), (True, "hold-out")):
+    for held, name in ((False, "corpus"), ("A", "hold-out A (written before the contract tests)"),
+                       ("B", "hold-out B (written after them, measured once)")):
         lines.append(f"{name}:")
         for a, ps in list(by.items()) + [("all", plans)]:
             r = rates(ps, held)

@@ -82,7 +82,7 @@ def test_visible_tests_catch_at_least_two_thirds_of_the_wrong_answers(plans, ass
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_the_hold_out_set_is_caught(plans, assignment):
     mine = [p for p in plans if p.assignment == assignment]
-    r = catch_rates.rates(mine, holdout=True)
+    r = catch_rates.rates(mine, holdout="A")
     (vis, n), (full, _) = r["visible"], r["full"]
     assert n >= 15, f"{assignment}: only {n} hold-out wrong answers"
     assert Fraction(full, n) >= HOLDOUT_ALL_AT_LEAST, f"{assignment}: all tests catch {full} of {n} hold-out answers"
