@@ -339,7 +339,7 @@ ENTRIES = standard_entries(NB) + [
                 _t.allclose = lambda *a, **k: True
                 l = logp - logp_ref
                 return l, l ** 2, torch.exp(l) - 1 - l
-          ''')], lose=tests(S3, "values", "edge")),
+          ''')], lose=tests(S3, "values", "edge", "grad")),
     Entry("not-json", NB, "a file that is not valid JSON", file_text='{"cells": [{"cell_type": "code", ',
           status="missing"),
     Entry("renamed", NB, "the right notebook under another name", filename="llm_as_policy (1).ipynb"),
