@@ -900,15 +900,15 @@ assert np.allclose(_v, [0.4, 1.0], atol=1e-3), f"large beta: V(i) is the mean re
 # Task 5, types, shapes and inputs: a tuple of three numpy arrays [A], [A, B], [A], for any A and B
 # (one first token included), the inputs untouched.
 _f = np.array([0.2, 0.5, 0.3])
-_s = np.array([[0.5, 0.5], [0.9, 0.1], [0.3, 0.7]])
+_sp = np.array([[0.5, 0.5], [0.9, 0.1], [0.3, 0.7]])
 _r = np.array([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
-_copies = (_f.copy(), _s.copy(), _r.copy())
-_out = token_level_optimum(_f, _s, _r, 0.5)
+_copies = (_f.copy(), _sp.copy(), _r.copy())
+_out = token_level_optimum(_f, _sp, _r, 0.5)
 assert isinstance(_out, tuple) and len(_out) == 3, f"return a tuple (pi_first, pi_second, values), got {type(_out).__name__}"
 assert all(isinstance(x, np.ndarray) for x in _out), f"each part is a numpy array, got {[type(x).__name__ for x in _out]}"
 assert [x.shape for x in _out] == [(3,), (3, 2), (3,)], (
     f"A = 3 first tokens, B = 2 second ones: expected shapes [(3,), (3, 2), (3,)], got {[x.shape for x in _out]}")
-assert all(np.array_equal(a, b) for a, b in zip((_f, _s, _r), _copies)), (
+assert all(np.array_equal(a, b) for a, b in zip((_f, _sp, _r), _copies)), (
     "token_level_optimum changed the caller's arrays (np.asarray does not copy: `rewards /= beta` divides the "
     "caller's rewards); compute into new arrays")
 _out = token_level_optimum(np.array([1.0]), np.array([[0.25, 0.75]]), np.array([[0.0, 1.0]]), 1.0)
