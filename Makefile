@@ -42,7 +42,7 @@ help:
 	@echo "make test-other-cpu  calibration, a GRPO run and lab11's nbval as another CPU computes them"
 	@echo "make grade-all   the batch grader alone (autograder/batch.py; make autograde runs it)"
 	@echo "make corpus      grade the submission corpus (autograder/corpus) and print entry, expected, got"
-	@echo "make catch-rates how many corpus wrong answers the visible tests catch, and visible + hidden"
+	@echo "make catch-rates how many corpus and hold-out wrong answers the visible tests catch, and visible + hidden, by concern (about a minute)"
 	@echo "make browser     the labs in a real JupyterLab in chromium (screenshots in artifacts/browser/)"
 	@echo "make student-kit what a student receives: build/student-kit/ (notebooks, library wheel, setup.sh)"
 	@echo "make test-kit    install the student kit into a new venv outside the repository and run it"
@@ -102,7 +102,8 @@ grade-all: $(STAMP)
 corpus: $(STAMP)
 	$(PY) autograder/corpus/_cli.py $(A)
 
-# How many corpus wrong answers the visible tests catch, and visible + hidden (no nbgrader: seconds).
+# How many corpus and hold-out wrong answers the visible tests catch, and visible + hidden, with the
+# concerns whose cells each fails, and the rates by concern (no nbgrader: about a minute).
 catch-rates: $(STAMP)
 	$(PY) autograder/catch_rates.py --messages $(A)
 

@@ -7,6 +7,10 @@ for review (the batch: an answer outside the grader's format, the answer-key che
 review", with no points, as in the gradebook. The notebook's heading gives the points so far and the
 points still to be graded, or says that the notebook is held for review.
 
+The summary names each graded cell by its task and concern ("Task 1a response_logprobs: values"),
+a failed test cell shows its failure's message above its code, and the maths is drawn by a MathJax
+inlined from the installed jupyter-server-mathjax package (no network needed to read the page).
+
 `releasable(report_notebook)` and `pending_in_gradebook(...)` decide whether a notebook's feedback
 may go to the student (autograder/course.py `feedback`, autograder/batch.py): only once nothing in
 it awaits grading, unless the instructor forces it.
@@ -15,6 +19,8 @@ it awaits grading, unless the instructor forces it.
 from __future__ import annotations
 
 import copy
+import re
+from pathlib import Path
 
 from jinja2 import pass_context
 from nbconvert.exporters import HTMLExporter
@@ -100,7 +106,7 @@ Score: {{ cell.metadata.nbgrader.score | float | round(2) }} / {{ cell.metadata.
   <span class="nbgrader-label">Student's task</span>
   {{ llmrl_score(cell) }}
 {%- elif cell.metadata.nbgrader.grade -%}
-  <span class="nbgrader-label">Grade cell: <code>{{ cell.metadata.nbgrader.grade_id }}</code></span>
+  <span class="nbgrader-label">{{ cell | llmrl_label }}</span>
   {{ llmrl_score(cell) }}
 {%- endif -%}
 </div>
@@ -118,6 +124,14 @@ Score: {{ cell.metadata.nbgrader.score | float | round(2) }} / {{ cell.metadata.
     /* a failing test's message is one long line: wrap it, so that it reads without scrolling sideways */
     .output_subarea.output_text pre { white-space: pre-wrap; overflow-wrap: anywhere; }
     .panel-primary > .panel-heading .held-for-review { color: #fff; }
+    /* a test cell's verdict, above its code: the failure's message first */
+    .llmrl-failure { background: #fbeaea; border-left: 4px solid #c9302c; padding: 0.5em 0.8em; margin-bottom: 0.8em; }
+    .llmrl-failure code { white-space: pre-wrap; overflow-wrap: anywhere; background: none; color: #8a1f1d; }
+    .llmrl-hint { color: #555; font-size: 90%; margin-top: 0.3em; }
+    .llmrl-passed { background: #eaf6ea; border-left: 4px solid #3c763d; padding: 0.3em 0.8em; margin-bottom: 0.8em; }
+    #toc li.failed > a { color: #c9302c; }
+    #toc .llmrl-mark { color: #c9302c; font-weight: bold; }
+    .panel-primary > .panel-heading .nbgrader-label { font-size: 115%; font-weight: bold; }
   </style>
   <a name="top"></a>
   <div class="container">
@@ -141,11 +155,11 @@ Score: {{ cell.metadata.nbgrader.score | float | round(2) }} / {{ cell.metadata.
           <ol>
           {% for cell in nb.cells %}
             {% if cell.metadata.nbgrader and cell.metadata.nbgrader.grade and not cell.metadata.nbgrader.solution %}
-            <li><a href="#{{ cell.metadata.nbgrader.grade_id }}">Test cell</a> ({{ llmrl_points(cell) }})</li>
+            <li class="{{ cell | llmrl_verdict }}"><a href="#{{ cell.metadata.nbgrader.grade_id }}">{{ cell | llmrl_label }}</a> ({{ llmrl_points(cell) }}){% if cell | llmrl_verdict == "failed" %} <span class="llmrl-mark">failed</span>{% endif %}</li>
             {% elif cell.cell_type == "code" and cell.metadata.nbgrader and cell.metadata.nbgrader.grade %}
-            <li><a href="#{{ cell.metadata.nbgrader.grade_id }}">Coding free-response</a> ({{ llmrl_points(cell) }})</li>
+            <li><a href="#{{ cell.metadata.nbgrader.grade_id }}">Coding free-response <code>{{ cell.metadata.nbgrader.grade_id }}</code></a> ({{ llmrl_points(cell) }})</li>
             {% elif cell.cell_type == "markdown" and cell.metadata.nbgrader and cell.metadata.nbgrader.grade %}
-            <li><a href="#{{ cell.metadata.nbgrader.grade_id }}">Written response</a> ({{ llmrl_points(cell) }})</li>
+            <li><a href="#{{ cell.metadata.nbgrader.grade_id }}">{{ cell | llmrl_label }}</a> ({{ llmrl_points(cell) }})</li>
             {% elif cell.cell_type == "markdown" and cell.metadata.nbgrader and cell.metadata.nbgrader.task %}
             <li><a href="#{{ cell.metadata.nbgrader.grade_id }}">Task</a> ({{ llmrl_points(cell) }})</li>
             {% endif %}
@@ -176,6 +190,14 @@ Score: {{ cell.metadata.nbgrader.score | float | round(2) }} / {{ cell.metadata.
   <div class="panel panel-primary nbgrader_cell">
     {{ llmrl_heading(cell) }}
     <div class="panel-body">
+      {%- set failure = cell | llmrl_failure -%}
+      {%- if failure %}
+      <div class="llmrl-failure"><strong>This test failed:</strong> <code>{{ failure }}</code>
+        <div class="llmrl-hint">Below is the code of the test you can see in your notebook. A message that none of
+        its lines prints comes from the grader's further tests of the same concern.</div></div>
+      {%- elif cell | llmrl_verdict == "passed" %}
+      <div class="llmrl-passed"><strong>Passed.</strong></div>
+      {%- endif %}
       <div class="{{ area }}">
         {{ caller() }}
       </div>
@@ -210,6 +232,98 @@ Score: {{ cell.metadata.nbgrader.score | float | round(2) }} / {{ cell.metadata.
 """
 
 
+# ----------------------------------------------------------------------------- names and verdicts of cells
+
+# The concerns a task's tests are split by (test_<task>_<concern>, issue 30), as the summary names them.
+CONCERNS = {"values": "values", "contract": "types, shapes and inputs", "edge": "extreme inputs",
+            "grad": "gradient", "rng": "random generator", "ties": "ties", "bounds": "clip bounds",
+            "clip": "clip_eps", "kl": "KL term"}
+_TEST_ID = re.compile(r"^test_task(\d+[a-z]?)_(\w+?)(?:_(" + "|".join(CONCERNS) + r"))?$")
+_FIRST_LINE = re.compile(r"^#\s*Task (\d+[a-z]?), ([^:]+):")
+
+
+def _source(cell) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def cell_label(cell) -> str:
+    """What the summary and the cell's heading call a graded cell: "Task 1a response_logprobs: values"
+    for a test cell (from its grade_id, which the grader restores from the course, and its first
+    comment line, which says the concern in the cell's own words), "Written answer report q1 kl
+    estimator" for a written one. Plain text: the template escapes it."""
+    nbg = cell.get("metadata", {}).get("nbgrader", {}) or {}
+    gid = str(nbg.get("grade_id", ""))
+    if cell.get("cell_type") == "markdown":
+        return "Written answer: " + gid.replace("_", " ")
+    m = _TEST_ID.match(gid)
+    if not m:
+        return f"Test cell {gid}"
+    number, name, concern = m.groups()
+    first = _FIRST_LINE.match(_source(cell).lstrip())
+    what = first.group(2).strip() if first and first.group(1) == number else CONCERNS.get(concern or "", "all tests")
+    return f"Task {number} {name}: {what}"
+
+
+def cell_verdict(cell) -> str:
+    """"passed", "failed", or "" (not scored yet: awaiting a person, held for review)."""
+    nbg = cell.get("metadata", {}).get("nbgrader", {}) or {}
+    if nbg.get("pending") or nbg.get("held") or nbg.get("score") is None:
+        return ""
+    return "passed" if float(nbg["score"]) >= float(nbg.get("points", 0)) else "failed"
+
+
+def cell_failure(cell) -> str:
+    """The failure's message of a failed test cell (its error output, one line), "" otherwise."""
+    if cell_verdict(cell) != "failed":
+        return ""
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "error":
+            ename, evalue = str(out.get("ename", "Error")), str(out.get("evalue", ""))
+            return f"{ename}: {evalue}" if evalue else ename
+    return "a test in this cell failed (it gave no message)"
+
+
+# ----------------------------------------------------------------------------- maths without the network
+
+# nbconvert's pages load MathJax from a CDN, so a student who opens the page offline sees raw LaTeX.
+# Here MathJax 2 comes from the installed jupyter-server-mathjax package, inlined into the page
+# (its core and the combined TeX configuration, about 430 kB), with MathML output: the browser
+# draws the formulas itself, and no file is fetched from anywhere.
+_MATHJAX_BLOCK = re.compile(r"<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->", re.S)
+_MATHJAX_CONFIG = r"""<script type="text/x-mathjax-config">
+MathJax.Hub.Config({
+  jax: ["input/TeX", "output/NativeMML"], extensions: ["tex2jax.js"],
+  tex2jax: {inlineMath: [["$", "$"], ["\\(", "\\)"]], displayMath: [["$$", "$$"], ["\\[", "\\]"]],
+            processEscapes: true, processEnvironments: true},
+  messageStyle: "none", showMathMenu: false,
+  menuSettings: {explorer: false, assistiveMml: false}
+});
+</script>"""
+
+
+def _inline_script(code: str) -> str:
+    """A script's text made safe inside <script>...</script>."""
+    return "<script>" + re.sub(r"</(script)", r"<\\/\1", code, flags=re.I).replace("<!--", "<\\!--") + "</script>"
+
+
+def mathjax_inline() -> str:
+    """MathJax, configured and inlined, from the installed jupyter_server_mathjax package."""
+    import jupyter_server_mathjax
+
+    static = Path(jupyter_server_mathjax.__file__).resolve().parent / "static"
+    core = (static / "MathJax.js").read_text(encoding="utf-8")
+    combined = (static / "config" / "TeX-AMS-MML_HTMLorMML-full.js").read_text(encoding="utf-8")
+    return "<!-- MathJax from the installed jupyter-server-mathjax package: works offline -->\n" + \
+        _MATHJAX_CONFIG + "\n" + _inline_script(core) + "\n" + _inline_script(combined)
+
+
+def offline_maths(html: str) -> str:
+    """The page with nbconvert's MathJax-from-a-CDN block replaced by the inlined MathJax."""
+    inline = mathjax_inline()
+    return _MATHJAX_BLOCK.sub(lambda m: inline, html, count=1)
+
+
 # Markdown as JupyterLab shows it: tables inside a blockquote or a list item too (the labs' overview
 # tables are quoted, "> | task | ... |"), which nbconvert's own plugins leave as lines of pipes.
 MARKDOWN_PLUGINS = (*MarkdownWithMath.DEFAULT_PLUGINS, "mistune.plugins.table.table_in_quote",
@@ -227,6 +341,16 @@ class FeedbackExporter(HTMLExporter):
         c.FeedbackExporter.template_name = "feedback"
         super().__init__(config=c, **kwargs)
         self.raw_template = TEMPLATE  # (not a configurable trait)
+
+    def default_filters(self):
+        """nbconvert's filters, and the names and verdicts of graded cells (the environment is rebuilt
+        from these whenever the template changes)."""
+        yield from super().default_filters()
+        yield from (("llmrl_label", cell_label), ("llmrl_verdict", cell_verdict), ("llmrl_failure", cell_failure))
+
+    def from_notebook_node(self, nb, resources=None, **kw):
+        output, resources = super().from_notebook_node(nb, resources, **kw)
+        return offline_maths(output), resources
 
     @pass_context
     def markdown2html(self, context, source):

@@ -212,6 +212,54 @@ def load_spec(assignment: str):
     return importlib.import_module(f"corpus.{assignment}")
 
 
+def holdout(assignment: str) -> list[Entry]:
+    """The assignment's hold-out set (autograder/corpus/_holdout_<assignment>.py, issue 30): wrong
+    answers and correct alternatives that autograder/catch_rates.py measures but make test does not
+    grade with nbgrader (each entry would cost a kernel run). Empty when the module does not exist."""
+    import sys
+
+    if str(HERE.parent) not in sys.path:
+        sys.path.insert(0, str(HERE.parent))
+    first = (list(importlib.import_module(f"corpus._holdout_{assignment}").HOLDOUT)
+             if (HERE / f"_holdout_{assignment}.py").exists() else [])
+    # the second set (written after the contract tests, measured once): entries named *-ho2-*
+    return first + list(importlib.import_module("corpus._holdout2").SECOND.get(assignment, []))
+
+
+def holdout_set(entry_name: str) -> str:
+    """"B" for the second hold-out set (written after the tests), "A" for the first."""
+    return "B" if "-ho2-" in entry_name else "A"
+
+
+def task_tests(nb) -> dict[str, list[str]]:
+    """{solution grade_id: [its test cells' grade_ids]}: the graded test cells that follow a solution
+    cell, up to the next solution cell, belong to its task (a task's tests are split by concern,
+    test_<task>_<concern>, issue 30)."""
+    out: dict[str, list[str]] = {}
+    current = None
+    for c in nb["cells"]:
+        m = c.get("metadata", {}).get("nbgrader", {}) or {}
+        if c.get("cell_type") != "code" or not m:
+            continue
+        if m.get("solution"):
+            current = m["grade_id"]
+            out.setdefault(current, [])
+        elif m.get("grade") and current is not None:
+            out[current].append(m["grade_id"])
+    return out
+
+
+def tests(task_gid: str, *concerns: str) -> tuple[str, ...]:
+    """The grade_ids of a task's test cells for these concerns (test_<task>_<concern>), for `lose=`."""
+    return tuple(f"test_{task_gid}_{c}" for c in concerns)
+
+
+def concern_of(test_gid: str, task_gid: str) -> str:
+    """The concern a test cell grades: its grade_id after test_<task>_ ("all" for a single cell)."""
+    rest = test_gid.removeprefix(f"test_{task_gid}")
+    return rest.lstrip("_") or "all"
+
+
 def build_entry(assignment: str, entry: Entry, root: Path = ROOT) -> Built:
     import nbformat
 

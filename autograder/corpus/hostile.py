@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import ast
 
-from corpus import ROOT, Entry, _code, insert
+from corpus import ROOT, Entry, _code, insert, tests
 
 # ----------------------------------------------------------------------------- edits
 
@@ -397,12 +397,47 @@ NAME = _corpus_warn(NAME)
 '''
 
 
+# The test cells the honest wrong answers (wrong_answers(): every result shifted) fail, by notebook.
+# A class 3 or 4 attack dresses those same answers up and must lose exactly these cells, as
+# wrong-control does; the cells that check only types, shapes, the inputs or the random generator
+# pass for them. autograder/tests/test_catch_rates.py checks the table against the notebooks.
+WRONG_ANSWERS_LOSE = {
+    ("lab11", "llm_as_policy"): (tests("task1a_response_logprobs", "values", "edge")
+        + tests("task1b_sequence_logprob", "values", "edge", "grad")
+        + tests("task2_sample_with_temperature", "values", "edge")
+        + tests("task3_kl_estimators", "values", "edge")
+        + tests("task4_tilted_optimum", "values", "edge")
+        + tests("task5_token_level_optimum", "values", "edge")),
+    ("lab19", "failure_modes"): (tests("task1a_bon_kl", "values")
+        + tests("task1b_best_of_n_stats", "values", "ties", "edge")
+        + tests("task1c_fit_gao_bon", "values")
+        + tests("task2_kl_penalized_rewards", "values", "edge", "contract")
+        + tests("task3_clipped_pg_loss", "values", "bounds")
+        + tests("task4_token_entropy", "values", "edge")),
+    ("lab21", "tasks"): (tests("task1_reverse_kl_rewards", "values", "edge")
+        + tests("task2_opd_pg_loss", "values", "grad")
+        + tests("task3_full_vocab_reverse_kl", "values", "edge")
+        + tests("task4_pass_at_k", "values", "edge")
+        + tests("task5_maxrl_advantages", "values", "edge")),
+    ("hw4", "llm_rl"): (tests("task1_per_token_logprobs", "values", "edge")
+        + tests("task2_completion_mask", "values")
+        + tests("task3_approx_kl", "values", "edge")
+        + tests("task4_iter_minibatches", "values", "rng", "contract")
+        + tests("task5_group_advantages", "values", "contract", "edge")
+        + tests("task6_normalize_advantages", "values", "contract")
+        + tests("task7_reinforce_loss", "values")
+        + tests("task8_grpo_loss", "values", "clip")),
+}
+
+
 def _fmt(code: str, a: str, nb: str) -> str:
     return code % {"root": str(ROOT), "a": a, "nb": nb}
 
 
-def _attack_entries(a: str, nb: str, tests: tuple) -> dict[str, Entry]:
+def _attack_entries(a: str, nb: str, all_tests: tuple) -> dict[str, Entry]:
     """Every hostile entry for one notebook, by name (the caller picks where each one runs)."""
+    # what the dressed-up wrong answers must lose: what they lose handed in honestly
+    tests = WRONG_ANSWERS_LOSE.get((a, nb), all_tests)
     return {
         # 1 scoring from outputs
         "h1-displayhook": Entry("h1-displayhook", nb, "class 1: a result published before every cell "
@@ -440,7 +475,7 @@ def _attack_entries(a: str, nb: str, tests: tuple) -> dict[str, Entry]:
                                     [wrong_answers("_corpus_agree", AGREE.replace("return v.as_subclass(_AgreeTensor)",
                                                                                   "return v"))], lose=tests),
         "wrong-control": Entry("wrong-control", nb, "the answers of classes 3 and 4 handed in honestly: every test "
-                               "cell fails", [wrong_answers()], lose=tests),
+                               "cell that checks a value fails", [wrong_answers()], lose=tests),
         # 5 reading what is hidden
         "h5-history": Entry("h5-history", nb, "class 5: the kernel's input history printed at the end",
                             [insert(HISTORY, after="end")], check="no_hidden"),

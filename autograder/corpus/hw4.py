@@ -2,16 +2,16 @@
 
 Tasks 7 and 8 call the student's Task 3 (approx KL); the wrong Task 3 answers here stay finite, so
 7 and 8 keep their points (their tests compare with the student's own KL). The report questions
-are graded by hand.
+are graded by hand. Each wrong answer loses the test cells of its task that grade the concern it
+gets wrong (a task's tests are split by concern; `tests(task, *concerns)` names them).
 """
 
-from corpus import Entry, solve, standard_entries
+from corpus import Entry, solve, standard_entries, tests
 
 NB = "llm_rl"
-T = {i: f"test_task{i}_{n}" for i, n in enumerate(
+S = {i: f"task{i}_{n}" for i, n in enumerate(
     ["per_token_logprobs", "completion_mask", "approx_kl", "iter_minibatches", "group_advantages",
      "normalize_advantages", "reinforce_loss", "grpo_loss"], start=1)}
-S = {i: t.removeprefix("test_") for i, t in T.items()}
 
 REWRITTEN = [
     solve(S[1], '''
@@ -249,7 +249,7 @@ RIGHT_B = [
             if len(set(rows.values())) > 1:
                 raise ValueError(f"row counts differ: {rows}")
             n = next(iter(rows.values()))
-            order = torch.arange(n) if generator is None else torch.rand(n, generator=generator).argsort()
+            order = torch.arange(n) if generator is None else torch.randperm(n, generator=generator)
             for chunk in order.split(minibatch_size):
                 yield {k: v.index_select(0, chunk) for k, v in batch.items()}
     '''),
@@ -268,18 +268,17 @@ RIGHT_B = [
 ENTRIES = standard_entries(NB) + [
     Entry("rewritten", NB, "every task correct, written differently", REWRITTEN),
     Entry("wrong-a", NB, "1 no shift, 3 ratio upside down, 5 sample std, 7 without the KL term",
-          WRONG_A, lose=(T[1], T[3], T[5], T[7])),
+          WRONG_A, lose=tests(S[1], "values", "edge", "grad") + tests(S[3], "values", "edge", "grad") + tests(S[5], "values", "contract", "edge") + tests(S[7], "kl", "grad")),
     Entry("wrong-b", NB, "1 stays bf16, 3 no clamp, 5 float32, 7 multiplies by the mask",
-          WRONG_B, lose=(T[1], T[3], T[5], T[7])),
+          WRONG_B, lose=tests(S[1], "contract", "edge") + tests(S[3], "edge") + tests(S[5], "edge") + tests(S[7], "values")),
     Entry("wrong-c", NB, "2 off by one, 4 never shuffles, 6 clips first, 8 max instead of min",
-          WRONG_C, lose=(T[2], T[4], T[6], T[8])),
+          WRONG_C, lose=tests(S[2], "values") + tests(S[4], "rng", "contract") + tests(S[6], "values") + tests(S[8], "values", "clip", "grad")),
     Entry("wrong-d", NB, "2 ignores padding, 4 drops the last minibatch, 6 in place, 8 batch token mean",
-          WRONG_D, lose=(T[2], T[4], T[6], T[8])),
+          WRONG_D, lose=tests(S[2], "values") + tests(S[4], "values", "rng", "contract") + tests(S[6], "contract") + tests(S[8], "values", "grad")),
     Entry("wrong-e", NB, "1 log of a softmax (underflow), 4 shuffles each field on its own, 5 a loop that lets a "
           "partial group through, 8 exp of an unmasked log-ratio (nan gradient at -inf padding)",
-          WRONG_E, lose=(T[1], T[4], T[5], T[8])),
-    Entry("wrong-f", NB, "3 mean of per-row means, 6 the sample std, 7 no length normalisation (8 compares its "
-          "gradient with 7's, so it loses too)", WRONG_F, lose=(T[3], T[6], T[7], T[8])),
-    Entry("right-b", NB, "tasks 1, 4, 8 correct in yet another way (log_softmax(dtype=float32), rand().argsort(), "
-          "torch.where for the min)", RIGHT_B),
+          WRONG_E, lose=tests(S[1], "edge") + tests(S[4], "values") + tests(S[5], "contract") + tests(S[8], "grad")),
+    Entry("wrong-f", NB, "3 mean of per-row means, 6 the sample std, 7 no length normalisation", WRONG_F, lose=tests(S[3], "values", "edge") + tests(S[6], "values") + tests(S[7], "values", "grad")),
+    Entry("right-b", NB, "tasks 1, 4, 8 correct in yet another way (log_softmax(dtype=float32), index_select on "
+          "randperm's split, torch.where for the min)", RIGHT_B),
 ]

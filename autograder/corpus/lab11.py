@@ -1,21 +1,22 @@
 """lab11 (llm_as_policy): realistic answers and the hostile or broken submissions.
 
 Wrong answers are the handout's common mistakes (and the ones the hidden tests were written
-against); each loses its own task's test cell. Where a later task calls an earlier one (Task 5
-builds on `tilted_optimum`), the spec says so and expects both to lose.
+against); each loses the test cells of its own task that grade the concern it gets wrong (a task's
+tests are split by concern: values, contract, edge, grad, rng; `tests(task, *concerns)` names
+them). Where a later task calls an earlier one (Task 5 builds on `tilted_optimum`), the spec says
+so and expects both to lose.
 """
 
 from textwrap import dedent
 
-from corpus import ROOT, Entry, delete, insert, set_points, solve, standard_entries, strip_metadata, test_source
+from corpus import ROOT, Entry, delete, insert, set_points, solve, standard_entries, strip_metadata, test_source, tests
 
 NB = "llm_as_policy"
-T1A, T1B, T2, T3, T4, T5 = ("test_task1a_response_logprobs", "test_task1b_sequence_logprob",
-                            "test_task2_sample_with_temperature", "test_task3_kl_estimators",
-                            "test_task4_tilted_optimum", "test_task5_token_level_optimum")
 S1A, S1B, S2, S3, S4, S5 = ("task1a_response_logprobs", "task1b_sequence_logprob",
                             "task2_sample_with_temperature", "task3_kl_estimators",
                             "task4_tilted_optimum", "task5_token_level_optimum")
+# each task's first test cell (its values), for the entries that tamper with test cells
+T1A, T1B, T2, T3, T4, T5 = (tests(s, "values")[0] for s in (S1A, S1B, S2, S3, S4, S5))
 
 # ----------------------------------------------------------------------------- correct, written differently
 REWRITTEN = [
@@ -200,7 +201,7 @@ RIGHT_B = [
         def response_logprobs(logits, tokens, prompt_len):
             z = logits[:, prompt_len - 1:-1].double()
             logp = z - torch.logsumexp(z, dim=-1, keepdim=True)
-            return torch.take_along_dim(logp, tokens[:, prompt_len:, None], dim=-1)[..., 0].float()
+            return torch.take_along_dim(logp, tokens[:, prompt_len:, None], dim=-1)[..., 0].to(logits.dtype)
     '''),
     solve(S1B, '''
         def sequence_logprob(token_logprobs, mask):
@@ -280,32 +281,33 @@ FREE_CELL_ABUSE = [
 ENTRIES = standard_entries(NB) + [
     Entry("rewritten", NB, "every task correct, written differently (loops, masked_fill, inverse CDF, expm1, logaddexp)",
           REWRITTEN),
-    Entry("wrong-a", NB, "1a no shift, 2 multiplies by T, 3 k3 sign", [NO_SHIFT, MULTIPLY_T, K3_SIGN], lose=(T1A, T2, T3)),
+    Entry("wrong-a", NB, "1a no shift, 2 multiplies by T, 3 k3 sign", [NO_SHIFT, MULTIPLY_T, K3_SIGN], lose=tests(S1A, "values", "grad") + tests(S2, "values") + tests(S3, "values", "edge", "grad")),
     Entry("wrong-b", NB, "1a forgot log_softmax, 2 ignores the generator, 3 k2 without 1/2",
-          [RAW_LOGITS, NO_GENERATOR, K2_NO_HALF], lose=(T1A, T2, T3)),
+          [RAW_LOGITS, NO_GENERATOR, K2_NO_HALF], lose=tests(S1A, "values", "edge", "grad") + tests(S2, "rng") + tests(S3, "values", "grad")),
     Entry("wrong-c", NB, "1b multiplies by the mask, 5 soft values without beta", [TIMES_MASK, VALUES_NO_BETA],
-          lose=(T1B, T5)),
+          lose=tests(S1B, "edge", "grad") + tests(S5, "values", "edge")),
     Entry("wrong-d", NB, "1b mean instead of sum, 5 soft values by a plain exp (overflow)", [MEAN, VALUES_NAIVE_EXP],
-          lose=(T1B, T5)),
-    Entry("wrong-e", NB, "4 kl_objective without 0 log 0 = 0", [NO_ZERO_LOG_ZERO], lose=(T4,)),
+          lose=tests(S1B, "values", "edge", "grad") + tests(S5, "edge")),
+    Entry("wrong-e", NB, "4 kl_objective without 0 log 0 = 0", [NO_ZERO_LOG_ZERO], lose=tests(S4, "edge")),
     Entry("wrong-f", NB, "4 tilted_optimum by a plain exp (overflow); task 5 calls it, so it loses too",
-          [DIRECT_EXP], lose=(T4, T5)),
+          [DIRECT_EXP], lose=tests(S4, "edge") + tests(S5, "edge")),
     Entry("wrong-g", NB, "1a log of a softmax (underflow), 2 divides by T = 0, 4 KL the wrong way round",
-          [LOG_OF_SOFTMAX, T0_DIVIDES, KL_REVERSED], lose=(T1A, T2, T4)),
+          [LOG_OF_SOFTMAX, T0_DIVIDES, KL_REVERSED], lose=tests(S1A, "edge") + tests(S2, "edge") + tests(S4, "values", "edge")),
     Entry("wrong-h", NB, "1b ignores the mask, 5 tilts the first token by the best reward instead of V",
-          [IGNORES_MASK, GREEDY_VALUES], lose=(T1B, T5)),
+          [IGNORES_MASK, GREEDY_VALUES], lose=tests(S1B, "values", "edge", "grad") + tests(S5, "values")),
     Entry("right-b", NB, "tasks 1a, 1b, 2, 4 correct in yet another way (logsumexp in float64, index_add, "
           "a loop with math.log)", RIGHT_B),
     # ---- broken and hostile
     Entry("raises", NB, "task 1a raises an exception", [solve(S1A, '''
         def response_logprobs(logits, tokens, prompt_len):
             raise RuntimeError("my code crashes")
-    ''')], lose=(T1A,)),
+    ''')], lose=tests(S1A, "values", "contract", "edge", "grad")),
     Entry("loop-in-task", NB, "task 5 never returns: its test cell hits the per-cell timeout", [solve(S5, '''
         def token_level_optimum(first_probs, second_probs, rewards, beta):
             while True:
                 pass
-    ''')], lose=(T5,), env={"LLMRL_GRADE_CELL_TIMEOUT": "15"}),
+    ''')], lose=tests(S5, "values", "contract", "edge"),
+       env={"LLMRL_GRADE_CELL_TIMEOUT": "15"}),
     Entry("free-cell-abuse", NB, "free cells: an infinite loop, a memory hog, 30 MB of output; every task right",
           FREE_CELL_ABUSE, env={"LLMRL_GRADE_CELL_TIMEOUT": "15", "LLMRL_GRADE_MEM_MB": "3072"}, check="small_output"),
     Entry("notebook-timeout", NB, "slow free cells use up the feedback run's time: its later cells do not run; the "
@@ -313,23 +315,23 @@ ENTRIES = standard_entries(NB) + [
           [insert("import time\ntime.sleep(10)", after="start") for _ in range(3)],
           env={"LLMRL_GRADE_CELL_TIMEOUT": "15", "LLMRL_GRADE_NOTEBOOK_TIMEOUT": "25"}, check="notebook_timeout"),
     Entry("kernel-dies", NB, "a free cell after task 3 kills the feedback run's kernel; the grading run, in a fresh "
-          "kernel, still scores every task", [insert("import os\nos._exit(3)", after=T3)], check="kernel_died"),
-    Entry("tests-tampered", NB, "test 1b deleted, test 2 replaced by pass, test 3 stripped of its metadata and "
-          "replaced by pass, test 1a claims 100 points; tasks 2 and 3 wrong",
+          "kernel, still scores every task", [insert("import os\nos._exit(3)", after=tests(S3, "grad")[0])], check="kernel_died"),
+    Entry("tests-tampered", NB, "1b's values test deleted, 2's replaced by pass, 3's stripped of its metadata and "
+          "replaced by pass, 1a's claims 100 points; tasks 2 and 3 wrong",
           [delete(T1B), MULTIPLY_T, test_source(T2, "pass"), K3_SIGN, test_source(T3, "pass"), strip_metadata(T3),
-           set_points(T1A, 100)], lose=(T2, T3)),
+           set_points(T1A, 100)], lose=tests(S2, "values") + tests(S3, "values", "edge", "grad")),
     Entry("patch-allclose", NB, "torch.allclose = lambda *a, **k: True in a free cell, task 1a wrong",
-          [NO_SHIFT, insert("torch.allclose = lambda *a, **k: True", after="start")], lose=(T1A,)),
+          [NO_SHIFT, insert("torch.allclose = lambda *a, **k: True", after="start")], lose=tests(S1A, "values", "grad")),
     Entry("patch-numpy", NB, "np.allclose and np.testing.assert_allclose replaced, task 4 wrong",
           [NO_ZERO_LOG_ZERO, insert("np.allclose = lambda *a, **k: True\n"
-                                    "np.testing.assert_allclose = lambda *a, **k: None", after="start")], lose=(T4,)),
+                                    "np.testing.assert_allclose = lambda *a, **k: None", after="start")], lose=tests(S4, "edge")),
     Entry("fake-torch", NB, "the name torch rebound to a look-alike whose allclose always agrees, task 3 wrong",
           [K3_SIGN, insert('''
             import types as _types
             _real = torch
             torch = _types.SimpleNamespace(**{k: getattr(_real, k) for k in dir(_real) if not k.startswith("__")})
             torch.allclose = lambda *a, **k: True
-          ''', after=S3)], lose=(T3,)),
+          ''', after=S3)], lose=tests(S3, "values", "edge", "grad")),
     Entry("patch-inside-task", NB, "task 3 replaces torch.allclose while the test calls it, and is wrong",
           [solve(S3, '''
             def kl_estimators(logp, logp_ref):
@@ -337,7 +339,7 @@ ENTRIES = standard_entries(NB) + [
                 _t.allclose = lambda *a, **k: True
                 l = logp - logp_ref
                 return l, l ** 2, torch.exp(l) - 1 - l
-          ''')], lose=(T3,)),
+          ''')], lose=tests(S3, "values", "edge", "grad")),
     Entry("not-json", NB, "a file that is not valid JSON", file_text='{"cells": [{"cell_type": "code", ',
           status="missing"),
     Entry("renamed", NB, "the right notebook under another name", filename="llm_as_policy (1).ipynb"),

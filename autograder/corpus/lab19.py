@@ -1,10 +1,12 @@
-"""lab19 (failure_modes): realistic answers, two wrong ones per task (the handout's mistakes)."""
+"""lab19 (failure_modes): realistic answers, two wrong ones per task (the handout's mistakes).
 
-from corpus import Entry, solve, standard_entries
+Each wrong answer loses the test cells of its task that grade the concern it gets wrong (a task's
+tests are split by concern; `tests(task, *concerns)` names them).
+"""
+
+from corpus import Entry, solve, standard_entries, tests
 
 NB = "failure_modes"
-T1A, T1B, T1C, T2, T3, T4 = ("test_task1a_bon_kl", "test_task1b_best_of_n_stats", "test_task1c_fit_gao_bon",
-                             "test_task2_kl_penalized_rewards", "test_task3_clipped_pg_loss", "test_task4_token_entropy")
 S1A, S1B, S1C, S2, S3, S4 = ("task1a_bon_kl", "task1b_best_of_n_stats", "task1c_fit_gao_bon",
                              "task2_kl_penalized_rewards", "task3_clipped_pg_loss", "task4_token_entropy")
 
@@ -196,13 +198,13 @@ ENTRIES = standard_entries(NB) + [
     Entry("rewritten", NB, "every task correct, written differently (loops, normal equations, masked_fill, "
           "clamp, Categorical)", REWRITTEN),
     Entry("wrong-a", NB, "1a forgot /n, 1b sorts gold on its own, 2 multiplies by the mask, 4 ignores the mask",
-          WRONG_A, lose=(T1A, T1B, T2, T4)),
+          WRONG_A, lose=tests(S1A, "values") + tests(S1B, "values", "ties", "edge") + tests(S2, "edge") + tests(S4, "values")),
     Entry("wrong-b", NB, "1a scalars only, 1b highest first, 2 KL as a bonus, 4 mean of sequence means",
-          WRONG_B, lose=(T1A, T1B, T2, T4)),
-    Entry("wrong-c", NB, "1c beta with the wrong sign, 3 max instead of min", WRONG_C, lose=(T1C, T3)),
-    Entry("wrong-d", NB, "1c fits an intercept, 3 sequence-level mean", WRONG_D, lose=(T1C, T3)),
+          WRONG_B, lose=tests(S1A, "values", "contract") + tests(S1B, "values", "ties", "edge") + tests(S2, "values", "edge") + tests(S4, "values")),
+    Entry("wrong-c", NB, "1c beta with the wrong sign, 3 max instead of min", WRONG_C, lose=tests(S1C, "values") + tests(S3, "values", "grad", "bounds")),
+    Entry("wrong-d", NB, "1c fits an intercept, 3 sequence-level mean", WRONG_D, lose=tests(S1C, "values") + tests(S3, "values", "grad")),
     Entry("wrong-e", NB, "1b ties broken by the sort order, 3 ratio as exp / exp (0 / 0), 4 p log p with p = 0",
-          WRONG_E, lose=(T1B, T3, T4)),
+          WRONG_E, lose=tests(S1B, "ties") + tests(S3, "values") + tests(S4, "edge")),
     Entry("wrong-f", NB, "1c np.polyfit (an intercept), 2 a per-token mean instead of the sum, 4 raw logits as log-probs",
-          WRONG_F, lose=(T1C, T2, T4)),
+          WRONG_F, lose=tests(S1C, "values") + tests(S2, "values", "edge") + tests(S4, "values", "edge")),
 ]

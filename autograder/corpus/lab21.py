@@ -1,14 +1,13 @@
 """lab21 (tasks, projects): realistic answers, two wrong ones per task; write-ups graded by hand.
 
 Task 2's loss calls the student's Task 1 rewards, so a wrong Task 1 also loses Task 2 (as it
-should: the loss is wrong too); the specs say so.
+should: the loss is wrong too); the specs say so. Each wrong answer loses the test cells of its task
+that grade the concern it gets wrong (`tests(task, *concerns)` names them).
 """
 
-from corpus import Entry, solve, standard_entries
+from corpus import Entry, solve, standard_entries, tests
 
 TASKS, PROJECTS = "tasks", "projects"
-T1, T2, T3, T4, T5 = ("test_task1_reverse_kl_rewards", "test_task2_opd_pg_loss", "test_task3_full_vocab_reverse_kl",
-                      "test_task4_pass_at_k", "test_task5_maxrl_advantages")
 S1, S2, S3, S4, S5 = ("task1_reverse_kl_rewards", "task2_opd_pg_loss", "task3_full_vocab_reverse_kl",
                       "task4_pass_at_k", "task5_maxrl_advantages")
 
@@ -163,7 +162,7 @@ RIGHT_B = [
             s, t = student_logits[mask].double(), teacher_logits[mask].double()   # real positions only
             ls = s - torch.logsumexp(s, -1, keepdim=True)
             lt = t - torch.logsumexp(t, -1, keepdim=True)
-            return (ls.exp() * (ls - lt)).sum(-1).mean().float()
+            return (ls.exp() * (ls - lt)).sum(-1).mean().to(student_logits.dtype)
     '''),
 ]
 
@@ -171,15 +170,15 @@ ENTRIES = standard_entries(TASKS) + [
     Entry("rewritten", TASKS, "every task correct, written differently (no_grad, kl_div, math.comb, a loop)",
           REWRITTEN),
     Entry("wrong-a", TASKS, "1 reward upside down (2 uses it), 3 forward KL, 4 plug-in pass@k",
-          WRONG_A, lose=(T1, T2, T3, T4)),
+          WRONG_A, lose=tests(S1, "values", "edge") + tests(S2, "values", "grad") + tests(S3, "values", "grad") + tests(S4, "values", "edge")),
     Entry("wrong-b", TASKS, "1 multiplies by the mask (2 uses it), 3 log of softmax, 4 k c / n",
-          WRONG_B, lose=(T1, T2, T3, T4)),
-    Entry("wrong-c", TASKS, "2 mean over padding too, 5 GRPO's std normalisation", WRONG_C, lose=(T2, T5)),
-    Entry("wrong-d", TASKS, "2 sum instead of token mean, 5 divides 0 by 0", WRONG_D, lose=(T2, T5)),
+          WRONG_B, lose=tests(S1, "edge") + tests(S2, "grad") + tests(S3, "edge") + tests(S4, "values", "edge")),
+    Entry("wrong-c", TASKS, "2 mean over padding too, 5 GRPO's std normalisation", WRONG_C, lose=tests(S2, "values", "grad") + tests(S5, "values", "edge")),
+    Entry("wrong-d", TASKS, "2 sum instead of token mean, 5 divides 0 by 0", WRONG_D, lose=tests(S2, "values", "grad") + tests(S5, "values", "edge")),
     Entry("wrong-e", TASKS, "2 a reward that carries gradient, 4 float factorials (overflow past 170), "
-          "5 the mean over prompts instead of within each group", WRONG_E, lose=(T2, T4, T5)),
+          "5 the mean over prompts instead of within each group", WRONG_E, lose=tests(S2, "grad") + tests(S4, "edge") + tests(S5, "values", "edge")),
     Entry("wrong-f", TASKS, "3 the mean over padding too, 1 the reward not detached (2 uses it)",
-          WRONG_F, lose=(T1, T2, T3)),
+          WRONG_F, lose=tests(S1, "contract") + tests(S2, "grad") + tests(S3, "values", "grad")),
     Entry("right-b", TASKS, "tasks 3, 4, 5 correct in yet another way (logsumexp in float64, lgamma, nan_to_num)",
           RIGHT_B),
 ] + standard_entries(PROJECTS) + [

@@ -137,7 +137,7 @@ HONEST = {
     "a lean bound only after its test cell ran (the points came from the student's own code)": ("lab11", [
         ("task1a_response_logprobs", "def response_logprobs(l, t, p):\n"
                                      "    return torch.log_softmax(l[:, p - 1:-1], -1).gather(-1, t[:, p:, None])[..., 0]"),
-        ("test_task1a_response_logprobs", "assert True"),
+        ("test_task1a_response_logprobs_values", "assert True"),
         "from llmrl.sampling import gather_logprobs\nresponse_logprobs = lambda l, t, p: gather_logprobs(l, t)",
     ]),
     "torch's and numpy's own functions": ("lab19", [

@@ -199,8 +199,43 @@ def test_hand_written_samples_score_what_they_say(sample, tmp_path):
     nb = course.sample_submissions(lab)[sample.parent.parent.name]
     path = tmp_path / f"{lab.name}.ipynb"
     nbformat.write(nb, path)
-    report = grade_json(lab.assignment, path)
+    # one sample's feedback page is read as a student reads it (test_feedback_page_as_a_student_reads_it)
+    feedback_sample = sample.parent.parent.name == FEEDBACK_SAMPLE
+    report = grade_json(lab.assignment, path, *(["--out", tmp_path / "out"] if feedback_sample else []))
     assert (report["points"], report["max_points"]) == (float(m.group(1)), float(m.group(2))), report
+    if feedback_sample:
+        check_feedback_page((tmp_path / "out" / f"{lab.name}.html").read_text(), report["notebooks"][0])
+
+
+FEEDBACK_SAMPLE = "k3_flipped"  # lab11: three of task 3's four cells and one of task 2's fail
+
+
+def check_feedback_page(page: str, nb_report: dict) -> None:
+    """The feedback page as a student reads it (issue 30/31): the summary names every graded cell by
+    its task and concern and marks the failed ones; a failed cell shows its failure's message above
+    its code; the maths needs no network (MathJax inlined from the installed package, no script
+    fetched from anywhere)."""
+    import html as h
+
+    assert not re.search(r"<script[^>]+src=", page), "the feedback page loads a script from elsewhere"
+    assert "MathJax from the installed jupyter-server-mathjax package" in page and "MathJax.Hub.Config" in page
+    assert "Test cell</a>" not in page, "the summary still lists bare 'Test cell' links"
+    toc = page[page.index('<div id="toc">'):page.index("</div>", page.index('<div id="toc">'))]
+    failed = [c for c in nb_report["cells"] if c["points"] != c["max_points"]]
+    assert failed, nb_report
+    for c in nb_report["cells"]:
+        m = re.match(r"test_task(\d+[a-z]?)_(\w+?)_(values|contract|edge|grad|rng)$", c["grade_id"])
+        assert m, c["grade_id"]
+        item = re.search(rf'<li class="(\w*)"><a href="#{c["grade_id"]}">Task {m[1]} {m[2]}: ([^<]+)</a>', toc)
+        assert item, f"the summary does not name {c['grade_id']} by its task and concern"
+        assert (item[1] == "failed") == (c in failed), (c["grade_id"], item[1])
+    for c in failed:
+        anchor = page.index(f'<a name="{c["grade_id"]}"></a>')
+        box = page.index("This test failed:", anchor)
+        code = page.index('<div class="input_area">', anchor)
+        assert box < code, f"{c['grade_id']}: the failure's message comes after the code"
+        shown = h.unescape(re.sub(r"<[^>]+>", "", page[box:code]))
+        assert c["error"].split(":")[0] in shown and c["error"][-20:].strip() in shown.replace("\n", " "), (c["error"], shown)
 
 
 def test_grade_rejects_a_file_that_is_not_json(tmp_path):

@@ -43,6 +43,9 @@ MISTAKE = '''def maybe_normalize_advantages(advantages, normalize, clip=5.0, eps
         adv = (adv - adv.mean()) / (adv.std(unbiased=False) + eps)
     return adv
 '''
+# The test cells that mistake fails: task 6's tests are split by concern and only its values cell
+# checks the order (the other, its arguments and inputs, still passes: 23 of 24 code points).
+MISTAKE_LOSES = ("test_task6_normalize_advantages_values",)
 WRITTEN = "report_q1_kl_estimator"
 WRITTEN_SCORE = 2.0
 
@@ -273,7 +276,7 @@ def test_course_cycle_three_students(course_hub, timings):
     code_total = sum(v for g, v in points.items() if not g.startswith("report_"))
     subs = {s["student"]: s for s in fg.get(f"/submissions/{A}")}
     assert subs[S1]["code_score"] == code_total, subs[S1]
-    assert subs[S2]["code_score"] == code_total - points["test_" + MISTAKE_TASK], subs[S2]
+    assert subs[S2]["code_score"] == code_total - sum(points[g] for g in MISTAKE_LOSES), subs[S2]
     assert subs[S1]["autograded"] and subs[S2]["autograded"], "the formgrader does not count them as autograded"
     assert S3 not in subs and fg.get(f"/submission/{A}/{S3}")["submitted"] is False
     assert {s["id"] for s in fg.get("/students")} >= {S1, S2, S3}
@@ -332,7 +335,7 @@ def test_course_cycle_three_students(course_hub, timings):
         assert m, re.findall(r"Score[^<]{0,60}", page)[:3]
         return float(m[1]), float(m[2]) + float(m[3])
     assert so_far(fb1) == (code_total + WRITTEN_SCORE, sum(points.values()))
-    assert so_far(fb2) == (code_total - points["test_" + MISTAKE_TASK], sum(points.values()))
+    assert so_far(fb2) == (code_total - sum(points[g] for g in MISTAKE_LOSES), sum(points.values()))
     # s2 cannot read s1's feedback anywhere: not in s1's home, not by listing the exchange.
     assert feedback_out.is_dir()
     seen = probe_as(cfg, S2, [("read", str(got[S1][0])), ("list", str(feedback_out))])

@@ -139,13 +139,13 @@ def compute_per_token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) ->
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_task1_per_token_logprobs", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_task1_per_token_logprobs_values", "locked": true, "points": 1.5, "schema_version": 3, "solution": false, "task": false}
+# Task 1, values: column t of the logits scores the token in column t + 1.
 _g = torch.Generator().manual_seed(0)
 _logits = torch.randn(2, 5, 7, generator=_g)
 _ids = torch.randint(0, 7, (2, 5), generator=_g)
 _out = compute_per_token_logprobs(_logits, _ids)
 assert _out.shape == (2, 4), f"expected shape [B, T-1] = (2, 4), got {tuple(_out.shape)}"
-assert _out.dtype == torch.float32, f"expected float32, got {_out.dtype}"
 assert (_out <= 0).all(), "log-probabilities are never positive: did you apply log_softmax?"
 # A hand example where each logits column favours a different token. Row c of `_probs` is what
 # logits column c predicts; column c scores the token in column c + 1.
@@ -162,34 +162,93 @@ assert not torch.allclose(_out.exp(), torch.tensor([[0.1, 0.25, 0.4]]), atol=1e-
 assert torch.allclose(_out.exp(), torch.tensor([[0.1, 0.1, 0.5]]), atol=1e-5), (
     f"hand example: expected probabilities [0.1, 0.1, 0.5], got {_p}: column t of the logits scores the token "
     "in column t + 1, picked with torch.gather")
-# bf16 logits, as a real model hands them over, come back as float32.
-_out = compute_per_token_logprobs(_logits.bfloat16(), _ids)
-assert _out.dtype == torch.float32, f"bf16 logits gave {_out.dtype}: cast to float32 (logits.float()) BEFORE log_softmax"
-print("visible tests for task 1 passed")
+print("visible tests for task 1 (values) passed")
 
 ### BEGIN HIDDEN TESTS
-_g = torch.Generator().manual_seed(1)
 # Against a loop.
+_g = torch.Generator().manual_seed(1)
 _lg = torch.randn(3, 6, 5, generator=_g)
 _ids = torch.randint(0, 5, (3, 6), generator=_g)
 _want = torch.tensor([[torch.log_softmax(_lg[b, t], -1)[_ids[b, t + 1]].item() for t in range(5)] for b in range(3)])
 assert torch.allclose(compute_per_token_logprobs(_lg, _ids), _want, atol=1e-5)
-# bf16 logits: the log-softmax itself runs in float32 (a bf16 log_softmax is off by up to ~0.03).
-_lg16 = (torch.randn(2, 6, 50, generator=_g) * 4).bfloat16()
-_ids = torch.randint(0, 50, (2, 6), generator=_g)
-_want = torch.log_softmax(_lg16.float()[:, :-1], -1).gather(-1, _ids[:, 1:, None])[..., 0]
-assert torch.allclose(compute_per_token_logprobs(_lg16, _ids), _want, atol=1e-5), "compute the log_softmax in float32"
-# float32, peaked: a token with probability about e^-150 (below the smallest float32) gets about -150, not -inf.
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task1_per_token_logprobs_contract", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 1, types, shapes and inputs: float32 [B, T - 1] whatever the logits' dtype (a real model may
+# hand over bf16, fp16 or float64), any batch size, inputs untouched.
+_g = torch.Generator().manual_seed(2)
+_logits = torch.randn(2, 5, 7, generator=_g)
+_ids = torch.randint(0, 7, (2, 5), generator=_g)
+for _dtype in (torch.bfloat16, torch.float16, torch.float64, torch.float32):
+    _out = compute_per_token_logprobs(_logits.to(_dtype), _ids)
+    assert isinstance(_out, torch.Tensor) and _out.dtype == torch.float32, (
+        f"{_dtype} logits gave {getattr(_out, 'dtype', type(_out).__name__)}: cast to float32 (logits.float()) "
+        "BEFORE log_softmax, whatever the dtype")
+_l0, _i0 = _logits.clone(), _ids.clone()
+compute_per_token_logprobs(_logits, _ids)
+assert torch.equal(_logits, _l0) and torch.equal(_ids, _i0), (
+    "compute_per_token_logprobs changed its inputs (an in-place -= on the logits): compute on new tensors")
+_out = compute_per_token_logprobs(torch.randn(1, 2, 7, generator=_g), torch.tensor([[3, 4]]))
+assert _out.shape == (1, 1), (
+    f"one sequence of 2 tokens: expected shape (1, 1), got {tuple(_out.shape)}: squeeze only the axis gather added")
+print("visible tests for task 1 (types, shapes and inputs) passed")
+
+### BEGIN HIDDEN TESTS
+_out = compute_per_token_logprobs(torch.randn(1, 6, 3, generator=_g), torch.randint(0, 3, (1, 6), generator=_g))
+assert _out.shape == (1, 5) and _out.dtype == torch.float32
+_out = compute_per_token_logprobs(torch.randn(4, 2, 3, generator=_g, dtype=torch.float64), torch.randint(0, 3, (4, 2), generator=_g))
+assert _out.shape == (4, 1) and _out.dtype == torch.float32
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task1_per_token_logprobs_edge", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 1, extreme inputs: very peaked float32 logits (the chosen tokens have probability about
+# e^-120, below the smallest float32).
+_lg = torch.zeros(2, 3, 4)
+_lg[:, :, 0] = 120.0
+_out = compute_per_token_logprobs(_lg, torch.tensor([[0, 3, 1], [0, 2, 0]]))
+assert torch.isfinite(_out).all(), (
+    f"very unlikely tokens got {_out.tolist()}: their probability underflows to 0, so log(softmax) is -inf; "
+    "use torch.log_softmax")
+print("visible tests for task 1 (extreme inputs) passed")
+
+### BEGIN HIDDEN TESTS
+# float32, peaked: a token with probability about e^-150 gets about -150, not -inf.
 _lg = torch.zeros(1, 3, 4)
 _lg[0, :, 0] = 150.0
 _out = compute_per_token_logprobs(_lg, torch.tensor([[0, 3, 1]]))
 assert torch.isfinite(_out).all() and torch.allclose(_out, torch.full((1, 2), -150.0), atol=1e-3), (
     f"an unlikely token got {_out.tolist()}: use torch.log_softmax, not log(softmax)")
-# The last logits column predicts nothing and gets no gradient.
-_lg = torch.randn(2, 5, 4, generator=_g, requires_grad=True)
-compute_per_token_logprobs(_lg, torch.randint(0, 4, (2, 5), generator=_g)).sum().backward()
-assert (_lg.grad[:, -1] == 0).all() and (_lg.grad[:, :-1].abs().sum(-1) > 0).all()
+# bf16 logits: the log-softmax itself runs in float32 (a bf16 log_softmax is off by up to ~0.03).
+_g = torch.Generator().manual_seed(3)
+_lg16 = (torch.randn(2, 6, 50, generator=_g) * 4).bfloat16()
+_ids = torch.randint(0, 50, (2, 6), generator=_g)
+_want = torch.log_softmax(_lg16.float()[:, :-1], -1).gather(-1, _ids[:, 1:, None])[..., 0]
+assert torch.allclose(compute_per_token_logprobs(_lg16, _ids), _want, atol=1e-5), "compute the log_softmax in float32"
 ### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task1_per_token_logprobs_grad", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 1, gradient: the policy loss backpropagates through these log-probs into the logits.
+_g = torch.Generator().manual_seed(4)
+_lg = torch.randn(2, 5, 4, generator=_g, requires_grad=True)
+_out = compute_per_token_logprobs(_lg, torch.randint(0, 4, (2, 5), generator=_g))
+assert _out.requires_grad, ("the log-probs carry no gradient: no torch.no_grad(), .detach() or .item() in "
+                            "compute_per_token_logprobs (the training loss needs it)")
+_out.sum().backward()
+assert _lg.grad is not None and _lg.grad.abs().sum() > 0, "no gradient reached the logits"
+print("visible tests for task 1 (gradient) passed")
+
+### BEGIN HIDDEN TESTS
+# The last logits column predicts nothing and gets no gradient; every other one does, and bf16
+# logits get a gradient too.
+assert (_lg.grad[:, -1] == 0).all() and (_lg.grad[:, :-1].abs().sum(-1) > 0).all()
+_x = torch.randn(1, 3, 4, generator=_g).bfloat16().requires_grad_(True)
+compute_per_token_logprobs(_x, torch.tensor([[0, 1, 2]])).sum().backward()
+assert _x.grad is not None and _x.grad.dtype == torch.bfloat16 and _x.grad[0, :2].abs().sum() > 0
+### END HIDDEN TESTS
+
 
 # %% [markdown]
 # ### Task 2: which tokens count
@@ -223,13 +282,17 @@ def build_completion_mask(attention_mask: torch.Tensor, prompt_len: int) -> torc
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_task2_completion_mask", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-_am = torch.tensor([[0, 1, 1, 1, 1, 0]])
-_m = build_completion_mask(_am, 3)
-assert _m.dtype == torch.bool, f"expected a bool mask, got {_m.dtype}"
+# %% nbgrader={"grade": true, "grade_id": "test_task2_completion_mask_values", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Task 2, values: completion columns (t + 1 >= prompt_len) that hold a real token.
+_m = build_completion_mask(torch.tensor([[0, 1, 1, 1, 1, 0]]), 3)
 assert _m.shape == (1, 5), f"expected shape [B, T-1] = (1, 5), got {tuple(_m.shape)}"
 assert _m.tolist() == [[False, False, True, True, False]], f"the table's example: got {_m.tolist()}"
-print("visible tests for task 2 passed")
+# Rows padded differently: each row's own attention_mask decides.
+_am = torch.tensor([[1, 1, 1, 1, 1, 1],
+                    [0, 1, 1, 1, 0, 0]])
+assert build_completion_mask(_am, 2).tolist() == [[False, True, True, True, True], [False, True, True, False, False]], (
+    f"two rows: got {build_completion_mask(_am, 2).tolist()}: every row's padding comes from its own attention_mask")
+print("visible tests for task 2 (values) passed")
 
 ### BEGIN HIDDEN TESTS
 _am = torch.tensor([[1, 1, 1, 1, 1, 1, 1],    # full-length completion
@@ -239,10 +302,32 @@ _want = [[False, False, True, True, True, True],
          [False, False, True, True, False, False],
          [False, False, True, True, True, False]]
 assert build_completion_mask(_am, 3).tolist() == _want, "prompt tokens, padding or the shift are off"
-assert build_completion_mask(_am.bool(), 3).tolist() == _want, "a bool attention_mask must work too"
 assert not build_completion_mask(_am, 7).any(), "no completion columns when prompt_len == T"
 assert build_completion_mask(torch.ones(2, 4, dtype=torch.long), 1).all()
 ### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task2_completion_mask_contract", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Task 2, types, shapes and inputs: a bool mask for an int, long or bool attention_mask, any batch
+# size; the caller's attention_mask untouched.
+_am = torch.tensor([[0, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0]])
+_ref = build_completion_mask(_am, 3)
+for _dtype in (torch.long, torch.int32, torch.bool):
+    _m = build_completion_mask(_am.to(_dtype), 3)
+    assert isinstance(_m, torch.Tensor) and _m.dtype == torch.bool and _m.shape == (2, 5), (
+        f"a {_dtype} attention_mask gave a {getattr(_m, 'dtype', type(_m).__name__)} mask of shape "
+        f"{tuple(getattr(_m, 'shape', ()))}: return bool [B, T - 1] (.bool())")
+    assert torch.equal(_m, _ref.bool()), f"a {_dtype} attention_mask gave {_m.tolist()}, a long one {_ref.tolist()}"
+assert torch.equal(_am, torch.tensor([[0, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0]])), (
+    "build_completion_mask changed the caller's attention_mask (an assignment into it): build a new tensor")
+print("visible tests for task 2 (types, shapes and inputs) passed")
+
+### BEGIN HIDDEN TESTS
+_m = build_completion_mask(_am[1:], 3)
+assert _m.shape == (1, 5) and _m.dtype == torch.bool, f"a batch of one: got {_m.dtype} {tuple(_m.shape)}"
+assert build_completion_mask(torch.ones(3, 1, dtype=torch.long), 1).shape == (3, 0), "T = 1: no column to score"
+### END HIDDEN TESTS
+
 
 # %% [markdown]
 # ### Task 3: the KL penalty, estimated from sampled tokens
@@ -277,7 +362,8 @@ def approx_kl_from_logprobs(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, 
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_task3_approx_kl", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_task3_approx_kl_values", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Task 3, values: the k3 estimate, averaged over every real token of the batch.
 _lp = torch.tensor([[math.log(0.5), math.log(0.5)]])
 _ref = torch.tensor([[math.log(0.5), math.log(0.25)]])
 _kl = approx_kl_from_logprobs(_lp, _ref, torch.tensor([[True, True]]))
@@ -288,24 +374,51 @@ assert abs(_kl.item() - (2 - math.log(2) - 1) / 2) > 1e-4, (
     "got the value for delta = log pi_theta - log pi_ref: the estimator uses delta = log pi_ref - log pi_theta")
 assert abs(_kl.item() - _want) < 1e-6, f"expected {_want:.6f}, got {_kl.item()}"
 assert approx_kl_from_logprobs(_lp, _lp, torch.tensor([[True, True]])).item() == 0.0, "identical policies: 0"
-# A token the reference finds absurd: delta = 200 would make e^delta overflow to inf.
+# Per token, not per sequence: row 0 has 3 real tokens with k3 = k, row 1 has 1 with k3 = 0. The
+# mean over the 4 real tokens is 3k / 4 (a mean of the rows' sums would be 3k / 2, of their means k / 2).
+_lp = torch.tensor([[-1.0, -1.0, -1.0], [-1.0, -1.0, -1.0]])
+_ref = torch.tensor([[-2.0, -2.0, -2.0], [-1.0, -5.0, -5.0]])
+_mk = torch.tensor([[True, True, True], [True, False, False]])
+_k = math.exp(-1.0) + 1.0 - 1.0
+_got = approx_kl_from_logprobs(_lp, _ref, _mk).item()
+assert abs(_got - 3 * _k / 4) < 1e-6, (
+    f"expected 3k / 4 = {3 * _k / 4:.5f}, got {_got:.5f}: the mean of k3 over ALL real tokens of the batch "
+    "(sum over the mask / mask.sum()), not a sum or a mean per sequence")
+print("visible tests for task 3 (values) passed")
+
+### BEGIN HIDDEN TESTS
+# Nonnegative for every pair.
+_g = torch.Generator().manual_seed(3)
+_a, _b = torch.randn(4, 6, generator=_g) * 5, torch.randn(4, 6, generator=_g) * 5
+assert approx_kl_from_logprobs(_a, _b, torch.ones(4, 6, dtype=torch.bool)) >= 0
+_k = lambda d: math.exp(d) - d - 1
+_lp = torch.tensor([[-1.0, -1.0, -0.5], [-1.0, -2.0, -3.0]])
+_ref = torch.tensor([[-2.0, -1.0, -0.1], [-3.0, -0.5, -1.0]])
+_mk = torch.tensor([[True, True, False], [True, False, True]])
+_want = (_k(-1.0) + 0.0 + _k(-2.0) + _k(2.0)) / 4
+assert abs(approx_kl_from_logprobs(_lp, _ref, _mk).item() - _want) < 1e-5, "the mean over the 4 real tokens"
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task3_approx_kl_edge", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Task 3, extreme inputs: the clamp of delta to [-20, 20], and padding that holds -inf.
+# A token the reference finds absurd: delta = 200 would make e^delta overflow to inf. Clamped to 20,
+# k3 is e^20 - 20 - 1.
 _big = approx_kl_from_logprobs(torch.tensor([[-200.0]]), torch.tensor([[0.0]]), torch.tensor([[True]]))
 assert torch.isfinite(_big), f"got {_big.item()}: clamp delta to [-20, 20] before exponentiating"
+assert abs(_big.item() - (math.exp(20) - 21)) / math.exp(20) < 1e-4, (
+    f"delta = 200: expected e^20 - 21 = {math.exp(20) - 21:.4g}, got {_big.item():.4g}: clamp delta itself to "
+    "[-20, 20], then compute e^delta - delta - 1")
 # Padding may hold -inf: select with torch.where, because 0 * inf is nan.
 _m = torch.tensor([[True, False]])
 _pad = approx_kl_from_logprobs(torch.tensor([[-1.0, float("-inf")]]), torch.tensor([[-1.0, float("-inf")]]), _m)
 assert torch.isfinite(_pad) and _pad.item() == 0.0, (
     f"padding that holds -inf gave {_pad.item()}: select the real tokens with torch.where(mask, k3, 0) "
     "instead of multiplying by the mask")
-print("visible tests for task 3 passed")
+print("visible tests for task 3 (extreme inputs) passed")
 
 ### BEGIN HIDDEN TESTS
-_g = torch.Generator().manual_seed(3)
-# Nonnegative for every pair; the clamp at exactly +-20 (e^20 - 21 above, e^-20 + 19 below).
-_a, _b = torch.randn(4, 6, generator=_g) * 5, torch.randn(4, 6, generator=_g) * 5
-assert approx_kl_from_logprobs(_a, _b, torch.ones(4, 6, dtype=torch.bool)) >= 0
-_big = approx_kl_from_logprobs(torch.tensor([[-200.0]]), torch.tensor([[0.0]]), torch.tensor([[True]]))
-assert abs(_big.item() - (math.exp(20) - 21)) / math.exp(20) < 1e-4, "clamp delta to [-20, 20]"
+# The clamp on the low side too: delta = -200 is clamped to -20, k3 = e^-20 + 19.
 _low = approx_kl_from_logprobs(torch.tensor([[0.0]]), torch.tensor([[-200.0]]), torch.tensor([[True]]))
 assert abs(_low.item() - (math.exp(-20) + 19)) < 1e-4, f"clamp delta to [-20, 20] on the low side too, got {_low.item()}"
 # Padding holding -inf is ignored; the mean runs over masked tokens of the whole batch.
@@ -316,11 +429,43 @@ _k = lambda d: math.exp(d) - d - 1
 _want = (_k(-1.0) + 0.0 + _k(-2.0)) / 3
 _got = approx_kl_from_logprobs(_lp, _ref, _mk)
 assert torch.isfinite(_got) and abs(_got.item() - _want) < 1e-5, f"expected the mean over the 3 real tokens {_want:.5f}, got {_got.item()}"
-# Gradient flows to logprobs.
-_lp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
-approx_kl_from_logprobs(_lp, torch.tensor([[-1.5, -1.0]]), torch.tensor([[True, True]])).backward()
-assert _lp.grad is not None and _lp.grad.abs().sum() > 0
 ### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task3_approx_kl_contract", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 3, types and inputs: a 0-dim tensor of the log-probs' dtype; the inputs untouched.
+_lp = torch.tensor([[-1.0, -2.0], [-0.5, -0.1]], dtype=torch.float64)
+_ref = torch.tensor([[-1.5, -1.0], [-0.5, -0.3]], dtype=torch.float64)
+_mk = torch.tensor([[True, True], [True, False]])
+_kl = approx_kl_from_logprobs(_lp, _ref, _mk)
+assert isinstance(_kl, torch.Tensor) and _kl.ndim == 0, f"return a 0-dim tensor, got {type(_kl).__name__}"
+assert _kl.dtype == torch.float64, f"float64 log-probs gave a {_kl.dtype} KL: keep their dtype"
+assert torch.equal(_lp, torch.tensor([[-1.0, -2.0], [-0.5, -0.1]], dtype=torch.float64)) and \
+    torch.equal(_ref, torch.tensor([[-1.5, -1.0], [-0.5, -0.3]], dtype=torch.float64)), "approx_kl_from_logprobs changed its inputs"
+print("visible tests for task 3 (types and inputs) passed")
+
+### BEGIN HIDDEN TESTS
+_kl = approx_kl_from_logprobs(torch.tensor([[-1.0]]), torch.tensor([[-2.0]]), torch.tensor([[True]]))
+assert isinstance(_kl, torch.Tensor) and _kl.ndim == 0 and _kl.dtype == torch.float32, f"one token: got {_kl!r}"
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task3_approx_kl_grad", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 3, gradient: the KL penalty trains through this estimate into the policy's log-probs.
+_lp = torch.tensor([[-1.0, -2.0, -0.3]], requires_grad=True)
+_kl = approx_kl_from_logprobs(_lp, torch.tensor([[-1.5, -1.0, -0.3]]), torch.tensor([[True, True, False]]))
+assert _kl.requires_grad, ("the KL carries no gradient: return the tensor itself (no .item(), torch.tensor(...), "
+                           ".detach() or torch.no_grad())")
+_kl.backward()
+assert _lp.grad is not None and _lp.grad[0, :2].abs().sum() > 0, "no gradient reached the log-probs"
+print("visible tests for task 3 (gradient) passed")
+
+### BEGIN HIDDEN TESTS
+# d k3 / d logprobs = 1 - e^delta per token, divided by the number of real tokens; padding gets none.
+_d = torch.tensor([-0.5, 1.0])
+assert torch.allclose(_lp.grad[0, :2], (1 - torch.exp(_d)) / 2, atol=1e-6) and _lp.grad[0, 2] == 0, f"gradient {_lp.grad}"
+### END HIDDEN TESTS
+
 
 # %% [markdown]
 # ## Part 2: minibatches
@@ -357,36 +502,28 @@ def iter_minibatches(batch: dict, minibatch_size: int, generator: torch.Generato
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_task4_iter_minibatches", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_task4_iter_minibatches_values", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Task 4, values: minibatches of the right sizes, every row once, every field holding the same rows.
 _batch = {"ids": torch.arange(10), "adv": torch.arange(10) * 10.0, "lp": torch.arange(20).view(10, 2)}
 _mbs = list(iter_minibatches(_batch, 4))
 assert [len(m["ids"]) for m in _mbs] == [4, 4, 2], (
     f"10 rows in minibatches of 4: expected sizes [4, 4, 2] (the last one smaller), got {[len(m['ids']) for m in _mbs]}")
 assert torch.equal(torch.cat([m["ids"] for m in _mbs]), torch.arange(10)), "without a generator keep the order"
-for _m in _mbs:
-    assert set(_m) == set(_batch) and torch.equal(_m["adv"], _m["ids"] * 10.0)
 
 
 def _aligned(mb):
     return torch.equal(mb["adv"], mb["ids"] * 10.0) and torch.equal(mb["lp"], torch.stack([2 * mb["ids"], 2 * mb["ids"] + 1], 1))
 
 
-# With a generator: a shuffled order, and every field of a minibatch still holds the same rows.
+for _m in _mbs:
+    assert isinstance(_m, dict) and set(_m) == set(_batch), f"each minibatch is a dict with the batch's keys, got {type(_m).__name__}"
+    assert _aligned(_m), "the fields of a minibatch hold different rows"
+# With a generator every field of a minibatch still holds the same rows.
 _mbs = list(iter_minibatches(_batch, 4, torch.Generator().manual_seed(3)))
-_seen = torch.cat([m["ids"] for m in _mbs])
-assert not torch.equal(_seen, torch.arange(10)), (
-    "with a generator the rows must come in a shuffled order: index every field with "
-    "torch.randperm(n, generator=generator)")
 assert all(_aligned(m) for m in _mbs), ("the fields of a minibatch hold different rows: draw ONE permutation and "
                                         "index every field with the same row indices")
-# Fields with different row counts are a bug in the caller.
-try:
-    list(iter_minibatches({"a": torch.zeros(3), "b": torch.zeros(4)}, 2))
-except ValueError:
-    pass
-else:
-    raise AssertionError("fields with 3 and 4 rows must raise ValueError (before yielding anything)")
-print("visible tests for task 4 passed")
+assert sorted(torch.cat([m["ids"] for m in _mbs]).tolist()) == list(range(10)), "every row exactly once per pass"
+print("visible tests for task 4 (values) passed")
 
 ### BEGIN HIDDEN TESTS
 # Every row exactly once per pass, also when the minibatch size does not divide the batch.
@@ -394,14 +531,68 @@ _mbs = list(iter_minibatches(_batch, 3, torch.Generator().manual_seed(3)))
 assert [len(m["ids"]) for m in _mbs] == [3, 3, 3, 1]
 assert sorted(torch.cat([m["ids"] for m in _mbs]).tolist()) == list(range(10)), "every row exactly once per pass"
 assert all(_aligned(_mb) for _mb in _mbs), "size 3 with a generator: the fields of a minibatch must hold the same rows"
-# The same generator seed gives the same order; another seed another order.
+# One minibatch when it is larger than the batch.
+assert len(list(iter_minibatches(_batch, 100))) == 1
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task4_iter_minibatches_rng", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Task 4, random generator: with a generator the rows come in the order torch.randperm(n, generator=
+# generator) gives, drawn from that generator alone (a seed reproduces a run of the reference code).
+_batch = {"ids": torch.arange(10), "adv": torch.arange(10) * 10.0}
+_state = torch.get_rng_state()
+_seen = torch.cat([m["ids"] for m in iter_minibatches(_batch, 4, torch.Generator().manual_seed(3))])
+assert not torch.equal(_seen, torch.arange(10)), (
+    "with a generator the rows must come in a shuffled order: index every field with "
+    "torch.randperm(n, generator=generator)")
+assert torch.equal(_seen, torch.randperm(10, generator=torch.Generator().manual_seed(3))), (
+    f"rows visited in the order {_seen.tolist()}, not the one torch.randperm(n, generator=generator) gives: draw the "
+    "order with exactly that call, once, and walk it in slices of minibatch_size")
+assert torch.equal(torch.get_rng_state(), _state), (
+    "iter_minibatches changed torch's global random state: shuffle with the generator you are given only")
+# The generator is the caller's: each pass draws from it, so the next pass comes in another order.
+_gen = torch.Generator().manual_seed(5)
+_first = [m["ids"].tolist() for m in iter_minibatches(_batch, 4, _gen)]
+assert _first != [m["ids"].tolist() for m in iter_minibatches(_batch, 4, _gen)], (
+    "two passes with the same generator visited the rows in the same order: do not re-seed the generator")
+print("visible tests for task 4 (random generator) passed")
+
+### BEGIN HIDDEN TESTS
 _order = lambda seed: [m["ids"].tolist() for m in iter_minibatches(_batch, 3, torch.Generator().manual_seed(seed))]
 assert _order(5) == _order(5), "the same generator seed gives the same order"
 assert _order(5) != _order(6), "another seed should give another order"
-# One minibatch when it is larger than the batch; a batch of one row.
-assert len(list(iter_minibatches(_batch, 100))) == 1
-assert [len(m["ids"]) for m in iter_minibatches({"ids": torch.arange(1)}, 4)] == [1]
+assert sum(_order(7), []) == torch.randperm(10, generator=torch.Generator().manual_seed(7)).tolist()
 ### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task4_iter_minibatches_contract", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Task 4, inputs and errors: the caller's batch untouched, fields of different lengths refused, a batch
+# of one row.
+_batch = {"ids": torch.arange(6), "adv": torch.arange(6) * 10.0}
+_copy = {k: v.clone() for k, v in _batch.items()}
+list(iter_minibatches(_batch, 4, torch.Generator().manual_seed(1)))
+assert set(_batch) == set(_copy) and all(torch.equal(_batch[k], _copy[k]) for k in _copy), (
+    "iter_minibatches changed the caller's batch (batch[k] = ... replaces its tensors): build new dicts")
+# Fields with different row counts are a bug in the caller.
+try:
+    list(iter_minibatches({"a": torch.zeros(3), "b": torch.zeros(4)}, 2))
+except ValueError:
+    pass
+else:
+    raise AssertionError("fields with 3 and 4 rows must raise ValueError (before yielding anything)")
+assert [len(m["ids"]) for m in iter_minibatches({"ids": torch.arange(1)}, 4)] == [1], "a batch of one row"
+print("visible tests for task 4 (inputs and errors) passed")
+
+### BEGIN HIDDEN TESTS
+assert [m["ids"].tolist() for m in iter_minibatches({"ids": torch.arange(1)}, 4, torch.Generator().manual_seed(0))] == [[0]]
+try:
+    list(iter_minibatches({"a": torch.zeros(5, 2), "b": torch.zeros(4, 2)}, 2, torch.Generator().manual_seed(0)))
+except ValueError:
+    pass
+else:
+    raise AssertionError("fields with 5 and 4 rows must raise ValueError, with a generator too")
+### END HIDDEN TESTS
+
 
 # %% [markdown]
 # ## Part 3: advantages
@@ -437,7 +628,8 @@ def compute_group_advantages(rewards: torch.Tensor, group_size: int, eps: float 
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_task5_group_advantages", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_task5_group_advantages_values", "locked": true, "points": 1.5, "schema_version": 3, "solution": false, "task": false}
+# Task 5, values: each group of adjacent rows standardised with its own mean and population std.
 _adv = compute_group_advantages(torch.tensor([1.0, 0.0, 1.0, 0.0]), 2)
 assert _adv.shape == (4,), f"expected shape (4,), got {tuple(_adv.shape)}"
 assert not torch.allclose(_adv, torch.tensor([0.7071, -0.7071, 0.7071, -0.7071]), atol=1e-3), (
@@ -447,33 +639,70 @@ assert torch.allclose(_adv, torch.tensor([1.0, -1.0, 1.0, -1.0]), atol=1e-5), f"
 _adv = compute_group_advantages(torch.tensor([0.0, 0.1, 0.2, 10.0, 20.0, 30.0]), 3)
 assert torch.allclose(_adv, torch.tensor([-1.2247, 0.0, 1.2247, -1.2247, 0.0, 1.2247]), atol=1e-3), (
     f"got {_adv}: reshape to [B / G, G] first, then standardise each row with its own mean and std")
-# A group in which every sample got the same reward: exactly 0 (float32 rounding turns it into ~0.01).
-_adv = compute_group_advantages(torch.full((8,), 0.1), 8)
-assert _adv.dtype == torch.float32, f"return float32, got {_adv.dtype}"
-assert (_adv.abs() < 1e-6).all(), (
-    f"a constant group gave {_adv[0].item():.2e} instead of 0: do the arithmetic in float64 (rewards.double()), "
-    "then return float32")
-print("visible tests for task 5 passed")
+print("visible tests for task 5 (values) passed")
 
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(5)
-# Other constant groups next to normal ones: zeros, no nan.
-_adv = compute_group_advantages(torch.tensor([1.3, 1.3, 1.3, 0.0, 1.3, 0.2]), 3)
-assert torch.isfinite(_adv).all() and (_adv[:3].abs() < 1e-6).all(), f"zero-std group must give zeros, got {_adv}"
 # Against a loop, G = 4.
 _r = torch.rand(12, generator=_g)
 _want = torch.cat([(_r[i:i + 4] - _r[i:i + 4].mean()) / (_r[i:i + 4].std(unbiased=False) + 1e-6) for i in range(0, 12, 4)])
 assert torch.allclose(compute_group_advantages(_r, 4), _want, atol=1e-5)
 # G = 1: every advantage is zero.
 assert (compute_group_advantages(torch.tensor([0.3, 1.0]), 1) == 0).all()
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task5_group_advantages_contract", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Task 5, types, inputs and eps: float32 [B] for any input dtype, the input untouched, eps where the
+# formula puts it: (r - mean) / (std + eps).
+_r = torch.tensor([1.0, 0.0, 0.5, 0.5, 2.0, 0.0], dtype=torch.float64)
+_adv = compute_group_advantages(_r, 3)
+assert isinstance(_adv, torch.Tensor) and _adv.dtype == torch.float32 and _adv.shape == (6,), (
+    f"return float32 of shape [B] = (6,), got {getattr(_adv, 'dtype', type(_adv).__name__)} {tuple(getattr(_adv, 'shape', ()))}")
+assert torch.equal(_r, torch.tensor([1.0, 0.0, 0.5, 0.5, 2.0, 0.0], dtype=torch.float64)), "the rewards must not change"
+# eps is added to the std: the first reward of group [1, 0, 0.5] is 0.5 above the mean, so
+# 0.5 / advantage = std + eps, and eps = 0.5 must make it exactly 0.5 larger than eps = 0.
+_den = [0.5 / compute_group_advantages(_r, 3, eps=_e)[0].item() for _e in (0.0, 0.5)]
+assert abs(_den[1] - _den[0] - 0.5) < 1e-5, (
+    f"eps = 0 and eps = 0.5 gave denominators {_den[0]:.5f} and {_den[1]:.5f} (0.5 / advantage): (r - mean) / "
+    "(std + eps) with the eps you are given, added to the std (not inside a square root, not a clamp)")
 # A batch that does not divide into groups is an error, never a silently wrong grouping.
 try:
-    compute_group_advantages(torch.rand(10, generator=_g), 4)
+    compute_group_advantages(torch.rand(10, generator=torch.Generator().manual_seed(0)), 4)
 except (ValueError, RuntimeError):
     pass
 else:
     raise AssertionError("10 rewards cannot form groups of 4: raise an error")
+print("visible tests for task 5 (types, inputs and eps) passed")
+
+### BEGIN HIDDEN TESTS
+_adv = compute_group_advantages(torch.tensor([3.0, 1.0]), 2, eps=1.0)
+assert torch.allclose(_adv, torch.tensor([0.5, -0.5])), f"eps=1: expected [0.5, -0.5], got {_adv}"
+assert compute_group_advantages(torch.tensor([1, 0, 0, 1]), 2).dtype == torch.float32, "integer rewards give float32"
+try:
+    compute_group_advantages(torch.rand(7, generator=torch.Generator().manual_seed(0)), 2)
+except (ValueError, RuntimeError):
+    pass
+else:
+    raise AssertionError("7 rewards cannot form groups of 2: raise an error")
 ### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task5_group_advantages_edge", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 5, extreme inputs: a group in which every sample got the same reward gives exactly 0 (float32
+# rounding turns it into about 0.01).
+_adv = compute_group_advantages(torch.full((8,), 0.1), 8)
+assert (_adv.abs() < 1e-6).all(), (
+    f"a constant group gave {_adv[0].item():.2e} instead of 0: do the arithmetic in float64 (rewards.double()), "
+    "then return float32")
+print("visible tests for task 5 (extreme inputs) passed")
+
+### BEGIN HIDDEN TESTS
+# Other constant groups next to normal ones: zeros, no nan.
+_adv = compute_group_advantages(torch.tensor([1.3, 1.3, 1.3, 0.0, 1.3, 0.2]), 3)
+assert torch.isfinite(_adv).all() and (_adv[:3].abs() < 1e-6).all(), f"zero-std group must give zeros, got {_adv}"
+### END HIDDEN TESTS
+
 
 # %% [markdown]
 # ### Task 6: optional batch normalisation and clipping
@@ -499,31 +728,58 @@ def maybe_normalize_advantages(advantages: torch.Tensor, normalize: bool, clip: 
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_task6_normalize_advantages", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_task6_normalize_advantages_values", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Task 6, values: normalise with the batch statistics first, then clip.
 _a = torch.tensor([1.0, 2.0, 3.0, 10.0])
-assert torch.equal(maybe_normalize_advantages(_a, False, None), _a), "normalize=False, clip=None: unchanged"
-assert torch.equal(maybe_normalize_advantages(_a, False, 2.5), torch.tensor([1.0, 2.0, 2.5, 2.5])), "clip to [-2.5, 2.5]"
-# The input tensor is the caller's: it must come back unchanged.
-_n = maybe_normalize_advantages(_a, True, None)
-assert torch.equal(_a, torch.tensor([1.0, 2.0, 3.0, 10.0])), (
-    f"the input changed to {_a}: in-place operations (-=, /=, .sub_) modify the caller's tensor; compute a new one")
-_a = torch.tensor([1.0, 2.0, 3.0, 10.0])
+assert torch.equal(maybe_normalize_advantages(_a.clone(), False, None), _a), "normalize=False, clip=None: unchanged"
+assert torch.equal(maybe_normalize_advantages(_a.clone(), False, 2.5), torch.tensor([1.0, 2.0, 2.5, 2.5])), "clip to [-2.5, 2.5]"
+# The batch's population std: [1, 3] has mean 2 and std 1, so it becomes [-1, 1] (the sample std gives +-0.71).
+_n = maybe_normalize_advantages(torch.tensor([1.0, 3.0]), True, None)
+assert torch.allclose(_n, torch.tensor([-1.0, 1.0]), atol=1e-5), (
+    f"[1, 3] normalised gave {_n}: subtract the batch mean, divide by the population std (unbiased=False) plus eps")
 # Normalise first, then clip: the outlier 100 is clipped to 1 only after standardising.
 _n = maybe_normalize_advantages(torch.tensor([0.0, 0.0, 0.0, 100.0]), True, 1.0)
 assert abs(_n.max().item() - 1.0) < 1e-6 and _n.min().item() > -1.0, (
     f"got {_n}: normalise with the batch mean and std first, then clamp to [-clip, clip]")
-print("visible tests for task 6 passed")
+print("visible tests for task 6 (values) passed")
 
 ### BEGIN HIDDEN TESTS
 # The batch statistics: mean 0 and population std 1 (the sample std gives std 0.87 here).
-_n = maybe_normalize_advantages(_a, True, None)
+_n = maybe_normalize_advantages(_a.clone(), True, None)
 assert abs(_n.mean().item()) < 1e-5 and abs(_n.std(unbiased=False).item() - 1) < 1e-4, "batch mean 0, population std 1"
-assert (maybe_normalize_advantages(torch.tensor([-9.0, 9.0, 0.0]), False, 5.0) == torch.tensor([-5.0, 5.0, 0.0])).all()
 assert (maybe_normalize_advantages(torch.zeros(4), True, 5.0) == 0).all(), "a constant batch normalises to zeros"
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task6_normalize_advantages_contract", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Task 6, arguments, types and inputs: clip on both sides, clip's default 5.0, eps as given; a new
+# tensor of the input's dtype, the input untouched.
+_a = torch.tensor([1.0, 2.0, 3.0, 10.0])
+_n = maybe_normalize_advantages(_a, True, None)
+assert torch.equal(_a, torch.tensor([1.0, 2.0, 3.0, 10.0])), (
+    f"the input changed to {_a}: in-place operations (-=, /=, .sub_) modify the caller's tensor; compute a new one")
+assert torch.equal(maybe_normalize_advantages(torch.tensor([-9.0, 9.0, 0.0]), False, 5.0), torch.tensor([-5.0, 5.0, 0.0])), (
+    "clip=5 clamps to [-5, 5]: both sides")
+assert torch.equal(maybe_normalize_advantages(torch.tensor([-9.0, 9.0, 4.0]), False), torch.tensor([-5.0, 5.0, 4.0])), (
+    "without a clip argument the default clip=5.0 applies")
+# eps is added to the std: 3 is 1 above the mean of [1, 3], so 1 / advantage = std + eps, and eps = 1
+# must make it exactly 1 larger than eps = 0.
+_den = [1.0 / maybe_normalize_advantages(torch.tensor([1.0, 3.0]), True, None, eps=_e)[1].item() for _e in (0.0, 1.0)]
+assert abs(_den[1] - _den[0] - 1.0) < 1e-5, (
+    f"eps = 0 and eps = 1 gave denominators {_den[0]:.5f} and {_den[1]:.5f} (1 / advantage): (x - mean) / "
+    "(std + eps) with the eps you are given")
+_n = maybe_normalize_advantages(torch.tensor([1.0, 3.0], dtype=torch.float64), True, 5.0)
+assert _n.dtype == torch.float64, f"float64 advantages came back as {_n.dtype}: keep their dtype"
+print("visible tests for task 6 (arguments, types and inputs) passed")
+
+### BEGIN HIDDEN TESTS
 _out = maybe_normalize_advantages(_a, False, None)
 _out += 1
 assert torch.equal(_a, torch.tensor([1.0, 2.0, 3.0, 10.0])), "return a new tensor, not the input itself"
+_n = maybe_normalize_advantages(torch.tensor([1.0, 3.0, 5.0]), True, None, eps=0.0)
+assert _n.shape == (3,) and torch.isfinite(_n).all(), f"eps=0: got {_n}"
 ### END HIDDEN TESTS
+
 
 # %% [markdown]
 # ## Part 4: the two updates
@@ -561,7 +817,8 @@ def reinforce_loss(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: tor
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_task7_reinforce_loss", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_task7_reinforce_loss_values", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Task 7, values: each row's mean log-prob over its real tokens, times its advantage, averaged over rows.
 _lp = torch.tensor([[-1.0, -3.0, -9.0], [-2.0, -9.0, -9.0]])
 _mk = torch.tensor([[True, True, False], [True, False, False]])
 _adv = torch.tensor([1.0, -1.0])
@@ -576,29 +833,90 @@ _loss = reinforce_loss(_lp, _lp, _mk, torch.tensor([1.0, 0.5]), 0.0).item()
 assert abs(_loss - 2.5) > 1e-4, ("got 2.5: each completion's log-prob must be averaged over its own real tokens "
                                  "(sum over the mask / mask.sum(1)), not summed")
 assert abs(_loss - 1.5) < 1e-6, f"expected -(1.0 * -2 + 0.5 * -2) / 2 = 1.5, got {_loss}"
-# The KL term: kl_coef times your approx_kl_from_logprobs.
-_ref = _lp - 0.5
-_d = reinforce_loss(_lp, _ref, _mk, _adv, 0.2) - reinforce_loss(_lp, _ref, _mk, _adv, 0.0)
-assert abs(_d.item() - 0.2 * approx_kl_from_logprobs(_lp, _ref, _mk).item()) < 1e-6, (
-    f"kl_coef = 0.2 changed the loss by {_d.item():.5f}: add kl_coef * approx_kl_from_logprobs(logprobs, ref_logprobs, mask)")
 # Padding holding -inf must not matter.
 _lpi = _lp.masked_fill(~_mk, float("-inf"))
 assert torch.isfinite(reinforce_loss(_lpi, _lp, _mk, _adv, 0.1)), (
     "padding log-probs may be -inf and 0 * inf is nan: select the real tokens with torch.where(mask, logprobs, 0)")
-print("visible tests for task 7 passed")
+print("visible tests for task 7 (values) passed")
 
 ### BEGIN HIDDEN TESTS
-# Gradient: positive advantage pushes the row's log-probs up (-A / |y| per token), padding gets nothing.
-_x = _lp.clone().requires_grad_(True)
-reinforce_loss(_x, _lp, _mk, torch.tensor([2.0, 0.0]), 0.0).backward()
-assert torch.allclose(_x.grad, torch.tensor([[-0.5, -0.5, 0.0], [0.0, 0.0, 0.0]])), f"gradient {_x.grad}"
-# -inf padding: a finite gradient too.
-_x = _lpi.clone().requires_grad_(True)
-reinforce_loss(_x, _lp, _mk, _adv, 0.0).backward()
-assert torch.isfinite(_x.grad).all() and (_x.grad[~_mk] == 0).all(), f"-inf padding gave the gradient {_x.grad}"
 # A row with no real token contributes 0 instead of nan.
-assert torch.isfinite(reinforce_loss(_lp, _lp, torch.tensor([[True, True, False], [False, False, False]]), _adv, 0.0))
+_l = reinforce_loss(_lp, _lp, torch.tensor([[True, True, False], [False, False, False]]), _adv, 0.0)
+assert torch.isfinite(_l) and abs(_l.item() - 1.0) < 1e-6, f"expected -(1 * -2 + 0) / 2 = 1.0, got {_l}"
 ### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task7_reinforce_loss_kl", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Task 7, KL term: kl_coef as given, times your approx_kl_from_logprobs (a mean per token).
+_lp = torch.tensor([[-1.0, -3.0, -9.0], [-2.0, -9.0, -9.0]])
+_mk = torch.tensor([[True, True, False], [True, False, False]])
+_adv = torch.tensor([1.0, -1.0])
+_ref = _lp - torch.tensor([[0.5, 1.0, 0.0], [0.2, 0.0, 0.0]])
+for _coef in (0.2, 1.5):
+    _d = reinforce_loss(_lp, _ref, _mk, _adv, _coef) - reinforce_loss(_lp, _ref, _mk, _adv, 0.0)
+    _want = _coef * approx_kl_from_logprobs(_lp, _ref, _mk).item()
+    assert abs(_d.item() - _want) < 1e-6, (
+        f"kl_coef = {_coef} changed the loss by {_d.item():.5f}, expected {_want:.5f}: add kl_coef * "
+        "approx_kl_from_logprobs(logprobs, ref_logprobs, mask), with the kl_coef you are given")
+print("visible tests for task 7 (KL term) passed")
+
+### BEGIN HIDDEN TESTS
+# Another batch, the default-sized coefficient: still kl_coef times your approx_kl_from_logprobs.
+_g = torch.Generator().manual_seed(7)
+_lp3, _ref3 = -torch.rand(3, 4, generator=_g) * 3, -torch.rand(3, 4, generator=_g) * 3
+_mk3 = torch.arange(4)[None, :] < torch.tensor([4, 1, 2])[:, None]
+_d = reinforce_loss(_lp3, _ref3, _mk3, torch.ones(3), 0.05) - reinforce_loss(_lp3, _ref3, _mk3, torch.ones(3), 0.0)
+assert abs(_d.item() - 0.05 * approx_kl_from_logprobs(_lp3, _ref3, _mk3).item()) < 1e-6, "kl_coef = 0.05"
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task7_reinforce_loss_grad", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 7, gradient: -A / |y| per real token from the policy term, plus the KL term's own gradient.
+_lp = torch.tensor([[-1.0, -3.0, -9.0], [-2.0, -9.0, -9.0]])
+_mk = torch.tensor([[True, True, False], [True, False, False]])
+_x = _lp.clone().requires_grad_(True)
+_loss = reinforce_loss(_x, _lp, _mk, torch.tensor([2.0, 0.0]), 0.0)
+assert _loss.requires_grad, "the loss carries no gradient"
+_loss.backward()
+assert torch.allclose(_x.grad, torch.tensor([[-0.5, -0.5, 0.0], [0.0, 0.0, 0.0]])), (
+    f"expected the gradient [[-0.5, -0.5, 0], [0, 0, 0]] (-A / |y| per real token), got {_x.grad}")
+# With kl_coef = 1 the KL term's gradient adds to it (the KL trains the policy too).
+_ref = _lp - 0.5
+_x = _lp.clone().requires_grad_(True)
+reinforce_loss(_x, _ref, _mk, torch.tensor([2.0, 0.0]), 1.0).backward()
+_y = _lp.clone().requires_grad_(True)
+approx_kl_from_logprobs(_y, _ref, _mk).backward()
+assert torch.allclose(_x.grad, torch.tensor([[-0.5, -0.5, 0.0], [0.0, 0.0, 0.0]]) + _y.grad, atol=1e-6), (
+    "with kl_coef = 1 the gradient is the policy term's plus the KL's: compute the KL on the log-probs themselves "
+    "(no .detach())")
+print("visible tests for task 7 (gradient) passed")
+
+### BEGIN HIDDEN TESTS
+# -inf padding: a finite gradient too.
+_lpi = _lp.masked_fill(~_mk, float("-inf"))
+_x = _lpi.clone().requires_grad_(True)
+reinforce_loss(_x, _lp, _mk, torch.tensor([1.0, -1.0]), 0.0).backward()
+assert torch.isfinite(_x.grad).all() and (_x.grad[~_mk] == 0).all(), f"-inf padding gave the gradient {_x.grad}"
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task7_reinforce_loss_contract", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 7, types and inputs: a 0-dim tensor of the log-probs' dtype; the inputs untouched.
+_lp = torch.tensor([[-1.0, -3.0, -9.0], [-2.0, -9.0, -9.0]], dtype=torch.float64)
+_mk = torch.tensor([[True, True, False], [True, False, False]])
+_adv = torch.tensor([1.0, -1.0], dtype=torch.float64)
+_lp0 = _lp.clone()
+_loss = reinforce_loss(_lp, _lp - 0.1, _mk, _adv, 0.1)
+assert isinstance(_loss, torch.Tensor) and _loss.ndim == 0, "return a scalar tensor"
+assert _loss.dtype == torch.float64, f"float64 log-probs gave a {_loss.dtype} loss: keep their dtype"
+assert torch.equal(_lp, _lp0), "reinforce_loss changed the caller's log-probs (an in-place fill of the padding)"
+print("visible tests for task 7 (types and inputs) passed")
+
+### BEGIN HIDDEN TESTS
+_l = reinforce_loss(torch.tensor([[-2.0]]), torch.tensor([[-2.0]]), torch.tensor([[True]]), torch.tensor([3.0]), 0.5)
+assert isinstance(_l, torch.Tensor) and _l.ndim == 0 and _l.dtype == torch.float32, f"one token: got {_l!r}"
+### END HIDDEN TESTS
+
 
 # %% [markdown]
 # ### Task 8: GRPO
@@ -639,7 +957,8 @@ def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, ref_logprobs: 
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_task8_grpo_loss", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_task8_grpo_loss_values", "locked": true, "points": 1.5, "schema_version": 3, "solution": false, "task": false}
+# Task 8, values: the clipped surrogate, per-sequence mean first, then the mean over rows.
 _lp = torch.tensor([[-1.0, -3.0, -9.0], [-2.0, -9.0, -9.0]])
 _mk = torch.tensor([[True, True, False], [True, False, False]])
 _adv = torch.tensor([1.0, -0.5])
@@ -667,32 +986,110 @@ _mk2 = torch.tensor([[True, True, True, True], [True, False, False, False]])
 _l = grpo_loss(_lp2, _lp2, _lp2, _mk2, torch.tensor([1.0, -1.0]), 0.2, 0.0).item()
 assert abs(_l) < 1e-6, (f"expected 0, got {_l:.4f}: average each row over its own real tokens, then over the rows "
                         "(a mean over all tokens of the batch gives -0.6)")
-print("visible tests for task 8 passed")
+print("visible tests for task 8 (values) passed")
 
 ### BEGIN HIDDEN TESTS
-# Gradients: tokens outside the trust region in their advantage's direction get none, the others do.
+# A random batch against the formula token by token (eps = 0.2).
+_g = torch.Generator().manual_seed(8)
+_o = -torch.rand(3, 4, generator=_g) * 2
+_x = _o + 0.5 * torch.randn(3, 4, generator=_g)
+_m = torch.tensor([[True, True, True, False], [True, False, False, False], [True, True, True, True]])
+_a = torch.tensor([0.7, -1.2, 2.0])
+_rho = torch.exp(_x - _o)
+_s = torch.minimum(_rho * _a[:, None], _rho.clamp(0.8, 1.2) * _a[:, None])
+_want = -torch.stack([_s[b][_m[b]].mean() for b in range(3)]).mean()
+assert abs(grpo_loss(_x, _o, _x, _m, _a, 0.2, 0.0).item() - _want.item()) < 1e-5, "a random batch: wrong value"
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task8_grpo_loss_clip", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Task 8, clip_eps: the trust region [1 - clip_eps, 1 + clip_eps] for the clip_eps you are given.
+_lp = torch.tensor([[0.0]])
+_mk = torch.tensor([[True]])
+for _eps in (0.1, 0.3):
+    _old = _lp - math.log(1.5)                       # ratio 1.5, A = 1: clipped to 1 + eps
+    _l = grpo_loss(_lp, _old, _lp, _mk, torch.tensor([1.0]), _eps, 0.0).item()
+    assert abs(_l + (1 + _eps)) < 1e-5, (
+        f"clip_eps = {_eps}, ratio 1.5, A = 1: expected -(1 + {_eps}) = {-(1 + _eps):.2f}, got {_l:.4f}: clip the "
+        "RATIO to [1 - clip_eps, 1 + clip_eps] with the clip_eps you are given")
+print("visible tests for task 8 (clip_eps) passed")
+
+### BEGIN HIDDEN TESTS
+for _eps, _rho, _a, _want in [(0.3, 0.5, -1.0, 0.7), (0.05, 1.2, 1.0, -1.05), (0.3, 1.25, 1.0, -1.25), (0.3, 0.6, -1.0, 0.7)]:
+    _l = grpo_loss(_lp, _lp - math.log(_rho), _lp, _mk, torch.tensor([_a]), _eps, 0.0).item()
+    assert abs(_l - _want) < 1e-5, f"clip_eps {_eps}, ratio {_rho}, A {_a}: expected {_want}, got {_l}"
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task8_grpo_loss_kl", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 8, KL term: kl_coef as given, times your approx_kl_from_logprobs to the REFERENCE policy.
+_lp = torch.tensor([[-1.0, -3.0, -9.0], [-2.0, -9.0, -9.0]])
+_mk = torch.tensor([[True, True, False], [True, False, False]])
+_adv = torch.tensor([1.0, -0.5])
+_old = _lp + 0.1
+_ref = _lp - 0.3
+for _coef in (0.5, 2.0):
+    _d = grpo_loss(_lp, _old, _ref, _mk, _adv, 0.2, _coef) - grpo_loss(_lp, _old, _ref, _mk, _adv, 0.2, 0.0)
+    _want = _coef * approx_kl_from_logprobs(_lp, _ref, _mk).item()
+    assert abs(_d.item() - _want) < 1e-6, (
+        f"kl_coef = {_coef} changed the loss by {_d.item():.5f}, expected {_want:.5f}: add kl_coef * "
+        "approx_kl_from_logprobs(logprobs, ref_logprobs, mask) (the reference, not old_logprobs)")
+print("visible tests for task 8 (KL term) passed")
+
+### BEGIN HIDDEN TESTS
+assert torch.isfinite(grpo_loss(_lp, _lp, _ref.masked_fill(~_mk, float("-inf")), _mk, _adv, 0.2, 0.1))
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task8_grpo_loss_grad", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 8, gradient: tokens outside the trust region in their advantage's direction get none, the others do.
+_lp = torch.tensor([[-1.0, -3.0, -9.0], [-2.0, -9.0, -9.0]])
+_mk = torch.tensor([[True, True, False], [True, False, False]])
+_old = _lp - torch.tensor([[math.log(1.5), math.log(0.5), 0.0], [math.log(0.5), 0.0, 0.0]])
 _x = _lp.clone().requires_grad_(True)
-grpo_loss(_x, _old, _lp, _mk, torch.tensor([1.0, -1.0]), 0.2, 0.0).backward()
+_loss = grpo_loss(_x, _old, _lp, _mk, torch.tensor([1.0, -1.0]), 0.2, 0.0)
+assert _loss.requires_grad, "the loss carries no gradient"
+_loss.backward()
 assert _x.grad[0, 0] == 0 and _x.grad[1, 0] == 0, "tokens outside the trust region in the advantage's direction get no gradient"
 assert abs(_x.grad[0, 1].item() + 0.5 * 0.5 / 2) < 1e-6 and (_x.grad[~_mk] == 0).all(), f"gradient {_x.grad}"
+print("visible tests for task 8 (gradient) passed")
+
+### BEGIN HIDDEN TESTS
 # -inf padding (in log-probs and old log-probs alike): a finite loss, and a finite gradient of the
 # clipped surrogate (mask the log-ratio before exp: exp(-inf - -inf) is nan).
+_adv = torch.tensor([1.0, -0.5])
 _lpi = _lp.masked_fill(~_mk, float("-inf"))
 assert torch.isfinite(grpo_loss(_lpi, _lpi, _lpi, _mk, _adv, 0.2, 0.1)), "-inf padding made the loss non-finite"
 _x = _lpi.clone().requires_grad_(True)
 grpo_loss(_x, _lpi, _lpi, _mk, _adv, 0.2, 0.0).backward()
 assert torch.isfinite(_x.grad).all() and (_x.grad[~_mk] == 0).all(), f"-inf padding gave the gradient {_x.grad}"
-# The KL term.
-_ref = _lp - 0.3
-_d = grpo_loss(_lp, _lp, _ref, _mk, _adv, 0.2, 0.5) - grpo_loss(_lp, _lp, _ref, _mk, _adv, 0.2, 0.0)
-assert abs(_d.item() - 0.5 * approx_kl_from_logprobs(_lp, _ref, _mk).item()) < 1e-6
-# At ratio 1 the GRPO gradient equals the GR-REINFORCE gradient.
+# At ratio 1 the GRPO gradient is GR-REINFORCE's: -A_i / (B |y_i|) per real token.
 _x1 = _lp.clone().requires_grad_(True)
-_x2 = _lp.clone().requires_grad_(True)
 grpo_loss(_x1, _lp, _lp, _mk, _adv, 0.2, 0.0).backward()
-reinforce_loss(_x2, _lp, _mk, _adv, 0.0).backward()
-assert torch.allclose(_x1.grad, _x2.grad, atol=1e-6)
+assert torch.allclose(_x1.grad, torch.tensor([[-0.25, -0.25, 0.0], [0.25, 0.0, 0.0]]), atol=1e-6), f"gradient {_x1.grad}"
 ### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task8_grpo_loss_contract", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 8, types and inputs: a 0-dim tensor of the log-probs' dtype; the inputs untouched.
+_lp = torch.tensor([[-1.0, -3.0], [-2.0, -9.0]], dtype=torch.float64)
+_old = _lp + 0.2
+_ref = _lp - 0.1
+_mk = torch.tensor([[True, True], [True, False]])
+_adv = torch.tensor([1.0, -0.5], dtype=torch.float64)
+_copies = [t.clone() for t in (_lp, _old, _ref, _adv)]
+_loss = grpo_loss(_lp, _old, _ref, _mk, _adv, 0.2, 0.1)
+assert isinstance(_loss, torch.Tensor) and _loss.ndim == 0, "return a scalar tensor"
+assert _loss.dtype == torch.float64, f"float64 log-probs gave a {_loss.dtype} loss: keep their dtype"
+assert all(torch.equal(a, b) for a, b in zip((_lp, _old, _ref, _adv), _copies)), "grpo_loss changed its inputs"
+print("visible tests for task 8 (types and inputs) passed")
+
+### BEGIN HIDDEN TESTS
+_l = grpo_loss(torch.tensor([[-1.0]]), torch.tensor([[-1.0]]), torch.tensor([[-1.0]]), torch.tensor([[True]]),
+               torch.tensor([2.0]), 0.2, 0.5)
+assert isinstance(_l, torch.Tensor) and _l.ndim == 0 and _l.dtype == torch.float32, f"one token: got {_l!r}"
+### END HIDDEN TESTS
+
 
 # %% [markdown]
 # ## Part 5: experiments

@@ -105,14 +105,13 @@ def response_logprobs(logits: torch.Tensor, tokens: torch.Tensor, prompt_len: in
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_task1a_response_logprobs", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-# Shape and dtype: one log-prob per response token.
+# %% nbgrader={"grade": true, "grade_id": "test_task1a_response_logprobs_values", "locked": true, "points": 1.5, "schema_version": 3, "solution": false, "task": false}
+# Task 1a, values: which logits column scores which token.
 _g = torch.Generator().manual_seed(0)
 _logits = torch.randn(2, 6, 5, generator=_g)
 _tokens = torch.randint(0, 5, (2, 6), generator=_g)
 _out = response_logprobs(_logits, _tokens, prompt_len=2)
 assert _out.shape == (2, 4), f"expected shape [B, T - prompt_len] = (2, 4), got {tuple(_out.shape)}: return the response columns only"
-assert _out.dtype == torch.float32, f"expected float log-probs, got {_out.dtype}"
 assert (_out <= 0).all(), "a log-probability is never positive: turn the logits into log-probs with torch.log_softmax(..., dim=-1) first"
 
 # The 4-column example of the text: prompt x0 x1, response y2 = 1, y3 = 2. Row c of `_probs` is the
@@ -135,11 +134,11 @@ assert not torch.allclose(_out.exp(), torch.tensor([[0.25, 0.3]]), atol=1e-4), (
 assert torch.allclose(_out, torch.tensor([[0.6, 0.7]]).log(), atol=1e-5), (
     f"hand example: expected probabilities [0.6, 0.7] for y2 and y3, got {_p}. Draw the table: logits column 1 "
     "scores y2, column 2 scores y3, and you pick each token's entry with torch.gather")
-print("visible tests for task 1a passed")
+print("visible tests for task 1a (values) passed")
 
 ### BEGIN HIDDEN TESTS
 # Against a plain loop, with prompt lengths 1 (the first logits column scores a response token),
-# 3, and T - 1 (a single response token).
+# 3, and T - 1 (a single response token), and B, T, V all different.
 for _pl in (1, 3, 6):
     _logits = torch.randn(3, 7, 5, generator=_g)
     _tokens = torch.randint(0, 5, (3, 7), generator=_g)
@@ -147,24 +146,86 @@ for _pl in (1, 3, 6):
                           for b in range(3)])
     _got = response_logprobs(_logits, _tokens, prompt_len=_pl)
     assert _got.shape == _want.shape and torch.allclose(_got, _want, atol=1e-5), f"prompt_len={_pl}: wrong values"
+### END HIDDEN TESTS
 
-# float32 and a peaked distribution: the response tokens are ones the model finds very unlikely
-# (probability about e^-150, below the smallest float32). Their log-prob is about -150; the log of
-# a softmax gives log(0) = -inf.
+
+# %% nbgrader={"grade": true, "grade_id": "test_task1a_response_logprobs_contract", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 1a, types, shapes and inputs: a tensor of the logits' dtype, any batch size, inputs untouched.
+_g = torch.Generator().manual_seed(10)
+_logits = torch.randn(3, 5, 4, generator=_g, dtype=torch.float64)
+_tokens = torch.randint(0, 4, (3, 5), generator=_g)
+_logits0, _tokens0 = _logits.clone(), _tokens.clone()
+_out = response_logprobs(_logits, _tokens, prompt_len=2)
+assert isinstance(_out, torch.Tensor), f"return a torch.Tensor, got {type(_out).__name__}"
+assert _out.dtype == torch.float64, (
+    f"float64 logits gave {_out.dtype} log-probs: keep the logits' dtype (no .float(), no torch.tensor(list))")
+assert torch.equal(_logits, _logits0) and torch.equal(_tokens, _tokens0), (
+    "response_logprobs changed its inputs: the logits or tokens are the caller's, compute on new tensors "
+    "(no in-place -=, .sub_, [...] =)")
+# A batch of one sequence with a single response token is still [B, R] = (1, 1).
+_out = response_logprobs(torch.randn(1, 3, 4, generator=_g), torch.tensor([[1, 2, 3]]), prompt_len=2)
+assert _out.shape == (1, 1), (
+    f"one sequence with one response token: expected shape (1, 1), got {tuple(_out.shape)}: "
+    "squeeze only the axis you added (squeeze(-1)), never every axis of size 1")
+print("visible tests for task 1a (types, shapes and inputs) passed")
+
+### BEGIN HIDDEN TESTS
+_out = response_logprobs(torch.randn(1, 6, 9, generator=_g), torch.randint(0, 9, (1, 6), generator=_g), prompt_len=4)
+assert _out.shape == (1, 2) and _out.dtype == torch.float32, f"a batch of one: got {_out.dtype} {tuple(_out.shape)}"
+_out = response_logprobs(torch.randn(4, 2, 3, generator=_g), torch.randint(0, 3, (4, 2), generator=_g), prompt_len=1)
+assert _out.shape == (4, 1), f"T = 2, prompt_len = 1: expected (4, 1), got {tuple(_out.shape)}"
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task1a_response_logprobs_edge", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 1a, extreme inputs: a very peaked distribution in float32. The response tokens are ones the
+# model finds very unlikely (probability about e^-120, below the smallest float32).
+_logits = torch.zeros(2, 3, 5)
+_logits[:, :, 0] = 120.0
+_out = response_logprobs(_logits, torch.tensor([[0, 4, 3], [0, 0, 1]]), prompt_len=1)
+assert torch.isfinite(_out).all(), (
+    f"very unlikely tokens got log-probs {_out.tolist()}: their probability underflows to 0 in float32, so "
+    "log(softmax(...)) gives -inf. Use torch.log_softmax, which never forms the probability")
+print("visible tests for task 1a (extreme inputs) passed")
+
+### BEGIN HIDDEN TESTS
+# Their log-prob is about -150 (float32), and about -900 in float64.
 _logits = torch.zeros(1, 4, 4)
 _logits[0, :, 0] = 150.0
 _out = response_logprobs(_logits, torch.tensor([[0, 0, 2, 3]]), prompt_len=2)
 assert torch.isfinite(_out).all(), f"an unlikely token got log-prob {_out.tolist()}: use torch.log_softmax, not log(softmax)"
 assert torch.allclose(_out, torch.full((1, 2), -150.0), atol=1e-3), f"expected about -150 for each, got {_out.tolist()}"
+_logits = torch.zeros(1, 3, 3, dtype=torch.float64)
+_logits[0, :, 2] = 900.0
+_out = response_logprobs(_logits, torch.tensor([[2, 0, 2]]), prompt_len=1)
+assert torch.allclose(_out, torch.tensor([[-900.0, 0.0]], dtype=torch.float64), atol=1e-9), f"float64, peaked: got {_out}"
+### END HIDDEN TESTS
 
-# Only the logits that score response tokens get a gradient: none for the columns that score
-# prompt tokens, none for the last column.
+
+# %% nbgrader={"grade": true, "grade_id": "test_task1a_response_logprobs_grad", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 1a, gradient: training backpropagates through these log-probs into the logits.
+_g = torch.Generator().manual_seed(12)
 _logits = torch.randn(2, 6, 5, generator=_g, requires_grad=True)
-response_logprobs(_logits, torch.randint(0, 5, (2, 6), generator=_g), prompt_len=3).sum().backward()
+_out = response_logprobs(_logits, torch.randint(0, 5, (2, 6), generator=_g), prompt_len=3)
+assert _out.requires_grad, (
+    "the log-probs carry no gradient: compute them with torch operations on the logits (no torch.no_grad(), "
+    ".detach(), .item() or torch.tensor(...) of numbers)")
+_out.sum().backward()
+assert _logits.grad is not None and _logits.grad.abs().sum() > 0, "no gradient reached the logits"
+print("visible tests for task 1a (gradient) passed")
+
+### BEGIN HIDDEN TESTS
+# Only the logits that score response tokens get a gradient: none for the columns that score
+# prompt tokens, none for the last column; d log p(y) / d logits = onehot(y) - softmax.
 _gnorm = _logits.grad.abs().sum(dim=(0, 2))
 assert (_gnorm[:2] == 0).all() and _gnorm[5] == 0, f"gradient reached logits that score no response token: {_gnorm}"
 assert (_gnorm[2:5] > 0).all(), f"logits columns 2-4 score the response and need a gradient: {_gnorm}"
+_x = torch.randn(1, 3, 4, generator=_g, requires_grad=True)
+response_logprobs(_x, torch.tensor([[0, 3, 1]]), prompt_len=2)[0, 0].backward()
+_want = torch.nn.functional.one_hot(torch.tensor(1), 4).float() - torch.softmax(_x.detach()[0, 1], -1)
+assert torch.allclose(_x.grad[0, 1], _want, atol=1e-6), f"the gradient of log p(y) is onehot(y) - softmax: got {_x.grad[0, 1]}"
 ### END HIDDEN TESTS
+
 
 # %% [markdown]
 # ## Task 1b: the log-probability of a whole response
@@ -191,7 +252,8 @@ def sequence_logprob(token_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_task1b_sequence_logprob", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_task1b_sequence_logprob_values", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 1b, values: the sum over the real tokens.
 _lp = torch.tensor([[-0.5, -1.0, -2.0], [-0.1, -0.2, -0.3]])
 _mask = torch.tensor([[True, True, False], [True, True, True]])
 _out = sequence_logprob(_lp, _mask)
@@ -199,32 +261,72 @@ assert _out.shape == (2,), f"expected one number per response, shape (2,), got {
 assert torch.allclose(_out, torch.tensor([-1.5, -0.6])), (
     f"expected [-1.5, -0.6], got {_out}: log pi(y | x) is the SUM of the log-probs of the real tokens "
     "(mask True); a padding token adds nothing, and a mean is not a log-probability")
+print("visible tests for task 1b (values) passed")
 
-# Padding may hold -inf: 0 * (-inf) is nan, so multiplying by the mask does not remove it.
+### BEGIN HIDDEN TESTS
+# An all-padding row sums to 0, padding between real tokens is skipped.
+_lp = torch.randn(3, 4, generator=torch.Generator().manual_seed(1))
+_mask = torch.tensor([[False] * 4, [True, False, True, False], [True] * 4])
+_out = sequence_logprob(_lp, _mask)
+assert torch.allclose(_out, torch.stack([torch.tensor(0.0), _lp[1, 0] + _lp[1, 2], _lp[2].sum()]))
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task1b_sequence_logprob_contract", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 1b, types, shapes and inputs: a tensor [B] of the input's dtype, any batch size, inputs untouched.
+_lp = torch.tensor([[-0.5, -1.0, -7.0], [-0.25, -0.5, -0.75]], dtype=torch.float64)
+_mask = torch.tensor([[True, True, False], [True, False, True]])
+_lp0, _mask0 = _lp.clone(), _mask.clone()
+_out = sequence_logprob(_lp, _mask)
+assert isinstance(_out, torch.Tensor), f"return a torch.Tensor, got {type(_out).__name__}"
+assert _out.dtype == torch.float64, f"float64 log-probs gave a {_out.dtype} sum: keep the input's dtype"
+assert torch.equal(_lp, _lp0) and torch.equal(_mask, _mask0), (
+    "sequence_logprob changed its inputs (the padding was overwritten in the caller's tensor): select into a "
+    "new tensor instead of assigning into token_logprobs")
+_out = sequence_logprob(torch.tensor([[-0.5, -1.5]]), torch.tensor([[True, True]]))
+assert _out.shape == (1,), (
+    f"a batch of one response: expected shape (1,), got {tuple(_out.shape)}: sum over dim=-1 and squeeze nothing")
+print("visible tests for task 1b (types, shapes and inputs) passed")
+
+### BEGIN HIDDEN TESTS
+_out = sequence_logprob(torch.tensor([[-3.0]], dtype=torch.float64), torch.tensor([[True]]))
+assert _out.shape == (1,) and _out.dtype == torch.float64, f"B = R = 1: got {_out}"
+assert sequence_logprob(_lp, _mask).shape == (2,)
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task1b_sequence_logprob_edge", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 1b, extreme inputs: padding may hold -inf, and 0 * (-inf) is nan, so multiplying by the mask
+# does not remove it.
 _out = sequence_logprob(torch.tensor([[-0.5, -float("inf"), -float("inf")]]), torch.tensor([[True, False, False]]))
 assert not torch.isnan(_out).any(), (
     "nan: the padding holds -inf and 0 * (-inf) is nan. Select the real tokens with "
     "torch.where(mask, token_logprobs, 0) instead of multiplying by the mask")
 assert torch.allclose(_out, torch.tensor([-0.5])), f"expected [-0.5], got {_out}"
-print("visible tests for task 1b passed")
+print("visible tests for task 1b (extreme inputs) passed")
 
 ### BEGIN HIDDEN TESTS
-# The gradient with -inf padding: no nan, the real tokens get 1, the padding 0.
+# A real token the model finds impossible (-inf) makes the response impossible: -inf, not a number.
+_out = sequence_logprob(torch.tensor([[-0.5, -float("inf")], [-1.0, float("nan")]]),
+                        torch.tensor([[True, True], [True, False]]))
+assert _out[0] == -float("inf") and _out[1] == -1.0, f"expected [-inf, -1.0] (nan padding skipped too), got {_out}"
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task1b_sequence_logprob_grad", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 1b, gradient: each real token's log-prob gets gradient 1, padding none, even when it holds -inf.
 _lp = torch.tensor([[-0.5, -float("inf")], [-1.0, -2.0]], requires_grad=True)
 _out = sequence_logprob(_lp, torch.tensor([[True, False], [True, True]]))
-assert torch.allclose(_out, torch.tensor([-0.5, -3.0])), f"expected [-0.5, -3.0], got {_out}"
+assert _out.requires_grad, "the result carries no gradient: compute it with torch operations on token_logprobs"
 _out.sum().backward()
 assert not torch.isnan(_lp.grad).any(), f"nan in the gradient: {_lp.grad}"
-assert torch.equal(_lp.grad, torch.tensor([[1.0, 0.0], [1.0, 1.0]])), f"padding must get no gradient: {_lp.grad}"
+print("visible tests for task 1b (gradient) passed")
 
-# An all-padding row sums to 0, padding between real tokens is skipped; the input is left as it was.
-_lp = torch.randn(3, 4, generator=torch.Generator().manual_seed(1))
-_before = _lp.clone()
-_mask = torch.tensor([[False] * 4, [True, False, True, False], [True] * 4])
-_out = sequence_logprob(_lp, _mask)
-assert torch.allclose(_out, torch.stack([torch.tensor(0.0), _lp[1, 0] + _lp[1, 2], _lp[2].sum()]))
-assert torch.equal(_lp, _before), "sequence_logprob must not modify its input"
+### BEGIN HIDDEN TESTS
+assert torch.allclose(_out.detach(), torch.tensor([-0.5, -3.0])), f"expected [-0.5, -3.0], got {_out}"
+assert torch.equal(_lp.grad, torch.tensor([[1.0, 0.0], [1.0, 1.0]])), f"padding must get no gradient: {_lp.grad}"
 ### END HIDDEN TESTS
+
 
 # %% [markdown]
 # ## Putting 1a and 1b together
@@ -284,18 +386,8 @@ def sample_with_temperature(logits: torch.Tensor, temperature: float,
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_task2_sample_with_temperature", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-_z = torch.tensor([[2.0, 0.0, -1.0, 1.0], [0.0, 0.5, 3.0, 0.0]])
-_out = sample_with_temperature(_z, 1.0, torch.Generator().manual_seed(0))
-assert _out.shape == (2,) and _out.dtype == torch.long, f"expected a long tensor of shape (2,), got {_out.dtype} {tuple(_out.shape)}"
-try:
-    _greedy = sample_with_temperature(_z, 0.0)
-except Exception as e:
-    raise AssertionError(f"T = 0 raised {type(e).__name__}: z / 0 is not a number. Treat T = 0 as its own case, "
-                         "the argmax, before you divide by T") from None
-assert torch.equal(_greedy, torch.tensor([0, 2])), f"T = 0 must pick the argmax of each row [0, 2], got {_greedy}"
-
-
+# %% nbgrader={"grade": true, "grade_id": "test_task2_sample_with_temperature_values", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Task 2, values: many draws follow softmax(z / T), over the whole vocabulary.
 def _frequencies(z, temperature, seed, n=20000):
     draws = sample_with_temperature(z.expand(n, len(z)), temperature, torch.Generator().manual_seed(seed))
     return torch.bincount(draws, minlength=len(z)) / n
@@ -310,13 +402,80 @@ assert not torch.allclose(_freq, torch.softmax(_z * 0.5, -1), atol=0.015), (
     f"T = 0.5: frequencies {_freq} match softmax(z * T), a FLATTER distribution. Divide the logits by T: "
     "a temperature below 1 sharpens the distribution")
 assert torch.allclose(_freq, torch.softmax(_z / 0.5, -1), atol=0.015), f"T = 0.5: frequencies {_freq}, expected softmax(z / T) = {torch.softmax(_z / 0.5, -1)}"
+# A flat distribution over 2,000 tokens: 1,000 draws reach about 790 different tokens. Every token
+# of the vocabulary can be drawn, not only the likeliest few.
+_draws = sample_with_temperature(torch.zeros(1000, 2000), 1.0, torch.Generator().manual_seed(2))
+assert len(torch.unique(_draws)) > 600, (
+    f"1,000 draws from a uniform distribution over 2,000 tokens hit only {len(torch.unique(_draws))} different "
+    "tokens: sample from the full softmax, not from a truncated part of the vocabulary")
+print("visible tests for task 2 (values) passed")
 
-# A fixed seed gives fixed samples: the generator must be the source of the randomness.
+### BEGIN HIDDEN TESTS
+# Very small T is almost greedy; very large T is almost uniform.
+assert (sample_with_temperature(_z.expand(2000, 4), 0.01, torch.Generator().manual_seed(4)) == 0).all()
+assert torch.allclose(_frequencies(_z, 100.0, seed=5), torch.full((4,), 0.25), atol=0.02), "T = 100 should be close to uniform"
+# A large vocabulary: the 4,950 tokens outside the top 50 hold most of the mass here, and draws land
+# there as often as they should (5 standard errors).
+_z = torch.randn(5000, generator=torch.Generator().manual_seed(7))
+_tail = torch.ones(5000, dtype=torch.bool)
+_tail[_z.topk(50).indices] = False
+_draws = sample_with_temperature(_z.expand(300, 5000), 1.0, torch.Generator().manual_seed(8))
+_share, _want = _tail[_draws].float().mean().item(), torch.softmax(_z, -1)[_tail].sum().item()
+assert abs(_share - _want) < 5 * (_want * (1 - _want) / 300) ** 0.5, (
+    f"large vocabulary: {_share:.3f} of the draws fall outside the top 50 tokens, expected about {_want:.3f}")
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task2_sample_with_temperature_rng", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Task 2, random generator: the generator you are given is the only source of randomness.
 _z = torch.randn(200, 15, generator=torch.Generator().manual_seed(6))
+_state = torch.get_rng_state()
 _a = sample_with_temperature(_z, 1.0, torch.Generator().manual_seed(7))
 _b = sample_with_temperature(_z, 1.0, torch.Generator().manual_seed(7))
 assert torch.equal(_a, _b), "two generators with the same seed gave different samples: pass generator=generator to torch.multinomial"
-print("visible tests for task 2 passed")
+assert torch.equal(torch.get_rng_state(), _state), (
+    "sampling with a generator changed torch's global random state: draw only from the generator you are given "
+    "(never torch.manual_seed, and no draws without generator=generator)")
+assert not torch.equal(_a, sample_with_temperature(_z, 1.0, torch.Generator().manual_seed(8))), (
+    "generators with different seeds gave the same samples: the draws must come from the generator you are given")
+_gen = torch.Generator().manual_seed(7)
+_first = sample_with_temperature(_z, 1.0, _gen)
+assert not torch.equal(_first, sample_with_temperature(_z, 1.0, _gen)), (
+    "two calls with the same generator gave the same samples: use the generator itself (it advances with every "
+    "draw), do not make a new one from its seed")
+print("visible tests for task 2 (random generator) passed")
+
+### BEGIN HIDDEN TESTS
+# Without a generator the global RNG is used: torch.manual_seed makes it reproducible. (The global
+# state is put back afterwards, so that these tests change nothing for the cells below.)
+_state0 = torch.get_rng_state()
+torch.manual_seed(3)
+_c = sample_with_temperature(_z, 1.0)
+torch.manual_seed(3)
+assert torch.equal(_c, sample_with_temperature(_z, 1.0)), "generator=None: the draws should follow torch.manual_seed"
+# The generator's draws do not depend on what the global RNG did before.
+torch.manual_seed(99)
+assert torch.equal(_a, sample_with_temperature(_z, 1.0, torch.Generator().manual_seed(7)))
+_state = torch.get_rng_state()
+try:
+    sample_with_temperature(_z, 0.0, torch.Generator().manual_seed(7))
+except Exception:
+    pass  # T = 0 itself is the extreme-inputs cell's concern
+assert torch.equal(torch.get_rng_state(), _state), "greedy decoding must not touch the global random state"
+torch.set_rng_state(_state0)
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task2_sample_with_temperature_edge", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 2, extreme inputs: T = 0 (greedy), banned tokens (-inf logits), a negative T.
+_z = torch.tensor([[2.0, 0.0, -1.0, 1.0], [0.0, 0.5, 3.0, 0.0]])
+try:
+    _greedy = sample_with_temperature(_z, 0.0)
+except Exception as e:
+    raise AssertionError(f"T = 0 raised {type(e).__name__}: z / 0 is not a number. Treat T = 0 as its own case, "
+                         "the argmax, before you divide by T") from None
+assert torch.equal(_greedy, torch.tensor([0, 2])), f"T = 0 must pick the argmax of each row [0, 2], got {_greedy}"
+print("visible tests for task 2 (extreme inputs) passed")
 
 ### BEGIN HIDDEN TESTS
 # T = 0 on a batch, with -inf logits (banned tokens) and large values: argmax, no nan, no error.
@@ -326,14 +485,6 @@ assert torch.equal(sample_with_temperature(_z, 0.0), _z.argmax(-1)), "T = 0 must
 assert torch.equal(sample_with_temperature(_z, 0), _z.argmax(-1)), "T = 0 given as an int must be the argmax too"
 # A banned token (-inf) is never drawn at T > 0 either.
 assert not (sample_with_temperature(_z, 1.5, torch.Generator().manual_seed(9)) == 3).any(), "a token with logit -inf was drawn"
-# Very small T is almost greedy; very large T is almost uniform.
-_z = torch.tensor([1.0, 0.0, -1.0, 0.5])
-assert (sample_with_temperature(_z.expand(2000, 4), 0.01, torch.Generator().manual_seed(4)) == 0).all()
-assert torch.allclose(_frequencies(_z, 100.0, seed=5), torch.full((4,), 0.25), atol=0.02), "T = 100 should be close to uniform"
-# Another seed gives other samples (the generator is really used, not only accepted).
-_z = torch.randn(200, 15, generator=torch.Generator().manual_seed(6))
-assert not torch.equal(sample_with_temperature(_z, 1.0, torch.Generator().manual_seed(7)),
-                       sample_with_temperature(_z, 1.0, torch.Generator().manual_seed(8)))
 # A negative temperature is an error.
 try:
     sample_with_temperature(_z, -1.0)
@@ -342,6 +493,36 @@ except ValueError:
 else:
     raise AssertionError("a negative temperature must raise ValueError")
 ### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task2_sample_with_temperature_contract", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 2, types, shapes and inputs: long token ids of shape [B] at every temperature, any batch size.
+_z = torch.tensor([[2.0, 0.0, -1.0, 1.0], [0.0, 0.5, 3.0, 0.0]])
+_z0 = _z.clone()
+for _T in (1.0, 0.0):
+    try:
+        _out = sample_with_temperature(_z, _T, torch.Generator().manual_seed(0))
+    except Exception:
+        if _T == 0.0:
+            break  # T = 0 itself is the extreme-inputs cell's concern
+        raise
+    assert isinstance(_out, torch.Tensor) and _out.dtype == torch.long and _out.shape == (2,), (
+        f"T = {_T}: expected a long tensor of shape [B] = (2,), got {getattr(_out, 'dtype', type(_out).__name__)} "
+        f"{tuple(getattr(_out, 'shape', ()))}")
+    _one = sample_with_temperature(_z[:1], _T, torch.Generator().manual_seed(0))
+    assert _one.shape == (1,), (
+        f"T = {_T}, a batch of one row: expected shape (1,), got {tuple(_one.shape)}: squeeze only the sample axis "
+        "(squeeze(-1)), never every axis of size 1")
+assert torch.equal(_z, _z0), "sample_with_temperature changed the logits it was given"
+print("visible tests for task 2 (types, shapes and inputs) passed")
+
+### BEGIN HIDDEN TESTS
+_gz = torch.Generator().manual_seed(4)
+_out = sample_with_temperature(torch.randn(5, 7, generator=_gz, dtype=torch.float64), 0.7, torch.Generator().manual_seed(1))
+assert _out.dtype == torch.long and _out.shape == (5,) and ((_out >= 0) & (_out < 7)).all()
+assert sample_with_temperature(torch.randn(3, 7, generator=_gz), 1, torch.Generator().manual_seed(1)).shape == (3,), "an int T = 1"
+### END HIDDEN TESTS
+
 
 # %% [markdown]
 # ## Task 3: three ways to estimate a KL from samples
@@ -382,18 +563,17 @@ def kl_estimators(logp: torch.Tensor, logp_ref: torch.Tensor):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_task3_kl_estimators", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_task3_kl_estimators_values", "locked": true, "points": 1.5, "schema_version": 3, "solution": false, "task": false}
+# Task 3, values: the three estimators on hand-computed tokens.
 # A token with pi = 0.5 and pi_ref = 0.25: l = log 2.
 _k1, _k2, _k3 = kl_estimators(torch.tensor([math.log(0.5)]), torch.tensor([math.log(0.25)]))
 assert torch.allclose(_k1, torch.tensor([math.log(2)])), f"k1 = l = log 2, got {_k1}"
 assert torch.allclose(_k2, torch.tensor([math.log(2) ** 2 / 2])), f"k2 = l^2 / 2, got {_k2}"
 assert torch.allclose(_k3, torch.tensor([0.5 - 1 + math.log(2)])), f"k3 = e^(-l) - 1 + l = 0.193..., got {_k3}"
-# Shapes are kept, and k3 is never negative.
-_lp = torch.randn(4, 5, generator=torch.Generator().manual_seed(0))
-_ks = kl_estimators(_lp, torch.zeros(4, 5))
-assert all(k.shape == (4, 5) for k in _ks), "each estimator has the shape of its inputs"
+# k3 is never negative.
+_ks = kl_estimators(torch.randn(4, 5, generator=torch.Generator().manual_seed(0)), torch.zeros(4, 5))
 assert (_ks[2] >= 0).all(), "k3 can never be negative"
-print("visible tests for task 3 passed")
+print("visible tests for task 3 (values) passed")
 
 ### BEGIN HIDDEN TESTS
 # Unbiasedness, computed exactly on a 3-token example: average each estimator over y ~ pi.
@@ -408,13 +588,72 @@ assert abs(float((_p * _k2).sum()) - _true_kl) > 1e-3, "k2 is biased: E_pi[k2] s
 _k1, _k2, _k3 = kl_estimators(torch.tensor([-0.5]), torch.tensor([0.0]))
 assert torch.allclose(_k3, torch.tensor([math.exp(0.5) - 1.5])), f"l = -0.5: k3 = e^0.5 - 1.5, got {_k3}"
 assert torch.allclose(_k2, torch.tensor([0.125])) and torch.allclose(_k1, torch.tensor([-0.5]))
-# Equal log-probs: every estimator is 0. The inputs are not modified.
-_a, _b = torch.randn(3, 4), torch.randn(3, 4)
-_a0, _b0 = _a.clone(), _b.clone()
+# Equal log-probs: every estimator is 0.
+_a = torch.randn(3, 4, generator=torch.Generator().manual_seed(5))
 assert all(torch.allclose(k, torch.zeros(3, 4)) for k in kl_estimators(_a, _a.clone()))
-kl_estimators(_a, _b)
-assert torch.equal(_a, _a0) and torch.equal(_b, _b0), "kl_estimators must not modify its inputs"
 ### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task3_kl_estimators_contract", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 3, types, shapes and inputs: a tuple of three tensors, each shaped like the inputs, of their dtype.
+_g = torch.Generator().manual_seed(3)
+_a = torch.randn(2, 3, 4, generator=_g, dtype=torch.float64)
+_b = torch.randn(2, 3, 4, generator=_g, dtype=torch.float64)
+_a0, _b0 = _a.clone(), _b.clone()
+_out = kl_estimators(_a, _b)
+assert isinstance(_out, tuple) and len(_out) == 3, (
+    f"return a tuple (k1, k2, k3), got {type(_out).__name__}"
+    + (f" of shape {tuple(_out.shape)}: torch.stack makes one tensor; return the three as a tuple"
+       if isinstance(_out, torch.Tensor) else ""))
+assert all(isinstance(k, torch.Tensor) and k.shape == (2, 3, 4) for k in _out), (
+    f"each estimator has the shape of its inputs (2, 3, 4), got {[tuple(getattr(k, 'shape', ())) for k in _out]}")
+assert all(k.dtype == torch.float64 for k in _out), f"float64 inputs gave {[k.dtype for k in _out]}: keep their dtype"
+assert torch.equal(_a, _a0) and torch.equal(_b, _b0), (
+    "kl_estimators changed its inputs: compute l = logp - logp_ref as a new tensor (no in-place .sub_ or -=)")
+print("visible tests for task 3 (types, shapes and inputs) passed")
+
+### BEGIN HIDDEN TESTS
+_out = kl_estimators(torch.tensor(-1.0), torch.tensor(-2.0))
+assert isinstance(_out, tuple) and all(k.shape == () for k in _out), "0-dim inputs give 0-dim estimates"
+_out = kl_estimators(torch.randn(1, 7, generator=_g), torch.randn(1, 7, generator=_g))
+assert all(k.shape == (1, 7) and k.dtype == torch.float32 for k in _out), "a batch of one row, float32"
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task3_kl_estimators_edge", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 3, extreme inputs: very unlikely tokens. Both log-probs near -200 (probabilities below the
+# smallest float32): the estimators depend only on their difference, l = -1 here.
+_k1, _k2, _k3 = kl_estimators(torch.tensor([-200.0, -150.0]), torch.tensor([-199.0, -151.0]))
+assert torch.isfinite(_k3).all(), (
+    f"very unlikely tokens gave k3 = {_k3.tolist()}: e^(-l) from exp(logp_ref) / exp(logp) is 0 / 0 in float32; "
+    "compute e^(-l) from the difference of the log-probs")
+print("visible tests for task 3 (extreme inputs) passed")
+
+### BEGIN HIDDEN TESTS
+assert torch.allclose(_k3, torch.tensor([math.e - 2, math.exp(-1) - 1 + 1])), f"expected [e - 2, e^-1], got {_k3}"
+# A large log-ratio: finite and exact (k3 = e^-30 - 1 + 30).
+_k3 = kl_estimators(torch.tensor([0.0], dtype=torch.float64), torch.tensor([-30.0], dtype=torch.float64))[2]
+assert abs(_k3.item() - (math.exp(-30) + 29)) < 1e-9, f"l = 30: expected 29.0, got {_k3.item()}"
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task3_kl_estimators_grad", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 3, gradient: a KL penalty in a loss backpropagates through every estimator into logp.
+_lp = torch.tensor([-1.0, -2.0, -0.5], requires_grad=True)
+_ks = kl_estimators(_lp, torch.tensor([-1.5, -1.0, -0.5]))
+for _name, _k in zip(("k1", "k2", "k3"), _ks):
+    assert _k.requires_grad, (f"{_name} carries no gradient: compute the estimators with torch operations on logp "
+                              "(no .detach(), torch.no_grad() or torch.tensor(...) of numbers)")
+print("visible tests for task 3 (gradient) passed")
+
+### BEGIN HIDDEN TESTS
+# d k1 / d logp = 1, d k2 / d logp = l, d k3 / d logp = 1 - e^(-l).
+_l = torch.tensor([0.5, -1.0, 0.0])
+for _i, _want in enumerate((torch.ones(3), _l, 1 - torch.exp(-_l))):
+    _grad, = torch.autograd.grad(_ks[_i].sum(), _lp, retain_graph=True)
+    assert torch.allclose(_grad, _want, atol=1e-6), f"k{_i + 1}: gradient {_grad}, expected {_want}"
+### END HIDDEN TESTS
+
 
 # %% [markdown]
 # ## Task 4: the best policy under a KL leash
@@ -476,43 +715,28 @@ def kl_objective(probs: np.ndarray, ref_probs: np.ndarray, rewards: np.ndarray, 
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_task4_tilted_optimum", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_task4_tilted_optimum_values", "locked": true, "points": 1.5, "schema_version": 3, "solution": false, "task": false}
+# Task 4, values: pi* and J on the worked example.
 worked = toylm.scenario("worked")
 print("responses:", worked.responses, " pi_ref:", worked.ref_probs, " rewards:", worked.reward_vector)
 _star = tilted_optimum(worked.ref_probs, worked.reward_vector, 1.0)
 print("pi* at beta = 1:", np.round(_star, 5), " expected:", EXPECTED["worked_pi_star"])
-assert _star.shape == (4,) and abs(_star.sum() - 1) < 1e-9, "pi* is a distribution over the 4 responses"
+assert np.shape(_star) == (4,) and abs(np.sum(_star) - 1) < 1e-9, "pi* is a distribution over the 4 responses"
 assert np.allclose(_star, EXPECTED["worked_pi_star"], atol=1e-3), "pi* of the worked example at beta = 1"
 # J(pi_ref) is just the expected reward (no KL); J(pi*) is larger.
 _j_ref = kl_objective(worked.ref_probs, worked.ref_probs, worked.reward_vector, 1.0)
 assert abs(_j_ref - 0.58) < 1e-9, f"J(pi_ref) = E_ref[r] = 0.58, got {_j_ref}"
 assert kl_objective(_star, worked.ref_probs, worked.reward_vector, 1.0) > _j_ref
-# Small beta: e^(r / beta) is e^2000 here, far beyond the largest float (about e^709).
-with np.errstate(all="ignore"):
-    _star = tilted_optimum(worked.ref_probs, worked.reward_vector, 1e-3)
-assert np.all(np.isfinite(_star)), (
-    f"beta = 0.001 gave {_star}: e^(r / beta) overflowed. Work in log space: log pi_ref + r / beta, "
-    "subtract the largest entry, exponentiate, normalise")
-# A policy that never writes some responses: 0 log 0 counts as 0 in the KL.
-with np.errstate(all="ignore"):
-    _j = kl_objective(np.array([0.0, 0.0, 0.0, 1.0]), worked.ref_probs, worked.reward_vector, 0.5)
-assert np.isfinite(_j), (
-    f"J of the policy (0, 0, 0, 1) is {_j}: 0 * log 0 is nan in floating point, but counts as 0 in the KL. "
-    "Sum only over the responses the policy gives probability > 0")
-print("visible tests for task 4 passed")
+# J of another policy at beta = 0.5, term by term: E_q[r] - beta * sum q log(q / pi_ref).
+_q = np.array([0.1, 0.2, 0.3, 0.4])
+_want = float(_q @ worked.reward_vector - 0.5 * np.sum(_q * np.log(_q / worked.ref_probs)))
+_j = kl_objective(_q, worked.ref_probs, worked.reward_vector, 0.5)
+assert abs(_j - _want) < 1e-9, f"J(q) at beta = 0.5: expected {_want:.5f}, got {_j:.5f}: J = E_q[r] - beta KL(q || pi_ref)"
+print("visible tests for task 4 (values) passed")
 
 ### BEGIN HIDDEN TESTS
-# Small beta: all mass on the best response ("by"), exactly.
-for _beta in (1e-3, 1e-6):
-    _star = tilted_optimum(worked.ref_probs, worked.reward_vector, _beta)
-    assert np.allclose(_star, [0, 0, 0, 1], atol=1e-9), f"beta = {_beta}: pi* should be one-hot on 'by', got {_star}"
-# Large beta: pi* stays at pi_ref. A response pi_ref never writes stays at 0.
+# Large beta: pi* stays at pi_ref.
 assert np.allclose(tilted_optimum(worked.ref_probs, worked.reward_vector, 1e6), worked.ref_probs, atol=1e-5)
-_star = tilted_optimum(np.array([0.5, 0.0, 0.5]), np.array([0.0, 50.0, 1.0]), 0.1)
-assert np.all(np.isfinite(_star)) and _star[1] == 0 and abs(_star.sum() - 1) < 1e-12
-# Hand value of J for a one-hot policy (0 log 0 = 0): J = 2 - beta log(1 / 0.15).
-_j = kl_objective(np.array([0.0, 0.0, 0.0, 1.0]), worked.ref_probs, worked.reward_vector, 0.5)
-assert abs(_j - (2 - 0.5 * math.log(1 / 0.15))) < 1e-9, f"J of the one-hot policy on 'by': got {_j}"
 # No policy beats pi*, and the gap is exactly beta KL(q || pi*) (the Gibbs identity).
 _rng = np.random.default_rng(0)
 for _beta in (0.2, 1.0, 3.0):
@@ -529,6 +753,67 @@ for _beta in (0.05, 0.6, 5.0):
     assert np.allclose(tilted_optimum(_hack.ref_probs, _hack.reward_vector, _beta),
                        toylm.tilted_optimum(_hack.ref_probs, _hack.reward_vector, _beta), atol=1e-12)
 ### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task4_tilted_optimum_contract", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Task 4, types, shapes and inputs: pi* a float64 numpy array [N], J a float, the inputs untouched.
+_ref = np.array([0.2, 0.3, 0.5])
+_r = np.array([1.0, 0.0, 2.0])
+_ref0, _r0 = _ref.copy(), _r.copy()
+_star = tilted_optimum(_ref, _r, 0.5)
+assert isinstance(_star, np.ndarray) and _star.shape == (3,), (
+    f"tilted_optimum must return a numpy array of shape [N] = (3,), got {type(_star).__name__} {np.shape(_star)}")
+assert _star.dtype == np.float64, f"pi* came back as {_star.dtype}: compute in float64"
+_j = kl_objective(_star, _ref, _r, 0.5)
+assert isinstance(_j, float), f"kl_objective must return a float, got {type(_j).__name__} {np.shape(_j)}: float(...) it"
+assert np.array_equal(_ref, _ref0) and np.array_equal(_r, _r0), (
+    "tilted_optimum or kl_objective changed the caller's arrays (np.asarray does not copy: `rewards /= beta` "
+    "divides the caller's rewards); compute into new arrays")
+print("visible tests for task 4 (types, shapes and inputs) passed")
+
+### BEGIN HIDDEN TESTS
+_one = tilted_optimum(np.array([1.0]), np.array([3.0]), 0.1)
+assert isinstance(_one, np.ndarray) and _one.shape == (1,), "a single response"
+_star = tilted_optimum(worked.ref_probs, worked.reward_vector, 2)
+assert _star.dtype == np.float64 and np.array_equal(_star, tilted_optimum(worked.ref_probs, worked.reward_vector, 2.0)), (
+    "an int beta must give what the same float beta gives")
+assert isinstance(kl_objective(_star, worked.ref_probs, worked.reward_vector, 2), float)
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task4_tilted_optimum_edge", "locked": true, "points": 1.5, "schema_version": 3, "solution": false, "task": false}
+# Task 4, extreme inputs: very small beta, responses pi_ref never writes, policies that skip responses.
+# Small beta: e^(r / beta) is e^2000 here, far beyond the largest float (about e^709).
+with np.errstate(all="ignore"):
+    _star = tilted_optimum(worked.ref_probs, worked.reward_vector, 1e-3)
+assert np.all(np.isfinite(_star)), (
+    f"beta = 0.001 gave {_star}: e^(r / beta) overflowed. Work in log space: log pi_ref + r / beta, "
+    "subtract the largest entry, exponentiate, normalise")
+# A response pi_ref never writes keeps probability 0, however large its reward.
+with np.errstate(all="ignore"):
+    _star = tilted_optimum(np.array([0.5, 0.0, 0.5]), np.array([0.0, 3.0, 1.0]), 0.05)
+assert np.all(np.isfinite(_star)) and _star[1] == 0, (
+    f"pi_ref = 0 must stay exactly 0 in pi*, got {_star}: log 0 = -inf is the right log-probability (no + 1e-12)")
+# A policy that never writes some responses: 0 log 0 counts as 0 in the KL.
+with np.errstate(all="ignore"):
+    _j = kl_objective(np.array([0.0, 0.0, 0.0, 1.0]), worked.ref_probs, worked.reward_vector, 0.5)
+assert np.isfinite(_j), (
+    f"J of the policy (0, 0, 0, 1) is {_j}: 0 * log 0 is nan in floating point, but counts as 0 in the KL. "
+    "Sum only over the responses the policy gives probability > 0")
+print("visible tests for task 4 (extreme inputs) passed")
+
+### BEGIN HIDDEN TESTS
+# Small beta: all mass on the best response ("by"), exactly.
+for _beta in (1e-3, 1e-6):
+    _star = tilted_optimum(worked.ref_probs, worked.reward_vector, _beta)
+    assert np.allclose(_star, [0, 0, 0, 1], atol=1e-9), f"beta = {_beta}: pi* should be one-hot on 'by', got {_star}"
+_star = tilted_optimum(np.array([0.5, 0.0, 0.5]), np.array([0.0, 50.0, 1.0]), 0.1)
+assert np.all(np.isfinite(_star)) and _star[1] == 0 and abs(_star.sum() - 1) < 1e-12
+# Hand value of J for a one-hot policy (0 log 0 = 0): J = 2 - beta log(1 / 0.15).
+_j = kl_objective(np.array([0.0, 0.0, 0.0, 1.0]), worked.ref_probs, worked.reward_vector, 0.5)
+assert abs(_j - (2 - 0.5 * math.log(1 / 0.15))) < 1e-9, f"J of the one-hot policy on 'by': got {_j}"
+### END HIDDEN TESTS
+
 
 # %% [markdown]
 # ## Task 5: the same optimum, one token at a time
@@ -576,27 +861,22 @@ def token_level_optimum(first_probs: np.ndarray, second_probs: np.ndarray, rewar
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_task5_token_level_optimum", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_task5_token_level_optimum_values", "locked": true, "points": 1.5, "schema_version": 3, "solution": false, "task": false}
+# Task 5, values: soft values and the token-level pi* on the worked example.
 worked = toylm.scenario("worked")
 _first, _second, _values = token_level_optimum(worked.first_probs, worked.second_probs, worked.rewards, 1.0)
 print("V(a), V(b) =", np.round(_values, 5), " expected:", EXPECTED["worked_soft_values"])
 assert np.allclose(_values, EXPECTED["worked_soft_values"], atol=1e-3), "soft values of the worked example at beta = 1"
-assert _first.shape == (2,) and _second.shape == (2, 2)
-assert np.allclose(_second.sum(axis=1), 1), "each row of pi*(j | i) is a distribution"
-assert np.allclose((_first[:, None] * _second).ravel(), EXPECTED["worked_pi_star"], atol=1e-3), "the product must be the pi* of Task 4"
+assert np.allclose(np.sum(_second, axis=1), 1), "each row of pi*(j | i) is a distribution"
+assert np.allclose((np.asarray(_first)[:, None] * _second).ravel(), EXPECTED["worked_pi_star"], atol=1e-3), (
+    "the product must be the pi* of Task 4")
 # beta = 0.5, by hand: V(a) = 0.5 log(0.6 + 0.4 e^2), V(b) = 0.5 log(0.5 + 0.5 e^4).
 _, _, _values = token_level_optimum(worked.first_probs, worked.second_probs, worked.rewards, 0.5)
 _want = np.array([0.5 * math.log(0.6 + 0.4 * math.e ** 2), 0.5 * math.log(0.5 + 0.5 * math.e ** 4)])
 assert np.allclose(_values, _want, atol=1e-6), (
     f"beta = 0.5: expected V = {np.round(_want, 4)}, got {np.round(_values, 4)}. "
     "V(i) = beta * log sum_j pi_ref(j | i) e^(r_ij / beta): the factor beta in front matters once beta != 1")
-# Small beta: the log-sum-exp must not overflow.
-with np.errstate(all="ignore"):
-    _out = token_level_optimum(worked.first_probs, worked.second_probs, worked.rewards, 1e-3)
-assert all(np.all(np.isfinite(x)) for x in _out), (
-    "beta = 0.001 gave inf or nan: compute V(i) with np.logaddexp.reduce(log pi_ref(j | i) + r_ij / beta, axis=1) "
-    "times beta, never with exp(r / beta)")
-print("visible tests for task 5 passed")
+print("visible tests for task 5 (values) passed")
 
 ### BEGIN HIDDEN TESTS
 # Random two-token problems: the product equals the whole-response optimum (library version).
@@ -611,16 +891,65 @@ for _ in range(20):
     assert np.allclose((_pf[:, None] * _ps).ravel(),
                        toylm.tilted_optimum((_f[:, None] * _s).ravel(), _r.ravel(), _beta), atol=1e-9)
     assert np.allclose(_v, toylm.soft_values(_s, _r, _beta), atol=1e-9)
+_, _, _v = token_level_optimum(worked.first_probs, worked.second_probs, worked.rewards, 1e4)
+assert np.allclose(_v, [0.4, 1.0], atol=1e-3), f"large beta: V(i) is the mean reward after i, got {_v}"
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task5_token_level_optimum_contract", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 5, types, shapes and inputs: a tuple of three numpy arrays [A], [A, B], [A], for any A and B
+# (one first token included), the inputs untouched.
+_f = np.array([0.2, 0.5, 0.3])
+_sp = np.array([[0.5, 0.5], [0.9, 0.1], [0.3, 0.7]])
+_r = np.array([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
+_copies = (_f.copy(), _sp.copy(), _r.copy())
+_out = token_level_optimum(_f, _sp, _r, 0.5)
+assert isinstance(_out, tuple) and len(_out) == 3, f"return a tuple (pi_first, pi_second, values), got {type(_out).__name__}"
+assert all(isinstance(x, np.ndarray) for x in _out), f"each part is a numpy array, got {[type(x).__name__ for x in _out]}"
+assert [x.shape for x in _out] == [(3,), (3, 2), (3,)], (
+    f"A = 3 first tokens, B = 2 second ones: expected shapes [(3,), (3, 2), (3,)], got {[x.shape for x in _out]}")
+assert all(np.array_equal(a, b) for a, b in zip((_f, _sp, _r), _copies)), (
+    "token_level_optimum changed the caller's arrays (np.asarray does not copy: `rewards /= beta` divides the "
+    "caller's rewards); compute into new arrays")
+_out = token_level_optimum(np.array([1.0]), np.array([[0.25, 0.75]]), np.array([[0.0, 1.0]]), 1.0)
+assert [np.shape(x) for x in _out] == [(1,), (1, 2), (1,)], (
+    f"one first token: expected shapes [(1,), (1, 2), (1,)], got {[np.shape(x) for x in _out]}: keep every axis "
+    "(no np.squeeze)")
+print("visible tests for task 5 (types, shapes and inputs) passed")
+
+### BEGIN HIDDEN TESTS
+_out = token_level_optimum(np.array([0.5, 0.5]), np.array([[1.0], [1.0]]), np.array([[0.0], [3.0]]), 1.0)
+assert [np.shape(x) for x in _out] == [(2,), (2, 1), (2,)], "one second token (B = 1)"
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task5_token_level_optimum_edge", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Task 5, extreme inputs: small beta, and rows whose rewards lie far apart.
+with np.errstate(all="ignore"):
+    _out = token_level_optimum(worked.first_probs, worked.second_probs, worked.rewards, 1e-3)
+assert all(np.all(np.isfinite(x)) for x in _out), (
+    "beta = 0.001 gave inf or nan: compute V(i) with np.logaddexp.reduce(log pi_ref(j | i) + r_ij / beta, axis=1) "
+    "times beta, never with exp(r / beta)")
+# Row 0's rewards are near 0, row 1's near 100: at beta = 0.01, r / beta is 0 in one row and 10,000 in the other.
+with np.errstate(all="ignore"):
+    _out = token_level_optimum(np.array([0.5, 0.5]), np.array([[0.5, 0.5], [0.5, 0.5]]),
+                               np.array([[0.0, 1.0], [100.0, 101.0]]), 0.01)
+assert all(np.all(np.isfinite(x)) for x in _out), (
+    f"rows with very different rewards at beta = 0.01 gave V = {_out[2]}: each row's log-sum-exp must be stable "
+    "on its own (shift each row by its own maximum, or use np.logaddexp.reduce along axis=1)")
+print("visible tests for task 5 (extreme inputs) passed")
+
+### BEGIN HIDDEN TESTS
+assert np.allclose(_out[2], [1.0 + 0.01 * math.log(0.5), 101.0 + 0.01 * math.log(0.5)], atol=1e-6), _out[2]
 # Small beta: V(i) -> the best reward after i and pi* one-hot; large beta: V(i) -> the mean reward.
 _pf, _ps, _v = token_level_optimum(worked.first_probs, worked.second_probs, worked.rewards, 1e-3)
 assert np.allclose(_v, [1.0, 2.0], atol=0.01) and np.allclose(_pf, [0, 1], atol=1e-9), f"beta = 1e-3: V = {_v}, pi*(first) = {_pf}"
 assert np.allclose(_ps, [[0, 1], [0, 1]], atol=1e-9), f"beta = 1e-3: pi*(j | i) should pick the better second token, got {_ps}"
-_, _, _v = token_level_optimum(worked.first_probs, worked.second_probs, worked.rewards, 1e4)
-assert np.allclose(_v, [0.4, 1.0], atol=1e-3), f"large beta: V(i) is the mean reward after i, got {_v}"
 # A second token pi_ref never writes stays at 0.
 _pf, _ps, _v = token_level_optimum(np.array([1.0]), np.array([[0.5, 0.0, 0.5]]), np.array([[0.0, 9.0, 1.0]]), 0.5)
 assert _ps[0, 1] == 0 and np.all(np.isfinite(_ps))
 ### END HIDDEN TESTS
+
 
 # %% [markdown]
 # ## Experiment 1: temperature trades accuracy for diversity

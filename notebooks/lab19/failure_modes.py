@@ -99,27 +99,44 @@ def bon_kl(n):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_task1a_bon_kl", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_task1a_bon_kl_values", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 1a, values: log n - (n - 1) / n.
 assert abs(bon_kl(1)) < 1e-12, "best-of-1 is the base policy: its KL is 0"
 assert abs(bon_kl(2) - (np.log(2) - 0.5)) < 1e-9, f"bon_kl(2) should be log 2 - 1/2, got {bon_kl(2)}"
 assert abs(bon_kl(10) - 1.4026) < 1e-3, f"bon_kl(10) should be about 1.40 nats, got {bon_kl(10)}"
-# An array of n, as the experiment below passes it.
-try:
-    _got = np.asarray(bon_kl(np.array([1, 2, 10])), dtype=float)
-except TypeError as e:
-    raise AssertionError(f"bon_kl(np.array([1, 2, 10])) raised TypeError ({e}): use numpy (np.log, array "
-                         "arithmetic) rather than math.log, so that an array of n works too") from None
-assert _got.shape == (3,), f"an array of 3 values of n must give 3 KLs, got shape {_got.shape}"
-print("visible tests for task 1a passed")
+print("visible tests for task 1a (values) passed")
 
 ### BEGIN HIDDEN TESTS
 _ns = np.array([1, 3, 10, 100, 3000])
 _got = np.asarray(bon_kl(_ns), dtype=float)
 assert np.allclose(_got, np.log(_ns) - (_ns - 1) / _ns), "wrong values for an array of n"
 assert np.all(np.diff(_got) > 0), "the KL grows with n"
-assert isinstance(bon_kl(7), float), f"an int n gives a float, got {type(bon_kl(7)).__name__}"
-assert np.asarray(bon_kl(np.array([[1, 2], [3, 4]]))).shape == (2, 2), "the result has the shape of n"
+# float64 all the way: exact to 1e-12 at large n (float32 is off by about 1e-7 there).
+_ns = np.array([3000, 7, 123456])
+assert np.allclose(bon_kl(_ns), np.log(_ns.astype(float)) - (_ns - 1) / _ns, rtol=0, atol=1e-12)
 ### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task1a_bon_kl_contract", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 1a, types and shapes: a float for an int n, a float64 numpy array of n's shape for an array.
+try:
+    _got = bon_kl(np.array([1, 2, 10]))
+except TypeError as e:
+    raise AssertionError(f"bon_kl(np.array([1, 2, 10])) raised TypeError ({e}): use numpy (np.log, array "
+                         "arithmetic) rather than math.log, so that an array of n works too") from None
+assert isinstance(_got, np.ndarray) and _got.shape == (3,), (
+    f"an array of 3 values of n must give a numpy array of 3 KLs, got {type(_got).__name__} {np.shape(_got)}")
+assert _got.dtype == np.float64, f"the KLs came back as {_got.dtype}: compute in float64"
+assert isinstance(bon_kl(7), float), f"an int n gives a float, got {type(bon_kl(7)).__name__}"
+print("visible tests for task 1a (types and shapes) passed")
+
+### BEGIN HIDDEN TESTS
+_got = bon_kl(np.array([[1, 2], [3, 4]]))
+assert np.shape(_got) == (2, 2), f"the result has the shape of n: (2, 2), got {np.shape(_got)}"
+assert isinstance(bon_kl(np.int64(5)), float), "a numpy integer n gives a float too"
+assert np.asarray(bon_kl(np.array([[3]]))).shape == (1, 1)
+### END HIDDEN TESTS
+
 
 # %% [markdown]
 # ### Task 1b: best-of-n on a finite pool, computed exactly
@@ -178,7 +195,8 @@ def best_of_n_stats(proxy, gold, n):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_task1b_best_of_n_stats", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_task1b_best_of_n_stats_values", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Task 1b, values: the rank weights on a pool without ties.
 _proxy, _gold = np.array([0.5, 2.0, 1.0]), np.array([1.0, -1.0, 3.0])
 _p, _g = best_of_n_stats(_proxy, _gold, 2)
 assert abs(_p - (1 * 0.5 + 3 * 1.0 + 5 * 2.0) / 9) < 1e-9, (
@@ -189,19 +207,13 @@ assert abs(_g - (1 * 1.0 + 3 * 3.0 + 5 * -1.0) / 9) < 1e-9, (
     "(the same argsort for both)")
 _p, _g = best_of_n_stats(_proxy, _gold, 1)
 assert abs(_p - _proxy.mean()) < 1e-9 and abs(_g - _gold.mean()) < 1e-9, "best-of-1 is a uniform draw: the means"
-# The tie example of the text: the two responses with proxy 1 share 8/9, 4/9 each.
-_g = best_of_n_stats(np.array([1.0, 1.0, 0.0]), np.array([3.0, 0.0, 0.0]), 2)[1]
-assert abs(_g - 4 / 3) < 1e-9, (
-    f"tie example: expected gold 4/9 * 3 = 1.333, got {_g:.3f}: tied proxy scores must share their block's "
-    "weight evenly, whatever order the sort leaves them in")
-print("visible tests for task 1b passed")
+print("visible tests for task 1b (values) passed")
 
 ### BEGIN HIDDEN TESTS
 _rng = np.random.default_rng(7)
-# A constant gold score: the weights must sum to one (off-by-one weights do not), ties or not.
+# A constant gold score: the weights must sum to one (off-by-one weights do not).
 _proxy = _rng.standard_normal(40)
 assert abs(best_of_n_stats(_proxy, np.full(40, 2.5), 5)[1] - 2.5) < 1e-9, "the rank weights must sum to 1"
-assert abs(best_of_n_stats(np.round(_proxy), np.full(40, 2.5), 5)[1] - 2.5) < 1e-9, "with ties the weights must sum to 1"
 # Against brute-force simulation of best-of-n with replacement (no ties).
 _gold = _rng.standard_normal(40)
 _n = 4
@@ -210,8 +222,27 @@ _win = _idx[np.arange(len(_idx)), _proxy[_idx].argmax(1)]
 _p, _g = best_of_n_stats(_proxy, _gold, _n)
 assert abs(_p - _proxy[_win].mean()) < 0.01, f"proxy {_p} disagrees with simulation {_proxy[_win].mean()}"
 assert abs(_g - _gold[_win].mean()) < 0.01, f"gold {_g} disagrees with simulation {_gold[_win].mean()}"
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task1b_best_of_n_stats_ties", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Task 1b, ties: tied proxy scores share their block's weight evenly, whatever the order of the pool.
+# The tie example of the text: the two responses with proxy 1 share 8/9, 4/9 each.
+_g = best_of_n_stats(np.array([1.0, 1.0, 0.0]), np.array([3.0, 0.0, 0.0]), 2)[1]
+assert abs(_g - 4 / 3) < 1e-9, (
+    f"tie example: expected gold 4/9 * 3 = 1.333, got {_g:.3f}: tied proxy scores must share their block's "
+    "weight evenly, whatever order the sort leaves them in")
+print("visible tests for task 1b (ties) passed")
+
+### BEGIN HIDDEN TESTS
+_rng = np.random.default_rng(8)
+_proxy = _rng.standard_normal(40)
+assert abs(best_of_n_stats(np.round(_proxy), np.full(40, 2.5), 5)[1] - 2.5) < 1e-9, "with ties the weights must sum to 1"
 # Many ties (proxy scores 0..4): the simulation breaks them at random; any order of the pool
 # (non-identity permutations) gives the same answer.
+_gold = _rng.standard_normal(40)
+_n = 4
+_idx = _rng.integers(0, 40, size=(200_000, _n))
 _tied = _rng.integers(0, 5, size=40).astype(float)
 _noise = _rng.uniform(0, 0.5, size=_idx.shape)  # a random tie-break for every draw
 _win = _idx[np.arange(len(_idx)), (_tied[_idx] + _noise).argmax(1)]
@@ -221,12 +252,49 @@ for _ in range(5):
     _perm = _rng.permutation(40)
     _pp, _gp = best_of_n_stats(_tied[_perm], _gold[_perm], _n)
     assert abs(_pp - _p) < 1e-9 and abs(_gp - _g) < 1e-9, "the answer changed when the pool was shuffled: handle ties"
-# Large n: the winner is (almost surely) in the top block: its mean gold when the top score is tied.
-_p, _g = best_of_n_stats(_proxy, _gold, 100_000)
-assert abs(_g - _gold[_proxy.argmax()]) < 1e-6, "for huge n the best-of-n is the pool's top response"
+# Close but different scores are not tied: 1.0 and 1.0001 are ranked.
+_p, _g = best_of_n_stats(np.array([1.0, 1.0001, 0.0]), np.array([3.0, 0.0, 0.0]), 2)
+assert abs(_g - 3 * 3 / 9) < 1e-9, f"1.0 < 1.0001: the response with proxy 1.0 wins with 3/9 only, gold {_g}"
+# Huge n with a tied top score: the mean gold of the tied top.
 _g = best_of_n_stats(_tied, _gold, 100_000)[1]
 assert abs(_g - _gold[_tied == _tied.max()].mean()) < 1e-6, "huge n with a tied top score: the mean gold of the tied top"
 ### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task1b_best_of_n_stats_contract", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 1b, types and inputs: a tuple of two floats; the caller's arrays untouched.
+_proxy, _gold = np.array([0.5, 2.0, 1.0]), np.array([1.0, -1.0, 3.0])
+_out = best_of_n_stats(_proxy, _gold, 3)
+assert isinstance(_out, tuple) and len(_out) == 2 and all(isinstance(x, float) for x in _out), (
+    f"return a tuple of two floats (expected_proxy, expected_gold), got {type(_out).__name__} "
+    f"{[type(x).__name__ for x in _out] if isinstance(_out, (tuple, list)) else np.shape(_out)}")
+assert np.array_equal(_proxy, [0.5, 2.0, 1.0]) and np.array_equal(_gold, [1.0, -1.0, 3.0]), (
+    "best_of_n_stats changed the caller's arrays (proxy.sort() sorts in place): sort a copy, or index with argsort")
+print("visible tests for task 1b (types and inputs) passed")
+
+### BEGIN HIDDEN TESTS
+_out = best_of_n_stats(np.array([0.3, 0.1]), np.array([-2.0, 1.0]), 1)
+assert isinstance(_out, tuple) and all(isinstance(x, float) for x in _out)
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task1b_best_of_n_stats_edge", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 1b, extreme inputs: a very large n, where the winner is (almost surely) the pool's top response.
+_rng = np.random.default_rng(9)
+_proxy, _gold = _rng.standard_normal(40), _rng.standard_normal(40)
+_p, _g = best_of_n_stats(_proxy, _gold, 1_000)
+assert np.isfinite(_p) and np.isfinite(_g) and abs(_g - _gold[_proxy.argmax()]) < 0.05, (
+    f"best-of-1000 from 40 responses: the top response wins with probability 1 - (39/40)^1000, almost 1, so the "
+    f"expected gold is about {_gold[_proxy.argmax()]:.3f}, got {_g:.3f}: compute (k / M)^n in floating point")
+print("visible tests for task 1b (extreme inputs) passed")
+
+### BEGIN HIDDEN TESTS
+# Huge n: no integer overflow in (k / M)^n; a pool of one response.
+_p, _g = best_of_n_stats(_proxy, _gold, 100_000)
+assert abs(_g - _gold[_proxy.argmax()]) < 1e-6 and abs(_p - _proxy.max()) < 1e-6, "for huge n the best-of-n is the top response"
+assert best_of_n_stats(np.array([0.3]), np.array([-2.0]), 5) == (0.3, -2.0), "a pool of one response"
+### END HIDDEN TESTS
+
 
 # %% [markdown]
 # ### Task 1c: fitting Gao et al.'s curve
@@ -252,7 +320,8 @@ def fit_gao_bon(d, gold_gain):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_task1c_fit_gao_bon", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_task1c_fit_gao_bon_values", "locked": true, "points": 1.5, "schema_version": 3, "solution": false, "task": false}
+# Task 1c, values: the least-squares fit of d (alpha - beta d).
 _d = np.linspace(0.2, 2.6, 12)
 _a, _b = fit_gao_bon(_d, _d * (1.1 - 0.47 * _d))
 assert abs(_a - 1.1) < 1e-6 and abs(_b - 0.47) < 1e-6, (
@@ -263,7 +332,7 @@ _a, _b = fit_gao_bon(np.array([0.5, 1.0, 1.5, 2.0, 2.5]), np.array([0.4, 0.6, 0.
 assert abs(_a - 0.91192547) < 1e-6 and abs(_b - 0.32049689) < 1e-6, (
     f"expected (alpha, beta) = (0.91193, 0.32050), got ({_a:.5f}, {_b:.5f}): no intercept column "
     "(the curve passes through 0 at d = 0), a least-squares fit (np.linalg.lstsq)")
-print("visible tests for task 1c passed")
+print("visible tests for task 1c (values) passed")
 
 ### BEGIN HIDDEN TESTS
 # Noisy data against the normal equations; a curve that keeps rising has beta <= 0.
@@ -276,7 +345,34 @@ _a, _b = fit_gao_bon(_d, _y)
 assert np.allclose([_a, _b], _want, atol=1e-8), f"expected {_want}, got ({_a}, {_b})"
 _a, _b = fit_gao_bon(_d, 0.5 * _d + 0.1 * _d ** 2)
 assert abs(_a - 0.5) < 1e-8 and abs(_b + 0.1) < 1e-8, "a curve bending upwards has a negative beta"
+# d = 0 (best-of-1) is a data point like any other.
+_a, _b = fit_gao_bon(np.array([0.0, 1.0, 2.0]), np.array([0.0, 0.5, 0.6]))
+_X = np.array([[0.0, 0.0], [1.0, -1.0], [2.0, -4.0]])
+assert np.allclose([_a, _b], np.linalg.lstsq(_X, np.array([0.0, 0.5, 0.6]), rcond=None)[0], atol=1e-10)
+# float64: exact to 1e-8 on data whose columns are nearly parallel (float32 loses about 1e-6 here).
+_d = np.linspace(1.0, 1.2, 7)
+_y = _d * (0.9 - 0.3 * _d) + np.array([1, -1, 1, -1, 1, -1, 1]) * 1e-4
+_X = np.stack([_d, -_d ** 2], 1)
+assert np.allclose(fit_gao_bon(_d, _y), np.linalg.lstsq(_X, _y, rcond=None)[0], rtol=0, atol=1e-8)
 ### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task1c_fit_gao_bon_contract", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 1c, types and inputs: a tuple of two floats, computed in float64; the caller's arrays untouched.
+_d, _y = np.array([0.5, 1.0, 1.5, 2.0, 2.5]), np.array([0.4, 0.6, 0.65, 0.5, 0.3])
+_out = fit_gao_bon(_d, _y)
+assert isinstance(_out, tuple) and len(_out) == 2 and all(isinstance(x, float) for x in _out), (
+    f"return a tuple of two floats (alpha, beta), got {type(_out).__name__} "
+    f"{[type(x).__name__ for x in _out] if isinstance(_out, (tuple, list)) else np.shape(_out)}: float(...) each")
+assert np.array_equal(_d, [0.5, 1.0, 1.5, 2.0, 2.5]) and np.array_equal(_y, [0.4, 0.6, 0.65, 0.5, 0.3]), (
+    "fit_gao_bon changed the caller's arrays")
+print("visible tests for task 1c (types and inputs) passed")
+
+### BEGIN HIDDEN TESTS
+_out = fit_gao_bon(np.array([1.0, 2.0]), np.array([0.5, 0.4]))
+assert isinstance(_out, tuple) and len(_out) == 2 and all(isinstance(x, float) for x in _out), "two points"
+### END HIDDEN TESTS
+
 
 # %% [markdown]
 # ### The experiment: a length-biased proxy
@@ -423,46 +519,88 @@ def kl_penalized_rewards(rewards, logprobs, ref_logprobs, mask, beta):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_task2_kl_penalized_rewards", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_task2_kl_penalized_rewards_values", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Task 2, values: r - beta * sum over the real tokens of (log pi - log pi_ref).
 _r = torch.tensor([1.0, 0.0])
 _lp = torch.tensor([[-0.1, -0.2], [-1.0, -0.5]])
 _ref = torch.tensor([[-0.6, -0.2], [-0.5, -0.5]])
 _mask = torch.ones(2, 2, dtype=torch.bool)
-_out = kl_penalized_rewards(_r, _lp, _ref, _mask, 0.1)
+_out = kl_penalized_rewards(_r.clone(), _lp, _ref, _mask, 0.1)
 assert _out.shape == (2,), f"one shaped reward per response: expected shape (2,), got {tuple(_out.shape)}"
 assert not torch.allclose(_out, torch.tensor([1.05, -0.05])), (
     "got [1.05, -0.05]: the log-ratio was ADDED. The penalty is subtracted: r - beta * sum(log pi - log pi_ref)")
 assert torch.allclose(_out, torch.tensor([0.95, 0.05])), (
     f"expected [0.95, 0.05], got {_out}: subtract beta times the SUM over the response's tokens of "
     "log pi - log pi_ref (a sum, not a mean)")
-assert torch.allclose(kl_penalized_rewards(_r, _lp, _ref, _mask, 0.0), _r), "beta = 0 leaves the rewards alone"
-# Padding (mask False) holds garbage, even -inf under the reference: it must not enter the sum.
-_lp = torch.tensor([[-0.1, -0.2, -3.0], [-1.0, -0.5, 0.0]])
-_ref = torch.tensor([[-0.6, -0.2, -float("inf")], [-0.5, -0.5, -9.0]])
-_mask = torch.tensor([[True, True, False], [True, True, False]])
-_out = kl_penalized_rewards(_r, _lp, _ref, _mask, 0.1)
-assert torch.isfinite(_out).all(), (
-    f"got {_out}: a padding position leaked into the sum (0 * inf is nan). Select the real tokens with "
-    "torch.where(mask, logprobs - ref_logprobs, 0) instead of multiplying by the mask")
-assert torch.allclose(_out, torch.tensor([0.95, 0.05])), f"only real tokens count: expected [0.95, 0.05], got {_out}"
-print("visible tests for task 2 passed")
+# Only real tokens count.
+_mask = torch.tensor([[True, False], [True, True]])
+_out = kl_penalized_rewards(_r.clone(), _lp, _ref, _mask, 0.1)
+assert torch.allclose(_out, torch.tensor([0.95, 0.05])), f"mask [[T, F], [T, T]]: expected [0.95, 0.05], got {_out}"
+print("visible tests for task 2 (values) passed")
 
 ### BEGIN HIDDEN TESTS
-# Responses of different lengths, against a loop; the inputs are left as they were.
+# Responses of different lengths, against a loop.
 _g = torch.Generator().manual_seed(2)
 _lp, _ref = -torch.rand(5, 6, generator=_g) * 3, -torch.rand(5, 6, generator=_g) * 3
 _lens = [6, 1, 3, 0, 5]
 _mask = torch.arange(6)[None, :] < torch.tensor(_lens)[:, None]
 _r = torch.rand(5, generator=_g)
-_before = (_lp.clone(), _ref.clone())
 _want = torch.stack([_r[b] - 0.3 * (_lp[b, :_lens[b]] - _ref[b, :_lens[b]]).sum() for b in range(5)])
-_out = kl_penalized_rewards(_r, _lp, _ref, _mask, 0.3)
+_out = kl_penalized_rewards(_r.clone(), _lp, _ref, _mask, 0.3)
 assert torch.allclose(_out, _want, atol=1e-5), f"expected {_want}, got {_out} (sum per response over its own real tokens)"
-assert torch.equal(_lp, _before[0]) and torch.equal(_ref, _before[1]), "the inputs must not be modified"
-# Direction: a policy that raised the probability of its tokens is penalised.
-_out = kl_penalized_rewards(torch.zeros(1), torch.tensor([[-0.1]]), torch.tensor([[-2.1]]), torch.ones(1, 1, dtype=torch.bool), 0.5)
-assert torch.allclose(_out, torch.tensor([-1.0])), f"log pi - log pi_ref = +2 with beta 0.5 costs 1.0, got {_out}"
+# Direction: a policy that raised the probability of its tokens is penalised, one that lowered it is not.
+_out = kl_penalized_rewards(torch.zeros(2), torch.tensor([[-0.1], [-2.1]]), torch.tensor([[-2.1], [-0.1]]),
+                            torch.ones(2, 1, dtype=torch.bool), 0.5)
+assert torch.allclose(_out, torch.tensor([-1.0, 1.0])), f"log pi - log pi_ref = +2 / -2 with beta 0.5: expected [-1, 1], got {_out}"
 ### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task2_kl_penalized_rewards_edge", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 2, extreme inputs: padding (mask False) holds garbage, even -inf under the reference.
+_r = torch.tensor([1.0, 0.0])
+_lp = torch.tensor([[-0.1, -0.2, -3.0], [-1.0, -0.5, 0.0]])
+_ref = torch.tensor([[-0.6, -0.2, -float("inf")], [-0.5, -0.5, -9.0]])
+_mask = torch.tensor([[True, True, False], [True, True, False]])
+_out = kl_penalized_rewards(_r.clone(), _lp, _ref, _mask, 0.1)
+assert torch.isfinite(_out).all(), (
+    f"got {_out}: a padding position leaked into the sum (0 * inf is nan). Select the real tokens with "
+    "torch.where(mask, logprobs - ref_logprobs, 0) instead of multiplying by the mask")
+assert torch.allclose(_out, torch.tensor([0.95, 0.05])), f"only real tokens count: expected [0.95, 0.05], got {_out}"
+print("visible tests for task 2 (extreme inputs) passed")
+
+### BEGIN HIDDEN TESTS
+# A response with no real token keeps its reward; -inf in both log-probs at padding is ignored too.
+_out = kl_penalized_rewards(torch.tensor([0.7, 0.2]), torch.tensor([[-float("inf"), -1.0], [-1.0, -float("inf")]]),
+                            torch.tensor([[-float("inf"), -2.0], [-3.0, -float("inf")]]),
+                            torch.tensor([[False, False], [True, False]]), 0.5)
+assert torch.allclose(_out, torch.tensor([0.7, -0.8])), f"expected [0.7, -0.8], got {_out}"
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task2_kl_penalized_rewards_contract", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 2, types, shapes and inputs: a tensor [B] of the rewards' dtype, any batch size, beta as given,
+# the caller's tensors untouched.
+_r = torch.tensor([1.0, 0.0], dtype=torch.float64)
+_lp = torch.tensor([[-0.1, -0.2], [-1.0, -0.5]], dtype=torch.float64)
+_ref = torch.tensor([[-0.6, -0.2], [-0.5, -0.5]], dtype=torch.float64)
+_mask = torch.ones(2, 2, dtype=torch.bool)
+_copies = (_r.clone(), _lp.clone(), _ref.clone())
+_out = kl_penalized_rewards(_r, _lp, _ref, _mask, 0.1)
+assert all(torch.equal(a, b) for a, b in zip((_r, _lp, _ref), _copies)), (
+    "kl_penalized_rewards changed the caller's tensors (rewards -= ... subtracts in place): return a new tensor")
+assert isinstance(_out, torch.Tensor) and _out.dtype == torch.float64, (
+    f"float64 rewards and log-probs gave {getattr(_out, 'dtype', type(_out).__name__)}: keep their dtype")
+assert torch.equal(kl_penalized_rewards(_r, _lp, _ref, _mask, 0.0), _r), "beta = 0 leaves the rewards exactly as they are"
+_one = kl_penalized_rewards(_r[:1], _lp[:1], _ref[:1], _mask[:1], 0.1)
+assert _one.shape == (1,), f"a batch of one response: expected shape (1,), got {tuple(_one.shape)}: squeeze nothing"
+print("visible tests for task 2 (types, shapes and inputs) passed")
+
+### BEGIN HIDDEN TESTS
+_args = (torch.tensor([2.0]), torch.tensor([[-1.0]]), torch.tensor([[-1.5]]), torch.ones(1, 1, dtype=torch.bool))
+_out = kl_penalized_rewards(*_args, 2)
+assert _out.shape == (1,) and torch.equal(_out, kl_penalized_rewards(*_args, 2.0)), "B = R = 1, an int beta as a float one"
+### END HIDDEN TESTS
+
 
 # %% [markdown]
 # ### The experiment
@@ -564,7 +702,8 @@ def clipped_pg_loss(batch):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_task3_clipped_pg_loss", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_task3_clipped_pg_loss_values", "locked": true, "points": 1.5, "schema_version": 3, "solution": false, "task": false}
+# Task 3, values: the clipped surrogate, one token at a time, and the token-level mean.
 def _case(ratio, adv, eps_low=0.2, eps_high=0.2):
     """Loss and d loss / d logprob for one token with the given ratio and advantage."""
     lp = torch.tensor([[float(np.log(ratio))]], requires_grad=True)
@@ -573,20 +712,8 @@ def _case(ratio, adv, eps_low=0.2, eps_high=0.2):
                   rewards=torch.zeros(1), eps_low=eps_low, eps_high=eps_high)
     out = clipped_pg_loss(b)
     loss = out[0] if isinstance(out, tuple) else out
-    loss.backward()
-    return loss.item(), lp.grad.item()
-
-
-# (ratio, advantage) -> (loss, gradient w.r.t. log pi) with eps = 0.2
-for (_rho, _a), (_loss, _grad) in {(1.5, 1.0): (-1.2, 0.0),       # A > 0, above 1 + eps: clipped
-                                   (1.1, 1.0): (-1.1, -1.1),      # A > 0, in range
-                                   (0.5, 1.0): (-0.5, -0.5),      # A > 0, below 1 - eps: not clipped
-                                   (0.5, -1.0): (0.8, 0.0),       # A < 0, below 1 - eps: clipped
-                                   (0.9, -1.0): (0.9, 0.9),       # A < 0, in range
-                                   (1.5, -1.0): (1.5, 1.5)}.items():  # A < 0, above 1 + eps: not clipped
-    _l, _gr = _case(_rho, _a)
-    assert abs(_l - _loss) < 1e-5, f"ratio {_rho}, advantage {_a}: expected loss {_loss}, got {_l}"
-    assert abs(_gr - _grad) < 1e-5, f"ratio {_rho}, advantage {_a}: expected gradient {_grad}, got {_gr}"
+    grad = torch.autograd.grad(loss, lp)[0].item() if loss.requires_grad else float("nan")
+    return loss.item(), grad
 
 
 def _batch(logprobs, old_logprobs, mask, advantages, eps_low=0.2, eps_high=0.2):
@@ -600,28 +727,26 @@ def _loss(batch):
     return out[0] if isinstance(out, tuple) else out
 
 
+# (ratio, advantage) -> loss with eps = 0.2
+for (_rho, _a), _want in {(1.5, 1.0): -1.2,      # A > 0, above 1 + eps: clipped
+                          (1.1, 1.0): -1.1,      # A > 0, in range
+                          (0.5, 1.0): -0.5,      # A > 0, below 1 - eps: not clipped
+                          (0.5, -1.0): 0.8,      # A < 0, below 1 - eps: clipped
+                          (0.9, -1.0): 0.9,      # A < 0, in range
+                          (1.5, -1.0): 1.5}.items():  # A < 0, above 1 + eps: not clipped
+    _l = _case(_rho, _a)[0]
+    assert abs(_l - _want) < 1e-5, f"ratio {_rho}, advantage {_a}: expected loss {_want}, got {_l}"
 # The token-level mean: response 0 has 1 real token (advantage 4), response 1 has 3 (advantage 1),
 # every ratio is 1, so the loss is -(4 + 1 + 1 + 1) / 4 = -1.75.
-_lp = torch.zeros(2, 3, requires_grad=True)
 _mask = torch.tensor([[True, False, False], [True, True, True]])
-_l = _loss(_batch(_lp, torch.zeros(2, 3), _mask, torch.tensor([4.0, 1.0]))).item()
+_l = _loss(_batch(torch.zeros(2, 3, requires_grad=True), torch.zeros(2, 3), _mask, torch.tensor([4.0, 1.0]))).item()
 assert abs(_l + 2.5) > 1e-4, ("got -2.5, the mean of the two responses' own means: average over the real tokens "
                               "of the whole batch together (sum over mask, divided by the number of real tokens)")
 assert abs(_l + 7 / 6) > 1e-4, "got -1.167: the padding positions were counted; divide by the number of real tokens"
 assert abs(_l + 1.75) < 1e-5, f"token-level mean: expected -(4 + 1 + 1 + 1) / 4 = -1.75, got {_l}"
-print("visible tests for task 3 passed")
+print("visible tests for task 3 (values) passed")
 
 ### BEGIN HIDDEN TESTS
-# Separate bounds, and None removes one.
-assert abs(_case(1.25, 1.0, 0.2, 0.28)[0] + 1.25) < 1e-5, "eps_high = 0.28 must not clip a ratio of 1.25"
-assert abs(_case(1.35, 1.0, 0.2, 0.28)[0] + 1.28) < 1e-5, "eps_high = 0.28 clips 1.35 to 1.28"
-assert abs(_case(0.75, -1.0, 0.3, 0.2)[1] - 0.75) < 1e-5, "eps_low = 0.3: a ratio of 0.75 with A < 0 is not clipped"
-assert abs(_case(3.0, 1.0, 0.2, None)[1] + 3.0) < 1e-5, "eps_high=None: no upper bound, the gradient flows"
-assert abs(_case(0.1, -1.0, None, 0.2)[1] - 0.1) < 1e-5, "eps_low=None: no lower bound, the gradient flows"
-# The gradient of the token-level mean: -A / N for every real token, 0 at padding.
-_lp = torch.zeros(2, 3, requires_grad=True)
-_loss(_batch(_lp, torch.zeros(2, 3), _mask, torch.tensor([4.0, 1.0]))).backward()
-assert torch.allclose(_lp.grad, torch.tensor([[-1.0, 0, 0], [-0.25, -0.25, -0.25]])), f"wrong gradient: {_lp.grad}"
 # Mixed signs and ratios in one batch, against the formula token by token.
 _g = torch.Generator().manual_seed(4)
 _old = -torch.rand(3, 4, generator=_g) * 2
@@ -638,6 +763,75 @@ _l = _loss(_batch(torch.tensor([[-120.0, -1.0]], requires_grad=True), torch.tens
                   torch.ones(1, 2, dtype=torch.bool), torch.tensor([1.0])))
 assert abs(_l.item() + (np.exp(0.1) + 1) / 2) < 1e-5, f"unlikely tokens: expected {-(np.exp(0.1) + 1) / 2:.5f}, got {_l.item()}"
 ### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task3_clipped_pg_loss_grad", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Task 3, gradient: where the clip switches the gradient off, and where it flows (eps = 0.2).
+for (_rho, _a), _want in {(1.5, 1.0): 0.0,       # A > 0, above 1 + eps: clipped
+                          (1.1, 1.0): -1.1,      # A > 0, in range
+                          (0.5, 1.0): -0.5,      # A > 0, below 1 - eps: not clipped
+                          (0.5, -1.0): 0.0,      # A < 0, below 1 - eps: clipped
+                          (0.9, -1.0): 0.9,      # A < 0, in range
+                          (1.5, -1.0): 1.5}.items():  # A < 0, above 1 + eps: not clipped
+    _gr = _case(_rho, _a)[1]
+    assert not np.isnan(_gr), ("the loss carries no gradient: compute it with torch operations on batch.logprobs "
+                                 "(no .detach() of the ratio, no torch.no_grad())")
+    assert abs(_gr - _want) < 1e-5, f"ratio {_rho}, advantage {_a}: expected gradient {_want}, got {_gr}"
+print("visible tests for task 3 (gradient) passed")
+
+### BEGIN HIDDEN TESTS
+# The gradient of the token-level mean: -A / N for every real token, 0 at padding.
+_lp = torch.zeros(2, 3, requires_grad=True)
+_mask = torch.tensor([[True, False, False], [True, True, True]])
+_loss(_batch(_lp, torch.zeros(2, 3), _mask, torch.tensor([4.0, 1.0]))).backward()
+assert torch.allclose(_lp.grad, torch.tensor([[-1.0, 0, 0], [-0.25, -0.25, -0.25]])), f"wrong gradient: {_lp.grad}"
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task3_clipped_pg_loss_bounds", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Task 3, clip bounds: eps_low and eps_high as the batch gives them, and None removes that bound.
+assert abs(_case(1.25, 1.0, 0.2, 0.28)[0] + 1.25) < 1e-5, (
+    "eps_high = 0.28 must not clip a ratio of 1.25: use batch.eps_high for the upper bound, not a fixed 0.2")
+assert abs(_case(3.0, 1.0, 0.2, None)[0] + 3.0) < 1e-5, (
+    "eps_high = None removes the upper bound: a ratio of 3 with A > 0 is not clipped")
+print("visible tests for task 3 (clip bounds) passed")
+
+### BEGIN HIDDEN TESTS
+assert abs(_case(1.35, 1.0, 0.2, 0.28)[0] + 1.28) < 1e-5, "eps_high = 0.28 clips 1.35 to 1.28"
+assert abs(_case(0.75, -1.0, 0.3, 0.2)[1] - 0.75) < 1e-5, "eps_low = 0.3: a ratio of 0.75 with A < 0 is not clipped"
+assert abs(_case(0.65, -1.0, 0.3, 0.2)[0] - 0.7) < 1e-5, "eps_low = 0.3 clips 0.65 to 0.7 when A < 0"
+assert abs(_case(3.0, 1.0, 0.2, None)[1] + 3.0) < 1e-5, "eps_high=None: no upper bound, the gradient flows"
+assert abs(_case(0.1, -1.0, None, 0.2)[1] - 0.1) < 1e-5, "eps_low=None: no lower bound, the gradient flows"
+assert abs(_case(0.1, -1.0, None, None)[0] - 0.1) < 1e-5 and abs(_case(9.0, 1.0, None, None)[0] + 9.0) < 1e-5
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task3_clipped_pg_loss_contract", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 3, types, shapes and inputs: a 0-dim tensor of the log-probs' dtype; one advantage per row,
+# also when B = R; the batch's tensors untouched.
+_lp = torch.tensor([[-1.0, -0.5], [-0.2, -2.0]], dtype=torch.float64, requires_grad=True)
+_old = torch.tensor([[-1.1, -0.5], [-0.2, -1.9]], dtype=torch.float64)
+_adv = torch.tensor([2.0, -1.0], dtype=torch.float64)
+_mask = torch.ones(2, 2, dtype=torch.bool)
+_out = _loss(_batch(_lp, _old, _mask, _adv))
+assert isinstance(_out, torch.Tensor) and _out.ndim == 0, f"return a scalar tensor, got {type(_out).__name__} {tuple(getattr(_out, 'shape', ()))}"
+assert _out.dtype == torch.float64, f"float64 log-probs gave a {_out.dtype} loss: keep their dtype"
+# Row 0 (A = 2) and row 1 (A = -1) with B = R = 2: advantages[b] belongs to every token of row b, so
+# the batch's loss is the mean of the two rows' losses (each row has 2 real tokens), each computed alone.
+_rows = [_loss(_batch(_lp[b:b + 1], _old[b:b + 1], _mask[b:b + 1], _adv[b:b + 1])).item() for b in range(2)]
+assert abs(_out.item() - sum(_rows) / 2) < 1e-9, (
+    f"B = R = 2: the batch gave {_out.item():.5f}, its two rows alone {_rows}: advantages [B] belong to the ROWS, "
+    "advantages[:, None] broadcasts each over its row's tokens")
+assert torch.equal(_old, torch.tensor([[-1.1, -0.5], [-0.2, -1.9]], dtype=torch.float64)) and \
+    torch.equal(_adv, torch.tensor([2.0, -1.0], dtype=torch.float64)), "clipped_pg_loss changed the batch's tensors"
+print("visible tests for task 3 (types, shapes and inputs) passed")
+
+### BEGIN HIDDEN TESTS
+_out = _loss(_batch(torch.tensor([[-0.3]], requires_grad=True), torch.tensor([[-0.3]]), torch.ones(1, 1, dtype=torch.bool),
+                    torch.tensor([0.5])))
+assert isinstance(_out, torch.Tensor) and _out.ndim == 0 and _out.dtype == torch.float32, f"one token: got {_out}"
+### END HIDDEN TESTS
+
 
 # %% [markdown]
 # ### Task 4: the policy's entropy
@@ -665,7 +859,8 @@ def token_entropy(logits, mask):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_task4_token_entropy", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_task4_token_entropy_values", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Task 4, values: the mean entropy over the response positions of the whole batch.
 _logits = torch.zeros(1, 3, 4)  # uniform over 4 tokens: entropy log 4 everywhere
 _out = token_entropy(_logits, torch.tensor([[False, True, True]]))
 assert abs(float(_out) - np.log(4)) < 1e-6, f"uniform over 4 tokens: expected log 4 = 1.386, got {float(_out)}"
@@ -687,7 +882,7 @@ _out = float(token_entropy(_logits, torch.tensor([[True, False, False], [True, T
 assert abs(_out - np.log(2) / 2) > 1e-4, ("got the mean of each row's mean: average over all True positions of the "
                                           "batch together (entropy[mask].mean())")
 assert abs(_out - 3 * np.log(2) / 4) < 1e-5, f"expected (0 + 3 log 2) / 4 = 0.520, got {_out}"
-print("visible tests for task 4 passed")
+print("visible tests for task 4 (values) passed")
 
 ### BEGIN HIDDEN TESTS
 # A random batch against the formula.
@@ -698,15 +893,50 @@ _p = torch.softmax(_logits, -1)
 _h = -(_p * _p.log()).sum(-1)
 _want = _h[_mask].mean()
 assert abs(float(token_entropy(_logits, _mask)) - float(_want)) < 1e-5, f"expected {float(_want):.4f} (mean over response positions of the whole batch)"
-# float32 and very peaked logits: p = 0 exactly for the losers, and 0 * log 0 must count as 0, not nan.
-_out = token_entropy(torch.tensor([[[200.0, -200.0, 0.0], [0.0, 0.0, 0.0]]]), torch.tensor([[True, True]]))
-assert torch.isfinite(_out) and abs(float(_out) - np.log(3) / 2) < 1e-5, (
-    f"peaked logits gave {float(_out)}: p * log p with p = 0 is nan; use log_softmax and exp of it")
 # The SFT model on its own samples, against the library's measurement.
 from llmrl.checkpoints import load_checkpoint
 _yours, _lib = lab19.policy_entropy(load_checkpoint("sft", progress=False), token_entropy, n_prompts=32)
 assert abs(_yours - _lib) < 1e-5, f"SFT model: your entropy {_yours:.4f}, the library's {_lib:.4f}"
 ### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task4_token_entropy_contract", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 4, types, shapes and inputs: a 0-dim tensor of the logits' dtype that carries their gradient
+# (an entropy bonus trains through it); the inputs untouched.
+_logits = torch.tensor([[[1.0, 2.0, 0.5], [0.0, 0.0, 3.0]]], dtype=torch.float64, requires_grad=True)
+_mask = torch.tensor([[True, True]])
+_out = token_entropy(_logits, _mask)
+assert isinstance(_out, torch.Tensor) and _out.ndim == 0, (
+    f"return a scalar tensor (no .item()), got {type(_out).__name__} {tuple(getattr(_out, 'shape', ()))}")
+assert _out.dtype == torch.float64, f"float64 logits gave a {_out.dtype} entropy: keep their dtype"
+assert _out.requires_grad, "the entropy carries no gradient: compute it with torch operations on the logits (no torch.no_grad())"
+assert torch.equal(_logits.detach(), torch.tensor([[[1.0, 2.0, 0.5], [0.0, 0.0, 3.0]]], dtype=torch.float64))
+print("visible tests for task 4 (types, shapes and inputs) passed")
+
+### BEGIN HIDDEN TESTS
+# The gradient reaches the logits, finite; a batch of one works.
+_x = torch.tensor([[[1.0, 2.0, 0.5], [0.3, 0.1, 0.0]]], requires_grad=True)
+_out = token_entropy(_x, torch.tensor([[True, False]]))
+_out.backward()
+assert _out.ndim == 0 and torch.isfinite(_x.grad).all() and _x.grad.abs().sum() > 0
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task4_token_entropy_edge", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 4, extreme inputs: very peaked logits in float32, where the losers' probabilities are exactly 0.
+_out = token_entropy(torch.tensor([[[120.0, -120.0, 0.0], [0.0, 0.0, 0.0]]]), torch.tensor([[True, True]]))
+assert torch.isfinite(_out), (
+    f"peaked logits gave {float(_out)}: p * log p with p = 0 is 0 * (-inf) = nan; take log p from "
+    "torch.log_softmax and p = exp(log p)")
+print("visible tests for task 4 (extreme inputs) passed")
+
+### BEGIN HIDDEN TESTS
+# float32 and very peaked logits: 0 * log 0 must count as 0, not nan.
+_out = token_entropy(torch.tensor([[[200.0, -200.0, 0.0], [0.0, 0.0, 0.0]]]), torch.tensor([[True, True]]))
+assert torch.isfinite(_out) and abs(float(_out) - np.log(3) / 2) < 1e-5, (
+    f"peaked logits gave {float(_out)}: p * log p with p = 0 is nan; use log_softmax and exp of it")
+### END HIDDEN TESTS
+
 
 # %% [markdown]
 # ### The experiment

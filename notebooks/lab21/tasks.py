@@ -95,7 +95,8 @@ def reverse_kl_rewards(student_logprobs: torch.Tensor, teacher_logprobs: torch.T
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_task1_reverse_kl_rewards", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_task1_reverse_kl_rewards_values", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Task 1, values: teacher minus student at every real token, 0 at padding.
 _s = torch.tensor([[-1.0, -0.5, -2.0], [-0.1, -3.0, -0.2]])
 _t = torch.tensor([[-0.2, -0.5, -1.0], [-2.1, -1.0, -0.7]])
 _m = torch.tensor([[True, True, False], [True, True, True]])
@@ -104,29 +105,59 @@ assert _r.shape == (2, 3), f"expected shape [B, R] = (2, 3), got {tuple(_r.shape
 # (1) the teacher likes token 0 of row 0 more than the student does: a positive reward
 assert _r[0, 0] > 0, ("the teacher finds token 0 of row 0 more likely than the student does, so its reward must be "
                       "positive: r_t = log pi_T - log pi_theta (teacher minus student)")
-# (2) padding gets exactly 0, even when it holds -inf
+# (2) padding gets exactly 0
 assert _r[0, 2] == 0, "padding positions must get reward 0"
-_t_inf = _t.clone()
-_t_inf[0, 2] = -float("inf")
-_r3 = reverse_kl_rewards(_s, _t_inf, _m)
+print("visible tests for task 1 (values) passed")
+### BEGIN HIDDEN TESTS
+# (3) exact values, teacher minus student, in both directions
+_want = torch.tensor([[0.8, 0.0, 0.0], [-2.0, 2.0, -0.5]])
+assert torch.allclose(_r, _want, atol=1e-6), f"expected {_want}, got {_r}"
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task1_reverse_kl_rewards_contract", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Task 1, types and inputs: a tensor of the inputs' dtype with no gradient attached, whoever carries
+# one; the inputs untouched.
+_s = torch.tensor([[-1.0, -0.5, -2.0], [-0.1, -3.0, -0.2]], dtype=torch.float64)
+_t = torch.tensor([[-0.2, -0.5, -1.0], [-2.1, -1.0, -0.7]], dtype=torch.float64)
+_m = torch.tensor([[True, True, False], [True, True, True]])
+_r = reverse_kl_rewards(_s.clone().requires_grad_(True), _t, _m)
+assert not _r.requires_grad, "the reward carries a gradient: .detach() it (or compute it under torch.no_grad())"
+assert not reverse_kl_rewards(_s, _t.clone().requires_grad_(True), _m).requires_grad, (
+    "a teacher whose log-probs carry a gradient passes it into the reward: the reward is a number, detach all of it")
+assert isinstance(_r, torch.Tensor) and _r.dtype == torch.float64, (
+    f"float64 log-probs gave {getattr(_r, 'dtype', type(_r).__name__)} rewards: keep their dtype")
+_s0, _t0 = _s.clone(), _t.clone()
+reverse_kl_rewards(_s, _t, _m)
+assert torch.equal(_s, _s0) and torch.equal(_t, _t0), "reverse_kl_rewards changed its inputs (in-place .sub_ or -=)"
+print("visible tests for task 1 (types and inputs) passed")
+### BEGIN HIDDEN TESTS
+# A batch of one row; float32 stays float32.
+assert reverse_kl_rewards(_s[1:], _t[1:], _m[1:]).shape == (1, 3)
+assert reverse_kl_rewards(_s.float(), _t.float(), _m).dtype == torch.float32
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task1_reverse_kl_rewards_edge", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Task 1, extreme inputs: padding that holds -inf must still give exactly 0.
+_s = torch.tensor([[-1.0, -0.5, -2.0], [-0.1, -3.0, -0.2]])
+_t = torch.tensor([[-0.2, -0.5, -float("inf")], [-2.1, -1.0, -0.7]])
+_m = torch.tensor([[True, True, False], [True, True, True]])
+_r3 = reverse_kl_rewards(_s, _t, _m)
 assert torch.isfinite(_r3).all() and _r3[0, 2] == 0, (
     f"padding that holds -inf gave {_r3[0, 2].item()}: multiplying by the mask turns -inf into nan; "
     "select with torch.where(mask, r, 0)")
-# (3) the reward is a number handed to the learner: no gradient through it
-_r2 = reverse_kl_rewards(_s.clone().requires_grad_(True), _t, _m)
-assert not _r2.requires_grad, "the reward carries a gradient: .detach() it (or compute it under torch.no_grad())"
-print("visible tests for task 1 passed")
+print("visible tests for task 1 (extreme inputs) passed")
 ### BEGIN HIDDEN TESTS
-# (4) exact values, teacher minus student, in both directions
-_want = torch.tensor([[0.8, 0.0, 0.0], [-2.0, 2.0, -0.5]])
-assert torch.allclose(_r, _want, atol=1e-6), f"expected {_want}, got {_r}"
-# (5) float64 stays float64; the inputs are not modified; a batch of one row with no real token
-_s64, _t64 = _s.double(), _t.double()
-_r64 = reverse_kl_rewards(_s64, _t64, _m)
-assert _r64.dtype == torch.float64 and torch.allclose(_r64, _want.double(), atol=1e-12)
-assert torch.equal(_s64, _s.double()) and torch.equal(_t64, _t.double()), "the inputs must not be modified"
-assert (reverse_kl_rewards(_s[:1], _t[:1], torch.zeros(1, 3, dtype=torch.bool)) == 0).all()
+# -inf in both at the padding (-inf - -inf is nan before the selection), and nan at padding.
+_r4 = reverse_kl_rewards(torch.tensor([[-1.0, -float("inf"), float("nan")]]),
+                         torch.tensor([[-3.0, -float("inf"), 0.0]]), torch.tensor([[True, False, False]]))
+assert torch.equal(_r4, torch.tensor([[-2.0, 0.0, 0.0]])), f"expected [[-2, 0, 0]], got {_r4}"
+# Very unlikely tokens: a reward of -1000 is a number like any other.
+_r5 = reverse_kl_rewards(torch.tensor([[-1.0]]), torch.tensor([[-1001.0]]), torch.tensor([[True]]))
+assert _r5.item() == -1000.0, f"expected -1000, got {_r5}"
 ### END HIDDEN TESTS
+
 
 # %% [markdown]
 # ## Task 2: OPD as REINFORCE with discount 0
@@ -156,35 +187,21 @@ def opd_pg_loss(student_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor,
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_task2_opd_pg_loss", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_task2_opd_pg_loss_values", "locked": true, "points": 1.5, "schema_version": 3, "solution": false, "task": false}
+# Task 2, values: the token-level mean of -r * log pi over the real tokens.
 _s = torch.tensor([[-1.0, -0.5, -2.0], [-0.1, -3.0, -0.2]], requires_grad=True)
 _t = torch.tensor([[-0.2, -0.5, -1.0], [-2.1, -1.0, -0.7]])
 _m = torch.tensor([[True, True, False], [True, True, True]])
 _loss = opd_pg_loss(_s, _t, _m)
 assert _loss.ndim == 0, f"the loss must be a scalar, got shape {tuple(_loss.shape)}"
-_loss.backward()
-# (1) gradient descent must raise the log-prob of a token the teacher prefers (r > 0)
-assert _s.grad[0, 0] < 0, "a token with positive reward must get a negative loss gradient"
-# (2) no gradient at padding
-assert _s.grad[0, 2] == 0, "padding must get no gradient"
-# (3) the value: r = [[0.8, 0, -], [-2, 2, -0.5]] over N = 5 real tokens
+# r = [[0.8, 0, -], [-2, 2, -0.5]] over N = 5 real tokens
 _want = -(0.8 * -1.0 + 0.0 * -0.5 + -2.0 * -0.1 + 2.0 * -3.0 + -0.5 * -0.2) / 5
 assert abs(_loss.item() - _want * 5 / 6) > 1e-4, "the mean ran over all B * R = 6 positions: divide by the number of real tokens, mask.sum()"
 assert abs(_loss.item() - _want * 5) > 1e-4, "that is the sum over the real tokens: divide it by their number (a token-level mean)"
 assert abs(_loss.item() - _want) < 1e-5, f"expected loss {_want:.4f}, got {_loss.item():.4f}"
-# (4) the gradient is exactly -r / N: the reward is held fixed
-_want_grad = -torch.tensor([[0.8, 0.0, 0.0], [-2.0, 2.0, -0.5]]) / 5
-assert torch.allclose(_s.grad, _want_grad, atol=1e-6), (
-    f"expected the gradient -r / N = {_want_grad}, got {_s.grad}: the reward must not carry a gradient "
-    "(use your reverse_kl_rewards, which detaches it)")
-print("visible tests for task 2 passed")
+print("visible tests for task 2 (values) passed")
 ### BEGIN HIDDEN TESTS
-# (5) padding with -inf log-probs must not produce nan, in the loss or the gradient
-_s2 = torch.tensor([[-1.0, -float("inf")]], requires_grad=True)
-_l2 = opd_pg_loss(_s2, torch.tensor([[-0.5, -float("inf")]]), torch.tensor([[True, False]]))
-_l2.backward()
-assert torch.isfinite(_l2) and torch.isfinite(_s2.grad).all(), "padding with -inf must not make the loss nan"
-# (6) a random batch with responses of different lengths, against the formula
+# A random batch with responses of different lengths, against the formula.
 _g = torch.Generator().manual_seed(5)
 _s3 = (-torch.rand(4, 6, generator=_g) * 3).requires_grad_(True)
 _t3 = -torch.rand(4, 6, generator=_g) * 3
@@ -192,6 +209,52 @@ _m3 = torch.arange(6)[None, :] < torch.tensor([6, 2, 4, 1])[:, None]
 _want = -(((_t3 - _s3.detach()) * _s3.detach())[_m3]).sum() / _m3.sum()
 assert abs(opd_pg_loss(_s3, _t3, _m3).item() - _want.item()) < 1e-5, "a batch of unequal lengths: wrong value"
 ### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task2_opd_pg_loss_grad", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Task 2, gradient: -r / N on each real token's student log-prob (the reward held fixed), 0 at padding.
+_s = torch.tensor([[-1.0, -0.5, -2.0], [-0.1, -3.0, -0.2]], requires_grad=True)
+_t = torch.tensor([[-0.2, -0.5, -1.0], [-2.1, -1.0, -0.7]])
+_m = torch.tensor([[True, True, False], [True, True, True]])
+_loss = opd_pg_loss(_s, _t, _m)
+assert _loss.requires_grad, "the loss carries no gradient: it must be differentiable with respect to student_logprobs"
+_loss.backward()
+# (1) gradient descent must raise the log-prob of a token the teacher prefers (r > 0)
+assert _s.grad[0, 0] < 0, "a token with positive reward must get a negative loss gradient"
+# (2) no gradient at padding
+assert _s.grad[0, 2] == 0, "padding must get no gradient"
+# (3) the gradient is exactly -r / N: the reward is held fixed
+_want_grad = -torch.tensor([[0.8, 0.0, 0.0], [-2.0, 2.0, -0.5]]) / 5
+assert torch.allclose(_s.grad, _want_grad, atol=1e-6), (
+    f"expected the gradient -r / N = {_want_grad}, got {_s.grad}: the reward must not carry a gradient "
+    "(use your reverse_kl_rewards, which detaches it)")
+print("visible tests for task 2 (gradient) passed")
+### BEGIN HIDDEN TESTS
+# Padding with -inf log-probs must not produce nan, in the loss or the gradient.
+_s2 = torch.tensor([[-1.0, -float("inf")]], requires_grad=True)
+_l2 = opd_pg_loss(_s2, torch.tensor([[-0.5, -float("inf")]]), torch.tensor([[True, False]]))
+_l2.backward()
+assert torch.isfinite(_l2) and torch.isfinite(_s2.grad).all(), "padding with -inf must not make the loss nan"
+assert torch.equal(_s2.grad, torch.tensor([[-0.5, 0.0]])), f"expected the gradient [[-0.5, 0]], got {_s2.grad}"
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task2_opd_pg_loss_contract", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 2, types and inputs: a 0-dim tensor of the log-probs' dtype; the inputs untouched.
+_s = torch.tensor([[-1.0, -0.5], [-0.1, -3.0]], dtype=torch.float64, requires_grad=True)
+_t = torch.tensor([[-0.2, -0.5], [-2.1, -1.0]], dtype=torch.float64)
+_m = torch.tensor([[True, False], [True, True]])
+_loss = opd_pg_loss(_s, _t, _m)
+assert isinstance(_loss, torch.Tensor) and _loss.ndim == 0, "return a scalar tensor"
+assert _loss.dtype == torch.float64, f"float64 log-probs gave a {_loss.dtype} loss: keep their dtype"
+assert torch.equal(_t, torch.tensor([[-0.2, -0.5], [-2.1, -1.0]], dtype=torch.float64)) and \
+    torch.equal(_s.detach(), torch.tensor([[-1.0, -0.5], [-0.1, -3.0]], dtype=torch.float64)), "opd_pg_loss changed its inputs"
+print("visible tests for task 2 (types and inputs) passed")
+### BEGIN HIDDEN TESTS
+_l = opd_pg_loss(torch.tensor([[-2.0]], requires_grad=True), torch.tensor([[-1.0]]), torch.tensor([[True]]))
+assert isinstance(_l, torch.Tensor) and _l.ndim == 0 and _l.dtype == torch.float32, f"one token: got {_l!r}"
+### END HIDDEN TESTS
+
 
 # %% [markdown]
 # ## Task 3: the exact reverse KL over the vocabulary
@@ -223,7 +286,8 @@ def full_vocab_reverse_kl(student_logits: torch.Tensor, teacher_logits: torch.Te
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_task3_full_vocab_reverse_kl", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_task3_full_vocab_reverse_kl_values", "locked": true, "points": 1.5, "schema_version": 3, "solution": false, "task": false}
+# Task 3, values: the reverse KL at each real position, averaged over the real tokens of the batch.
 _g = torch.Generator().manual_seed(0)
 _sl = torch.randn(2, 3, 5, generator=_g)
 _m = torch.tensor([[True, True, False], [True, False, False]])
@@ -250,21 +314,68 @@ _got = full_vocab_reverse_kl(_sl2, _tl2, _m).item()
 assert abs(_got - _want.item()) < 1e-5, (
     f"padding holds garbage here: expected {_want.item():.5f}, got {_got:.5f}; average over the real tokens only "
     "(sum where mask is True, divide by mask.sum())")
-print("visible tests for task 3 passed")
+print("visible tests for task 3 (values) passed")
 ### BEGIN HIDDEN TESTS
 # (5) the exact value on the random batch
 _got = full_vocab_reverse_kl(_sl, _tl, _m)
 assert abs(_got.item() - _want.item()) < 1e-5, f"expected {_want.item():.5f} (reverse KL, mean over real tokens), got {_got.item():.5f}"
-# (6) the gradient reaches the student's logits (it is the loss itself) and no padded position
-_sg = _sl.clone().requires_grad_(True)
-full_vocab_reverse_kl(_sg, _tl, _m).backward()
-assert _sg.grad is not None and _sg.grad[_m].abs().sum() > 0, "the student's logits need a gradient"
-assert (_sg.grad[~_m] == 0).all(), "padded positions must get no gradient"
-# (7) float32 and very confident logits: finite, and the right value
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task3_full_vocab_reverse_kl_grad", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 3, gradient: the KL is the loss itself, so its whole gradient reaches the student's logits.
+_g = torch.Generator().manual_seed(1)
+_sl = torch.randn(2, 3, 4, generator=_g)
+_tl = torch.randn(2, 3, 4, generator=_g)
+_m = torch.tensor([[True, True, False], [True, False, True]])
+_x = _sl.clone().requires_grad_(True)
+_kl = full_vocab_reverse_kl(_x, _tl, _m)
+assert _kl.requires_grad, "the KL carries no gradient: it must be differentiable in the student's logits"
+_kl.backward()
+# The same quantity, written out, differentiated by autograd: every part of it depends on the student.
+_y = _sl.clone().requires_grad_(True)
+_lp, _lq = torch.log_softmax(_y, -1), torch.log_softmax(_tl, -1)
+((_lp.exp() * (_lp - _lq)).sum(-1)[_m].sum() / _m.sum()).backward()
+assert torch.allclose(_x.grad, _y.grad, atol=1e-6), (
+    "the gradient differs from the KL's own gradient: the student's probabilities that weight the log-ratio depend "
+    "on the student too (no .detach() anywhere on the student's side)")
+print("visible tests for task 3 (gradient) passed")
+### BEGIN HIDDEN TESTS
+assert (_x.grad[~_m] == 0).all(), "padded positions must get no gradient"
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task3_full_vocab_reverse_kl_contract", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 3, types and inputs: a 0-dim tensor of the logits' dtype; the inputs untouched.
+_g = torch.Generator().manual_seed(2)
+_sl = torch.randn(2, 2, 3, generator=_g, dtype=torch.float64)
+_tl = torch.randn(2, 2, 3, generator=_g, dtype=torch.float64)
+_m = torch.tensor([[True, False], [True, True]])
+_copies = (_sl.clone(), _tl.clone())
+_kl = full_vocab_reverse_kl(_sl, _tl, _m)
+assert isinstance(_kl, torch.Tensor) and _kl.ndim == 0, "return a scalar tensor"
+assert _kl.dtype == torch.float64, f"float64 logits gave a {_kl.dtype} KL: keep their dtype"
+assert torch.equal(_sl, _copies[0]) and torch.equal(_tl, _copies[1]), "full_vocab_reverse_kl changed its inputs"
+print("visible tests for task 3 (types and inputs) passed")
+### BEGIN HIDDEN TESTS
+_kl = full_vocab_reverse_kl(torch.tensor([[[2.0, 0.0]]]), torch.tensor([[[0.0, 0.0]]]), torch.tensor([[True]]))
+assert isinstance(_kl, torch.Tensor) and _kl.ndim == 0 and _kl.dtype == torch.float32, f"one position: got {_kl!r}"
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task3_full_vocab_reverse_kl_edge", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 3, extreme inputs: very confident logits in float32 (the losers' probabilities are exactly 0).
+_kl = full_vocab_reverse_kl(torch.tensor([[[120.0, 0.0, -120.0]]]), torch.tensor([[[-120.0, 0.0, 120.0]]]),
+                            torch.tensor([[True]]))
+assert torch.isfinite(_kl), f"very confident logits gave {_kl.item()}: use torch.log_softmax, not the log of a softmax"
+print("visible tests for task 3 (extreme inputs) passed")
+### BEGIN HIDDEN TESTS
+# float32 and very confident logits: finite, and the right value
 _big = torch.tensor([[[300.0, 0.0, -300.0]]])
 _kl = full_vocab_reverse_kl(_big, -_big, torch.tensor([[True]]))
 assert torch.isfinite(_kl) and abs(_kl.item() - 600.0) < 1e-2, f"use log_softmax: very confident logits gave {_kl.item()}"
 ### END HIDDEN TESTS
+
 
 # %% [markdown]
 # ## Task 4: pass@k without bias
@@ -294,7 +405,8 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_task4_pass_at_k", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_task4_pass_at_k_values", "locked": true, "points": 1.5, "schema_version": 3, "solution": false, "task": false}
+# Task 4, values: the unbiased estimator.
 # (1) k = 1 is the plain success rate
 assert abs(pass_at_k(10, 3, 1) - 0.3) < 1e-9, f"pass@1 with 3 of 10 correct is 0.3, got {pass_at_k(10, 3, 1)}"
 # (2) no correct sample: 0; all correct: 1
@@ -306,25 +418,49 @@ assert abs(_got - (1 - 0.8 ** 5)) > 1e-6, ("got 1 - (1 - c/n)^k, the biased plug
 assert abs(_got - (1 - 56 / 252)) < 1e-9, f"expected 1 - C(8, 5) / C(10, 5) = {1 - 56 / 252:.6f}, got {_got}"
 # (4) n - c < k: every choice of k samples holds a correct one
 assert pass_at_k(10, 8, 5) == 1.0, f"n - c < k must give exactly 1.0, got {pass_at_k(10, 8, 5)}"
-# (5) n = 1,000 samples: binomial coefficients as floats overflow (and 171! is already too big for a float)
+print("visible tests for task 4 (values) passed")
+### BEGIN HIDDEN TESTS
+# The estimator grows with k and with c.
+_vals = [pass_at_k(64, 9, k) for k in range(1, 65)]
+assert all(b >= a - 1e-12 for a, b in zip(_vals, _vals[1:])), "pass@k must not decrease with k"
+_vals = [pass_at_k(30, c, 4) for c in range(31)]
+assert all(b >= a - 1e-12 for a, b in zip(_vals, _vals[1:])), "pass@k must not decrease with c"
+for _n, _c, _k in [(7, 3, 2), (20, 1, 19), (12, 5, 7), (5, 4, 1)]:
+    assert abs(pass_at_k(_n, _c, _k) - (1 - math.comb(_n - _c, _k) / math.comb(_n, _k))) < 1e-12, (_n, _c, _k)
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task4_pass_at_k_contract", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 4, types: a Python float in every case, the edge cases (0 and 1) included.
+for _args in [(10, 3, 2), (10, 0, 5), (10, 8, 5), (10, 10, 10), (1, 1, 1)]:
+    _got = pass_at_k(*_args)
+    assert isinstance(_got, float), (
+        f"pass_at_k{_args} returned {type(_got).__name__} {_got!r}: return a float in every case (1.0, not 1)")
+print("visible tests for task 4 (types) passed")
+### BEGIN HIDDEN TESTS
+assert isinstance(pass_at_k(40, 20, 30), float) and isinstance(pass_at_k(40, 0, 30), float)
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task4_pass_at_k_edge", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Task 4, extreme inputs: n = 1,000 samples. Binomial coefficients as floats overflow (and 171! is
+# already too big for a float).
 try:
     _got = pass_at_k(1000, 5, 100)
 except OverflowError as e:
     raise AssertionError(f"n = 1000 overflowed ({e}): write the ratio as a product of factors near 1, "
                          "prod_{i=n-c+1}^{n} (1 - k / i)") from None
 assert math.isfinite(_got) and 0 < _got < 1, f"n = 1000, c = 5, k = 100: expected a probability, got {_got}"
-print("visible tests for task 4 passed")
+print("visible tests for task 4 (extreme inputs) passed")
 ### BEGIN HIDDEN TESTS
-# (6) exact at large n (compared with exact integer arithmetic), n = 200 just above 170, and k = n
+# Exact at large n (compared with exact integer arithmetic), n = 200 just above 170, and k = n.
 for _n, _c, _k in [(1000, 5, 100), (1000, 1, 500), (1000, 600, 300), (1000, 3, 1), (200, 7, 30), (171, 2, 90)]:
     _exact = 1 - math.comb(_n - _c, _k) / math.comb(_n, _k)
     _got = pass_at_k(_n, _c, _k)
     assert math.isfinite(_got) and abs(_got - _exact) < 1e-9, f"n={_n}, c={_c}, k={_k}: expected {_exact}, got {_got}"
 assert pass_at_k(50, 1, 50) == 1.0 and abs(pass_at_k(50, 0, 50)) < 1e-12, "k = n: 1 with one correct sample, 0 with none"
-# (7) the estimator grows with k and with c
-_vals = [pass_at_k(64, 9, k) for k in range(1, 65)]
-assert all(b >= a - 1e-12 for a, b in zip(_vals, _vals[1:])), "pass@k must not decrease with k"
 ### END HIDDEN TESTS
+
 
 # %% [markdown]
 # ## Task 5: MaxRL's advantage
@@ -354,36 +490,69 @@ def maxrl_advantages(rewards: torch.Tensor) -> torch.Tensor:
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_task5_maxrl_advantages", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_task5_maxrl_advantages_values", "locked": true, "points": 1.5, "schema_version": 3, "solution": false, "task": false}
+# Task 5, values: (r - p_hat) / p_hat, each row its own group.
 _r = torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
-_a = maxrl_advantages(_r)
+_a = maxrl_advantages(_r.clone())
 assert _a.shape == (2, 4), f"expected shape [P, G] = (2, 4), got {tuple(_a.shape)}"
 # (1) p_hat = 1/4: the success gets (1 - 1/4) / (1/4) = 3
 assert abs(_a[0, 0].item() - 3.0) < 1e-5, (
     f"expected advantage 3 for the one success in 4, got {_a[0, 0].item():.4f}: (r - p_hat) / p_hat with p_hat the "
     "group's mean reward (not its standard deviation)")
-# (2) a group with no success gives zeros, not nan
-_z = maxrl_advantages(torch.zeros(2, 4))
-assert torch.isfinite(_z).all() and (_z == 0).all(), (
-    f"a group with no success must get advantage 0, got {_z}: 0 / 0 is nan, so treat p_hat = 0 as its own case "
-    "(torch.where)")
-# (3) each row is its own group: row 1 (p_hat = 1/2) gets +1 and -1
+# (2) each row is its own group: row 1 (p_hat = 1/2) gets +1 and -1
 assert torch.allclose(_a[1], torch.tensor([1.0, 1.0, -1.0, -1.0]), atol=1e-5), (
     f"row 1 (2 successes of 4) should be [1, 1, -1, -1], got {_a[1]}: the mean is taken per row (dim=1)")
-print("visible tests for task 5 passed")
+print("visible tests for task 5 (values) passed")
 ### BEGIN HIDDEN TESTS
-# (4) all-success groups get 0; mixed batches keep each group separate; the input is unchanged
-_in = torch.tensor([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
-_mix = maxrl_advantages(_in)
+# Mixed batches keep each group separate; each group's advantages sum to zero, for 0/1 rewards and
+# for any rewards >= 0.
+_mix = maxrl_advantages(torch.tensor([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [0.0, 0.0, 1.0]]))
 assert torch.allclose(_mix, torch.tensor([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [-1.0, -1.0, 2.0]]), atol=1e-4), f"got {_mix}"
-assert torch.equal(_in, torch.tensor([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [0.0, 0.0, 1.0]])), "the input must not change"
-# (5) each group's advantages sum to zero, for 0/1 rewards and for any rewards >= 0
 _g = torch.Generator().manual_seed(1)
 _rr = (torch.rand(6, 8, generator=_g) < 0.3).float()
 assert torch.allclose(maxrl_advantages(_rr).sum(1), torch.zeros(6), atol=1e-4), "advantages of a group must sum to 0"
 _rr = torch.rand(5, 3, generator=_g) * 2
 assert torch.allclose(maxrl_advantages(_rr), _rr / _rr.mean(1, keepdim=True) - 1, atol=1e-5), "rewards >= 0 that are not 0/1"
 ### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task5_maxrl_advantages_contract", "locked": true, "points": 0.5, "schema_version": 3, "solution": false, "task": false}
+# Task 5, types, shapes and inputs: [P, G] of the rewards' dtype, one prompt included; the input untouched.
+_r = torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 1.0]], dtype=torch.float64)
+_a = maxrl_advantages(_r)
+assert torch.equal(_r, torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 1.0]], dtype=torch.float64)), (
+    "maxrl_advantages changed the caller's rewards (rewards -= ... works in place): compute a new tensor")
+assert isinstance(_a, torch.Tensor) and _a.dtype == torch.float64, (
+    f"float64 rewards gave {getattr(_a, 'dtype', type(_a).__name__)} advantages: keep their dtype")
+_one = maxrl_advantages(torch.tensor([[0.0, 1.0, 1.0, 0.0]]))
+assert _one.shape == (1, 4), f"one prompt: expected shape (1, 4), got {tuple(_one.shape)}: squeeze nothing"
+print("visible tests for task 5 (types, shapes and inputs) passed")
+### BEGIN HIDDEN TESTS
+# One prompt of float64 rewards; G = 1.
+assert maxrl_advantages(_r[1:]).shape == (1, 3) and maxrl_advantages(_r[1:]).dtype == torch.float64
+assert maxrl_advantages(torch.tensor([[1.0], [0.0]])).shape == (2, 1), "G = 1"
+### END HIDDEN TESTS
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_task5_maxrl_advantages_edge", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# Task 5, extreme inputs: groups with no success, and a success rate close to 0.
+_z = maxrl_advantages(torch.zeros(2, 4))
+assert torch.isfinite(_z).all() and (_z == 0).all(), (
+    f"a group with no success must get advantage 0, got {_z}: 0 / 0 is nan, so treat p_hat = 0 as its own case "
+    "(torch.where)")
+# One success in 1,000 samples: p_hat = 0.001, the success gets (1 - 0.001) / 0.001 = 999 exactly.
+_r = torch.zeros(1, 1000, dtype=torch.float64)
+_r[0, 0] = 1.0
+_a = maxrl_advantages(_r)
+assert abs(_a[0, 0].item() - 999.0) < 1e-6, (
+    f"one success in 1,000: expected 999, got {_a[0, 0].item():.4f}: divide by p_hat itself (nothing added to it); "
+    "only p_hat = 0 is special")
+print("visible tests for task 5 (extreme inputs) passed")
+### BEGIN HIDDEN TESTS
+_a = maxrl_advantages(torch.tensor([[0.0, 0.0, 0.0], [1e-8, 0.0, 0.0], [1.0, 1.0, 1.0]], dtype=torch.float64))
+assert torch.allclose(_a, torch.tensor([[0.0, 0.0, 0.0], [2.0, -1.0, -1.0], [0.0, 0.0, 0.0]], dtype=torch.float64)), f"got {_a}"
+### END HIDDEN TESTS
+
 
 # %% [markdown]
 # ## Project 0 (worked): distilling on-policy, distilling off-policy, or RL

@@ -1,6 +1,7 @@
 # A student who writes k3 as e^l - 1 - l (the ratio pi / pi_ref instead of pi_ref / pi: still never
 # negative, but biased) and samples with softmax(logits / T) even at T = 0 (nan probabilities).
-# Tasks 1a, 1b, 4 and 5 are correct. Expected: 12 of 18 points.
+# Tasks 1a, 1b, 4 and 5 are correct. The flipped k3 costs task 3's values, extreme-input and gradient
+# cells (2.5 of its 3 points); T = 0 costs task 2's extreme-input cell (0.5). Expected: 15 of 18 points.
 
 # %% grade_id=task1a_response_logprobs
 def response_logprobs(logits, tokens, prompt_len):

@@ -2,7 +2,9 @@
 # entropy ignore the mask, the Gao fit has an intercept, the clipped loss averages per response, and
 # best-of-n breaks ties by the sort order. Only Task 1a is right. The visible tests now stop each of
 # these with a message that names the fix (autograder/catch_rates.py measures it for the corpus).
-# Expected: 1 of 14 points.
+# Each mistake costs the cells of the concern it gets wrong (ties 1 of 1b's 3 points, the values of
+# 1c, 2 and 4, the values and gradient of 3, and 2's padding cell); the rest of each task stands.
+# Expected: 6.5 of 14 points.
 
 # %% grade_id=task1a_bon_kl
 def bon_kl(n):

@@ -1,6 +1,6 @@
 # A student who scores each response token with the logits of its own column (no shift).
-# The shapes are right and the visible tests pass; the hidden hand example catches it.
-# Task 1b is correct. Expected: 2 of 18 points (tasks 2-5 are left as stubs).
+# The shapes, dtype and inputs are right; the hand example and the gradient's columns catch it (2 of
+# 1a's 3 points). Task 1b is correct. Expected: 3 of 18 points (tasks 2-5 are left as stubs).
 
 # %% grade_id=task1a_response_logprobs
 def response_logprobs(logits, tokens, prompt_len):

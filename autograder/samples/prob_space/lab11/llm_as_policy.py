@@ -1,7 +1,7 @@
 # A student who builds pi* as pi_ref * exp(r / beta) / Z directly, in probability space, and the soft
-# values as beta * log(sum pi_ref * exp(r / beta)). Right at beta = 1 (the visible tests pass);
-# exp(2 / 0.001) overflows to inf and inf / inf is nan, which the hidden small-beta tests catch.
-# Tasks 1a-3 are correct. Expected: 11 of 18 points.
+# values as beta * log(sum pi_ref * exp(r / beta)). Right at beta = 1; exp(2 / 0.001) overflows to
+# inf and inf / inf is nan, which the small-beta tests catch: tasks 4 and 5 lose their extreme-input
+# cells (1.5 and 1 point). Tasks 1a-3 are correct. Expected: 15.5 of 18 points.
 
 # %% grade_id=task1a_response_logprobs
 def response_logprobs(logits, tokens, prompt_len):

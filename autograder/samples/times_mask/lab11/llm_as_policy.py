@@ -1,5 +1,6 @@
 # A student who masks by multiplying: fine until a padding position holds -inf (0 * -inf = nan).
-# Task 1a is correct. Expected: 3 of 18 points (tasks 2-5 are left as stubs).
+# Task 1b loses its extreme-input and gradient cells (1 of its 2 points); task 1a is correct.
+# Expected: 4 of 18 points (tasks 2-5 are left as stubs).
 
 # %% grade_id=task1a_response_logprobs
 def response_logprobs(logits, tokens, prompt_len):
