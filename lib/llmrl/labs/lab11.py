@@ -30,7 +30,7 @@ import torch
 
 from .. import sampling as _sampling
 from .. import toylm
-from ..addition import PROMPT_LEN, Problems, eval_problems, is_correct
+from ..addition import PROMPT_LEN, Problems, eval_problems, is_answer, is_correct
 from ..losses import full_vocab_kl, kl_estimate
 from ..plotting import save
 from ..utils import check_float, check_int, sd_over_seeds
@@ -110,8 +110,10 @@ def generate_with_sampler(model, problems: Problems, group_size: int = 1, temper
 
 
 def _distinct_per_group(responses: Sequence[str], group_size: int) -> np.ndarray:
-    return np.array([len(set(responses[i:i + group_size])) for i in range(0, len(responses), group_size)],
-                    dtype=float)
+    """Per group of ``group_size`` consecutive responses: how many different well-formed answers
+    (:func:`is_answer`) it holds; malformed responses count as no answer at all."""
+    return np.array([len({r for r in responses[i:i + group_size] if is_answer(r)})
+                     for i in range(0, len(responses), group_size)], dtype=float)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -122,8 +124,8 @@ def temperature_sweep(model, temperatures: Sequence[float] = SWEEP_TEMPERATURES,
     """Accuracy and diversity of ``model`` on ``n_problems`` fixed 2-digit problems at each temperature.
 
     Returns arrays: temperature, accuracy (share of the n_samples * n_problems samples that are
-    right; T = 0 is greedy), distinct_answers (mean number of different responses among the
-    ``n_samples`` per problem).
+    right; T = 0 is greedy), distinct_answers (mean number of different well-formed answers among
+    the ``n_samples`` per problem: :func:`is_answer`; a malformed sample is no answer).
     """
     check_int("n_problems", n_problems, minimum=1)
     check_int("n_samples", n_samples, minimum=1)
@@ -472,8 +474,8 @@ def plot_frontier(front: dict, path=ARTIFACTS / "frontier.png"):
 
 def temperature_view(model, temperature: float, problems: Problems | None = None, n_samples: int = 8,
                      n_show: int = 4, seed: int = 0, sampler: Sampler | None = None) -> dict:
-    """Everything the temperature slider shows at one T: accuracy, mean distinct answers among
-    ``n_samples``, and the samples of the first ``n_show`` problems."""
+    """Everything the temperature slider shows at one T: accuracy, mean distinct well-formed answers
+    among ``n_samples`` (:func:`is_answer`), and the samples of the first ``n_show`` problems."""
     temperature = check_float("temperature", temperature, minimum=0.0)
     check_int("n_samples", n_samples, minimum=1)
     check_int("n_show", n_show, minimum=0)

@@ -47,7 +47,7 @@ EXPECTED = {
     "noise_only_gao_beta": 0.0,
     "pool_gold_gain_n3000": -0.4, "exact_gold_gain_n3000": 0.10,
     # Part 2
-    "hack_accuracy_start": 0.52, "hack_accuracy_peak": 0.62, "hack_peak_step": 50,
+    "hack_accuracy_start": 0.52, "hack_accuracy_around_50": 0.62, "hack_peak_step": 50,
     "hack_final_accuracy": 0.0, "hack_final_length": 4.0, "hack_final_kl": 15.0,
     "kl005_final_accuracy": 0.75, "gold_final_accuracy": 0.80,
     # Part 3
@@ -193,21 +193,49 @@ def _draw(ax, run, name: str, window: int, label: str, color, **line):
         seed_band(ax, x, ys, label, color=color, ls=line.get("ls", "-"))
 
 
+#: Steps (first, last; 1-based, inclusive) of the window "around step 50" where the published run's
+#: accuracy stood at its rise (about 0.62): a fixed window, so that a run is measured where the
+#: published one was, not at the best of its own noisy windows.
+MID_WINDOW = (41, 60)
+
+
 def hack_summary(run, window: int = 10) -> dict[str, float]:
-    """Start / peak / final accuracy, final length and KL of a hacking run (means over ``window`` steps)."""
+    """A hacking run's numbers (means over ``window`` steps unless said otherwise):
+
+    ``accuracy_start`` (the first ``window`` steps), ``accuracy_mid`` and ``proxy_mid`` (steps
+    :data:`MID_WINDOW`, around step 50), ``accuracy_peak`` and ``peak_step`` (the best ``window``-step
+    mean and the last step of its window: a description of one run's curve, biased upwards as the
+    best of many noisy windows, so no claim rests on its value), and the end: ``final_accuracy``,
+    ``final_length``, ``final_kl`` and ``final_proxy`` over the last ``2 * window`` steps."""
     s = as_series(run)
     acc = _arr(s, "sampled_accuracy")
+    proxy = _arr(s, "reward_mean")
     roll = _rolling(acc, window)
     i = int(np.argmax(roll))
+    lo, hi = MID_WINDOW
+    mid = slice(lo - 1, hi) if len(acc) >= hi else slice(max(0, len(acc) - (hi - lo + 1)), len(acc))
     return {
         "accuracy_start": float(np.mean(acc[:window])),
+        "accuracy_mid": float(np.mean(acc[mid])),
+        "proxy_mid": float(np.mean(proxy[mid])),
         "accuracy_peak": float(roll[i]),
         "peak_step": i + window,  # last step of the best window
         "final_accuracy": float(np.mean(acc[-2 * window:])),
         "final_length": float(np.mean(_arr(s, "completion_chars_mean")[-2 * window:])),
         "final_kl": float(np.mean(_arr(s, "kl_to_reference_k1_sum_nats")[-2 * window:])),
-        "final_proxy": float(np.mean(_arr(s, "reward_mean")[-2 * window:])),
+        "final_proxy": float(np.mean(proxy[-2 * window:])),
     }
+
+
+#: A no-KL hacking run has *completed* the hack when its last 20 steps write the 4-character maximum
+#: (mean length at least this) at an accuracy of at most ``HACK_DONE["accuracy"]`` (published: length
+#: 4, accuracy 0).
+HACK_DONE = {"length": 3.9, "accuracy": 0.05}
+
+
+def hack_completed(summary: dict) -> bool:
+    """Whether a :func:`hack_summary` shows the complete hack (:data:`HACK_DONE`)."""
+    return summary["final_length"] >= HACK_DONE["length"] and summary["final_accuracy"] <= HACK_DONE["accuracy"]
 
 
 # ----------------------------------------------------------------------------------- part 3
@@ -471,7 +499,8 @@ def part2_values(reference: dict | None = None) -> dict[str, list[float]]:
     hs = ref.get("hacking_seeds") or {k: [v] for k, v in ref["hacking"].items()}
     h, k, g = ([hack_summary(r) for r in hs[arm]] for arm in ("0", "0.05", "gold"))
     out = {f"hack_{name}": [x[name] for x in h] for name in
-           ("accuracy_start", "accuracy_peak", "peak_step", "final_accuracy", "final_length", "final_kl")}
+           ("accuracy_start", "peak_step", "final_accuracy", "final_length", "final_kl")}
+    out["hack_accuracy_around_50"] = [x["accuracy_mid"] for x in h]
     out["kl005_final_accuracy"] = [x["final_accuracy"] for x in k]
     out["gold_final_accuracy"] = [x["final_accuracy"] for x in g]
     return out
