@@ -170,6 +170,22 @@ class Claim:
     min_seeds: float | None = None     # a statement about one published run: the share of seeds that must pass
 
 
+def reward_rise(curve: Sequence[float], top: float = 1.3, window: int = 3) -> dict:
+    """Where and how fast a reward curve rises from its start (mean of the first ``window`` steps) to
+    ``top``, on its ``window``-step trailing mean: ``mid`` (the first step at least halfway) and
+    ``width`` (steps from 20% to 80% of the way); NaN where the curve never gets there."""
+    y = np.asarray(curve, dtype=float)
+    if len(y) < window:
+        return {"mid": float("nan"), "width": float("nan")}
+    sm = np.convolve(y, np.ones(window) / window, mode="valid")  # sm[i]: steps i+1..i+window
+    start = float(y[:window].mean())
+
+    def first(frac):
+        hit = np.flatnonzero(sm >= start + frac * (top - start) - 1e-12)
+        return float(hit[0] + window) if hit.size else float("nan")  # the last step of that window
+    return {"mid": first(0.5), "width": first(0.8) - first(0.2)}
+
+
 def _ev(res: dict, arm: str, metric: str, i: int = -1) -> float:
     v = res["arms"][arm]["evals"][metric][i]
     return float("nan") if v is None else float(v)
@@ -353,9 +369,9 @@ def _claims() -> list[Claim]:
     # ------------------------------------------------------------------------------------ lab21
     M = ("lab21/models",)
     add("lab21.teacher-accuracy", "lab21", "The teacher's greedy accuracy on 2-digit sums.", "about 1.0", M,
-        lambda r: r["lab21/models"]["teacher_greedy"], near(1.0, 0.03, "'about 100%': within 0.03"))
+        lambda r: r["lab21/models"]["teacher_greedy"], near(1.0, 0.03, "'about 100%': within 0.03"), seedless=GREEDY)
     add("lab21.student-greedy", "lab21", "The student's greedy accuracy on 2-digit sums.", "about 0.50", M,
-        lambda r: r["lab21/models"]["student_greedy"], near(0.50, 0.05, ACC_ABOUT))
+        lambda r: r["lab21/models"]["student_greedy"], near(0.50, 0.05, ACC_ABOUT), seedless=GREEDY)
     add("lab21.student-sampled", "lab21", "The student's sampled (T = 1) accuracy on 2-digit sums.", "about 0.30",
         M, lambda r: r["lab21/models"]["student_sampled"], near(0.30, 0.05, ACC_ABOUT))
     P0 = ("lab21/project0",)
@@ -462,13 +478,15 @@ def _claims() -> list[Claim]:
     add("lab21.p3-target-only-3d1d", "lab21", "Target-only learns nothing: 3d+1d after 200 steps.", "0.00", P3,
         b3("target-only", "3d+1d"), below(0.03, "'stayed at 0.00': below 0.03"))
     add("lab21.p3-target-only-drift", "lab21", "...and the other buckets drift down (start minus end, mean of the "
-        "2-digit buckets).", "drift down", P3, lambda r: float(np.mean(
+        "2-digit buckets; every evaluation draws fresh samples, 100 per bucket).", "drift down", P3, lambda r: float(np.mean(
             [_ev(r["lab21/project3"], "target-only", f"sampled_accuracy_{b}", 0) - _ev(r["lab21/project3"], "target-only", f"sampled_accuracy_{b}")
-             for b in ("2d+2d_nocarry", "2d+2d_carry", "2d+2d_ge100")])), above(0.0, "a direction"), qualitative=True,
-        known="our student never solves a 3d+1d problem (0 of the 25,600 samples of the 200 steps), so every "
-              "group's advantage is exactly 0 and target-only never changes the model (no KL, no weight decay): "
-              "the other buckets end exactly where they started. The published drift needs an update; with an "
-              "evaluation that draws new samples each time it could also be that evaluation's noise")
+             for b in ("2d+2d_nocarry", "2d+2d_carry", "2d+2d_ge100")])),
+        above(0.045, "a drift beyond the evaluation's noise: two standard errors (0.022) of the mean over three "
+                     "seeds of a start-minus-end difference of two fresh 300-sample evaluations"), qualitative=True,
+        known="our student never solves a 3d+1d problem (0 of the 25,600 samples of the 200 steps, printed in the "
+              "notebook), so every group's advantage is exactly 0 and target-only never changes the model (no KL, no "
+              "weight decay): what the fresh evaluations show is their own noise. The published drift needs an "
+              "update, which a student with a few 3d+1d successes gets and ours does not")
     add("lab21.p3-both-improve", "lab21", "Uniform and learnability both improve the 2-digit buckets (the smaller "
         "of the two arms' mean gains).", "improve", P3, lambda r: min(float(np.mean(
             [_ev(r["lab21/project3"], a, f"sampled_accuracy_{b}") - _ev(r["lab21/project3"], a, f"sampled_accuracy_{b}", 0)
@@ -519,33 +537,39 @@ def _claims() -> list[Claim]:
         qualitative=True)
     add("lab21.p5-crossing", "lab21", "The before and after pass@k curves cross (smallest k where the base "
         "model is at least as good; 65 when they never cross).", "between 16 and 32", P5,
-        lambda r: float(x5(r)["crossing_k"] or 65), between(16, 32, "the published interval"), fmt="{:.0f}")
+        lambda r: float(x5(r)["crossing_k"] or 65), between(16, 32, "the published interval, on each seed"), fmt="{:.0f}",
+        min_seeds=0.5, known="where the curves cross moves widely from seed to seed (a mean of crossing points is "
+                             "not a crossing): a majority of seeds must cross within the published interval")
     add("lab21.p5-3d1d-zero", "lab21", "On never-seen 3d+1d both models stay near zero at every k (the largest "
         "pass@k, k = 1..64, of either model).", "near zero", P5,
         lambda r: max(max(x5(r)["before"]["3d+1d"]), max(x5(r)["after"]["3d+1d"])),
         below(0.1, "'near zero at every k': below 0.1 even at k = 64"), qualitative=True)
 
     # -------------------------------------------------------------------------------------- hw4
-    add("hw4.k3-nonnegative", "hw4", "The k3 estimator e^d - d - 1 is non-negative on every sampled token "
-        "(its smallest value over 200,000 draws).", ">= 0", ("hw4/k3",), lambda r: r["hw4/k3"]["min"] + 1e-12,
-        above(0.0, "an inequality"), qualitative=True, fmt="{:.2e}")
-    add("hw4.k3-unbiased", "hw4", "...and unbiased for the KL (relative error of its mean).", "unbiased",
-        ("hw4/k3",), lambda r: r["hw4/k3"]["rel_err"], below(0.02, "sampling error of 2e5 draws is below 1%"),
-        qualitative=True)
+    # k3's non-negativity and unbiasedness are properties of the estimator (lib/tests/test_core_eval.py),
+    # not results of a run.
     FC = ("hw4/format_copy",)
     add("hw4.fc-reward", "hw4", "format_copy, GRPO, 51 steps at the course's CPU settings (character model, "
         "every weight trained, lr 5e-5 where the published runs use LoRA at 3e-5): rollout reward at the end "
-        "(mean of the last 5 steps).", "about 1.27 (max 1.3)", FC, lambda r: r["hw4/format_copy"]["grpo"]["final_reward"],
-        near(1.27, 0.05, "'about 1.27' of a maximum of 1.3: ±0.05"))
+        "(mean of the last 5 steps).", "about 1.3 (the maximum)", FC,
+        lambda r: r["hw4/format_copy"]["grpo"]["final_reward"],
+        near(1.3, 0.05, "'about 1.3', the maximum: ±0.05, one wrong tag or number in about ten groups"))
     add("hw4.fc-exact-match", "hw4", "format_copy, GRPO: greedy eval exact match on the 64 eval prompts.",
-        "1.0 (64/64)", FC, lambda r: r["hw4/format_copy"]["grpo"]["final_eval_exact_match"],
+        "approaching 1.0", FC, lambda r: r["hw4/format_copy"]["grpo"]["final_eval_exact_match"],
         near(1.0, 1 / 64 + 1e-9, "one prompt of 64"))
-    add("hw4.fc-reinforce-exact-match", "hw4", "format_copy, GR-REINFORCE: greedy eval exact match.", "1.0",
-        FC, lambda r: r["hw4/format_copy"]["reinforce"]["final_eval_exact_match"],
+    add("hw4.fc-reinforce-exact-match", "hw4", "format_copy, GR-REINFORCE: greedy eval exact match.",
+        "approaching 1.0", FC, lambda r: r["hw4/format_copy"]["reinforce"]["final_eval_exact_match"],
         near(1.0, 1 / 64 + 1e-9, "one prompt of 64"))
-    add("hw4.fc-jump", "hw4", "format_copy, GRPO: the reward jumps early (first step with rollout reward >= 1.0).",
-        "around step 10", FC, lambda r: float(r["hw4/format_copy"]["grpo"]["first_step_reward_ge_1"] or 99),
-        between(3, 20, "'around step 10': steps 3 to 20"), fmt="{:.0f}")
+    add("hw4.fc-rise-step", "hw4", "format_copy, GRPO: where the reward rises (first step whose 3-step mean "
+        "reward is halfway from the first 3 steps' mean to the maximum 1.3).", "around step 10", FC,
+        lambda r: float(reward_rise(r["hw4/format_copy"]["grpo"]["reward_curve"])["mid"]),
+        near(10, 5, "'around step 10': ±5 steps, half the distance to the start"), fmt="{:.0f}")
+    add("hw4.fc-rise-sharp", "hw4", "format_copy, GRPO: the rise is a jump (steps from 20% to 80% of the way "
+        "from the first 3 steps' mean to 1.3, on the 3-step mean).", "jumps sharply", FC,
+        lambda r: float(reward_rise(r["hw4/format_copy"]["grpo"]["reward_curve"])["width"]),
+        below(5.5, "'jumps sharply': within 5 steps, half the published step of the jump"), qualitative=True,
+        fmt="{:.0f}", known="the character model, trained whole at lr 5e-5, climbs steadily from about 0.6 to 1.3 "
+                            "over 10-20 steps: a ramp, where the published 1.5B model with LoRA jumps")
     MT = ("hw4/math_toy",)
     # Sample efficiency is how fast a run learns from the rollouts it draws, not where it ends. Both
     # algorithms draw the same rollouts per step, so the eval curve over steps is a curve over samples.
@@ -571,10 +595,9 @@ def _claims() -> list[Claim]:
         above(0.0, "a direction"), qualitative=True)
     NR = ("hw4/math_hard",)
     for cid, text, pub in (("hw4.math-hard-base", "math_hard: eval accuracy of the base 1.5B model.", "0.23-0.26"),
-                           ("hw4.math-hard-reinforce", "math_hard: GR-REINFORCE after about 200 steps.",
-                            "about 0.30-0.31"),
-                           ("hw4.math-hard-grpo", "math_hard: GRPO's eval accuracy at the end.",
-                            "about 0.33, or above 0.37"),
+                           ("hw4.math-hard-reinforce", "math_hard: GR-REINFORCE's final eval accuracy.",
+                            "near 0.31"),
+                           ("hw4.math-hard-grpo", "math_hard: GRPO's final eval accuracy.", "above 0.37"),
                            ("hw4.math-hard-grpo-train", "math_hard: GRPO's training reward at the end.", "above 0.55")):
         add(cid, "hw4", text, pub, NR, lambda r: float("nan"), near(0.0, 0.03, "'about': ±0.03"))
     return C
@@ -635,62 +658,6 @@ def per_seed(fn: Callable) -> Callable[[Sequence[int], Options], dict]:
 def _tiny(name: str):
     from .checkpoints import load_checkpoint
     return load_checkpoint(name, progress=False)
-
-
-def _exp_lab11_exact(seed: int) -> dict:
-    import torch
-
-    from . import toylm
-    from .labs import lab11
-
-    worked = toylm.scenario("worked")
-    pi = toylm.tilted_optimum(worked.ref_probs, worked.reward_vector, 1.0)
-    published_pi = np.array([0.172, 0.312, 0.062, 0.454])
-    V = toylm.soft_values(worked.second_probs, worked.rewards, 1.0)
-    token_dev = 0.0
-    for name in toylm.SCENARIOS:
-        toy = toylm.scenario(name)
-        for beta in (0.3, 1.0, 3.0):
-            seq = toylm.tilted_optimum(toy.ref_probs, toy.reward_vector, beta)
-            first, second, _ = toylm.token_level_optimum(toy.first_probs, toy.second_probs, toy.rewards, beta)
-            token_dev = max(token_dev, float(np.abs((first[:, None] * second).ravel() - seq).max()))
-    # the prompt gets no gradient: response log-probs of random logits, gradient on prompt columns
-    g = torch.Generator().manual_seed(seed)
-    P, T, V_ = 4, 9, 15
-    logits = torch.randn(3, T, V_, generator=g, requires_grad=True)
-    tokens = torch.randint(0, V_, (3, T), generator=g)
-    lab11.reference_response_logprobs(logits, tokens, P).sum().backward()
-    prompt_grad = float(logits.grad[:, :P - 1].abs().max())
-    # Gibbs: J(pi*) - J(q) = beta KL(q || pi*) for random q
-    rng = np.random.default_rng(seed)
-    beta = 1.0
-    J = lambda p: toylm.kl_objective(p, worked.ref_probs, worked.reward_vector, beta)  # noqa: E731
-    gaps, dev = [], 0.0
-    for _ in range(1000):
-        q = rng.dirichlet(np.ones(len(pi)) * 0.5)
-        gap = J(pi) - J(q)
-        gaps.append(gap)
-        dev = max(dev, abs(gap - beta * toylm.kl_divergence(q, pi)))
-    return {"pi_star": pi.tolist(), "pi_star_max_dev": float(np.abs(pi - published_pi).max()),
-            "soft_values": [float(v) for v in np.ravel(V)],
-            "soft_values_max_dev": float(np.abs(np.ravel(V) - np.array([0.523, 1.434])).max()),
-            "token_vs_sequence_max_dev": token_dev, "prompt_grad_max": prompt_grad,
-            "gibbs_identity_max_dev": float(dev), "gibbs_min_gap": float(min(gaps))}
-
-
-def _exp_lab11_estimators(seed: int) -> dict:
-    """k1, k2, k3 on a 3-token example: pi = (0.5, 0.3, 0.2), pi_ref = (0.2, 0.3, 0.5), 2e5 samples."""
-    import torch
-
-    from .labs.lab11 import reference_kl_estimators
-
-    p = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
-    q = torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64)
-    exact = float((p * (p / q).log()).sum())
-    idx = torch.multinomial(p, 200_000, replacement=True, generator=torch.Generator().manual_seed(seed))
-    k1, k2, k3 = reference_kl_estimators(p.log()[idx], q.log()[idx])
-    return {"exact": exact, **{f"{n}_rel_err": float(abs(k.mean() - exact) / exact)
-                               for n, k in (("k1", k1), ("k2", k2), ("k3", k3))}}
 
 
 def _exp_lab11_sweep(seed: int) -> dict:
@@ -831,24 +798,12 @@ def _hw4_runs(task: str, steps: int | None):
             cfg = default_config(task, algo, seed=seed, **_steps(opts, steps))
             hist = train(cfg, impl, progress=False)
             row = summary(hist, "none", 0)
+            row["reward_curve"] = [float(r["reward_mean"]) for r in hist if r["step"] >= 1]
             row["start_eval_exact_match"] = next((r["eval_exact_match"] for r in hist if "eval_exact_match" in r), None)
             row["steps"] = cfg.steps
             out[algo] = row
         return out
     return run
-
-
-def _exp_hw4_k3(seed: int) -> dict:
-    import torch
-
-    from .losses import kl_estimate
-
-    p = torch.tensor([0.6, 0.25, 0.1, 0.05], dtype=torch.float64)
-    ref = torch.tensor([0.3, 0.3, 0.2, 0.2], dtype=torch.float64)
-    exact = float((p * (p / ref).log()).sum())
-    idx = torch.multinomial(p, 200_000, replacement=True, generator=torch.Generator().manual_seed(seed))
-    k3 = kl_estimate(p.log()[idx], ref.log()[idx], "k3")
-    return {"min": float(k3.min()), "rel_err": float(abs(k3.mean() - exact) / exact), "exact": exact}
 
 
 def _experiments(lr: float | dict | None = None) -> dict[str, Experiment]:
@@ -862,9 +817,6 @@ def _experiments(lr: float | dict | None = None) -> dict[str, Experiment]:
     lrs = dict(PROJECT_LR) if lr is None else dict(lr) if isinstance(lr, dict) else {p: lr for p in PROJECT_LR}
 
     xs = [
-        Experiment("lab11/exact", "lab11", per_seed(_exp_lab11_exact), {"betas": [0.3, 1.0, 3.0], "gibbs_q": 1000},
-                   cheap=True),
-        Experiment("lab11/estimators", "lab11", per_seed(_exp_lab11_estimators), {"n": 200_000}, cheap=True),
         Experiment("lab11/sweep", "lab11", per_seed(_exp_lab11_sweep), {"n_problems": 200, "n_samples": 8}, ("sft",),
                    cheap=True),
         Experiment("lab11/kl", "lab11", per_seed(_exp_lab11_kl), {"n_problems": 16, "n_samples": 8, "n_batches": 16},
@@ -888,7 +840,8 @@ def _experiments(lr: float | dict | None = None) -> dict[str, Experiment]:
                    ("student",), cost_s=140, seeds=NOTEBOOK_SEEDS["lab21/project1"]),
         Experiment("lab21/project2", "lab21", _lab21_project("project2", LAB21_ARMS["project2"]),
                    {"steps": 200, "lr": lrs["project2"]}, ("student",), cost_s=170),
-        Experiment("lab21/project3", "lab21", _lab21_project("project3"), {"steps": 200, "lr": lrs["project3"]},
+        Experiment("lab21/project3", "lab21", _lab21_project("project3"),
+                   {"steps": 200, "lr": lrs["project3"], "eval": "fresh samples at every evaluation"},
                    ("student",), cost_s=130),
         Experiment("lab21/project4", "lab21", _lab21_project("project4"),
                    {"steps": 200, "lr": lrs["project4"], "eval_temperature": EVAL_TEMPERATURE["project4"]},
@@ -896,8 +849,8 @@ def _experiments(lr: float | dict | None = None) -> dict[str, Experiment]:
         Experiment("lab21/project5", "lab21", _lab21_project("project5"),
                    {"steps": 300, "lr": lrs["project5"], "eval_temperature": EVAL_TEMPERATURE["project5"]},
                    ("student",), cost_s=90),
-        Experiment("hw4/k3", "hw4", per_seed(_exp_hw4_k3), {"n": 200_000}, cheap=True),
-        Experiment("hw4/format_copy", "hw4", per_seed(_hw4_runs("format_copy", 51)), {"steps": 51}, ("hw4-charlm",), cost_s=150),
+        Experiment("hw4/format_copy", "hw4", per_seed(_hw4_runs("format_copy", 51)), {"steps": 51, "reward_curve": True},
+                   ("hw4-charlm",), cost_s=150),
         Experiment("hw4/math_toy", "hw4", per_seed(_hw4_runs("math_toy", None)), {"steps": "default", "eval_area": True},
                    ("hw4-charlm",), cost_s=100),
         Experiment("hw4/math_hard", "hw4", None, unavailable="needs Qwen2.5-Math-1.5B-Instruct and MATH level 5 "
@@ -1196,11 +1149,12 @@ def ours_cell(o: Outcome) -> str:
     if len(o.values) < 2:
         s, v = next(iter(o.values.items()))
         return f"{_fmt(c, v)} (seed {s})"
-    spread = f" ± {_fmt(c, o.spread)}" if math.isfinite(o.mean) else ""
     each = ", ".join(f"{s}: {_fmt(c, v)}" for s, v in o.values.items())
     n = len(o.values)
-    need = f", needs {seeds_needed(c, n)}" if c.min_seeds is not None else ""
-    return f"{_fmt(c, o.mean)}{spread} (seeds {each}; {o.seeds_passing}/{n} pass{need})"
+    if c.min_seeds is not None:  # judged seed by seed: the mean would say nothing
+        return f"seeds {each} ({o.seeds_passing}/{n} pass, needs {seeds_needed(c, n)})"
+    spread = f" ± {_fmt(c, o.spread)}" if math.isfinite(o.mean) else ""
+    return f"{_fmt(c, o.mean)}{spread} (seeds {each}; {o.seeds_passing}/{n} pass)"
 
 
 def summary_counts(outcomes: Sequence[Outcome]) -> dict[str, dict[str, int]]:

@@ -60,6 +60,46 @@ def test_reference_kl_estimators():
     assert k3.item() == pytest.approx(0.5 - 1 + l, rel=1e-5)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_k1_and_k3_are_unbiased_and_k2_is_not(seed):
+    """The estimators' published properties, on a 3-token example where the KL is known exactly:
+    pi = (0.5, 0.3, 0.2), pi_ref = (0.2, 0.3, 0.5), 200,000 tokens drawn from pi. The sampling error
+    of the mean is below 1% of the KL (k1's spread over tokens is the largest, s.e. 0.0022 against
+    a KL of 0.275), so 2% separates "unbiased" from k2's bias (7%, measured on seeds 0-2)."""
+    p = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+    q = torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64)
+    exact = float((p * (p / q).log()).sum())
+    idx = torch.multinomial(p, 200_000, replacement=True, generator=torch.Generator().manual_seed(seed))
+    k1, k2, k3 = lab11.reference_kl_estimators(p.log()[idx], q.log()[idx])
+    assert abs(float(k1.mean()) / exact - 1) < 0.02 and abs(float(k3.mean()) / exact - 1) < 0.02
+    assert abs(float(k2.mean()) / exact - 1) > 0.05
+    assert float(k3.min()) >= 0.0  # and k3 is never negative
+
+
+def test_response_logprobs_send_no_gradient_to_the_prompt():
+    """Only the response is scored: the logits of every prompt column but the last (which predicts the
+    first response token) get exactly zero gradient."""
+    g = torch.Generator().manual_seed(0)
+    P, T, V = 4, 9, 15
+    logits = torch.randn(3, T, V, generator=g, requires_grad=True)
+    tokens = torch.randint(0, V, (3, T), generator=g)
+    lab11.reference_response_logprobs(logits, tokens, P).sum().backward()
+    assert float(logits.grad[:, :P - 1].abs().max()) == 0.0
+    assert float(logits.grad[:, P - 1:-1].abs().min(dim=-1).values.min()) >= 0.0
+    assert float(logits.grad[:, P - 1:-1].abs().sum()) > 0.0
+
+
+def test_distinct_answers_count_only_well_formed_answers():
+    """A malformed sample ('8+', '_5', '', '1=2') is no answer: 8 samples with two numbers and four
+    malformed ones give 2 distinct answers, not 6."""
+    from llmrl.addition import is_answer
+
+    assert [is_answer(x) for x in ("85", "085", "8", "", "8+", "_5", "^", "1=2", "٣")] == [
+        True, True, True, False, False, False, False, False, False]
+    group = ["85", "85", "86", "8+", "_5", "", "85", "1=2"]
+    assert lab11._distinct_per_group(group + ["7"] * 8, 8).tolist() == [2.0, 1.0]
+
+
 # ---------------------------------------------------------------- generation with a custom sampler
 
 def test_generate_with_sampler_defaults_to_the_library(sft):

@@ -419,6 +419,11 @@ class BucketSampler:
 
 
 
+def _eval_seed(seed: int, evaluation: int, bucket: int) -> int:
+    """Project 3's sampling seed for one evaluation of one bucket (distinct for every triple)."""
+    return 1_000_003 * evaluation + 1_009 * bucket + seed
+
+
 @seeds_together
 def _arm3(arm, seeds, steps=200, n_prompts=16, group_size=8, lr=None, rare_group=1, temperature=0.1,
           eval_per_bucket=100, eval_every=None, student=None, progress=False):
@@ -444,10 +449,16 @@ def _arm3(arm, seeds, steps=200, n_prompts=16, group_size=8, lr=None, rare_group
 
         return {"prompt_sampler": sampler, "advantage_fn": sampler.advantages, "hooks": Hooks(after_score=bandit)}
 
+    calls: dict[int, int] = {}
+
     def eval_fn(m, seed):
+        """One sample per problem of each bucket's fixed set, drawn afresh at every evaluation (a
+        generator seed of its own for each seed, evaluation and bucket): a model that did not change
+        shows the evaluation's noise, not the same numbers again."""
+        i = calls[seed] = calls.get(seed, -1) + 1
         out = {}
-        for b, p in eval_sets.items():
-            r = generate(m, p, 1, 1.0, seed)
+        for j, (b, p) in enumerate(eval_sets.items()):
+            r = generate(m, p, 1, 1.0, _eval_seed(seed, i, j))
             out[f"sampled_accuracy_{b}"] = float(is_correct(r.responses, r.answers).float().mean())
         return out
 
