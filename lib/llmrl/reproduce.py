@@ -170,22 +170,6 @@ class Claim:
     min_seeds: float | None = None     # a statement about one published run: the share of seeds that must pass
 
 
-def reward_rise(curve: Sequence[float], top: float = 1.3, window: int = 3) -> dict:
-    """Where and how fast a reward curve rises from its start (mean of the first ``window`` steps) to
-    ``top``, on its ``window``-step trailing mean: ``mid`` (the first step at least halfway) and
-    ``width`` (steps from 20% to 80% of the way); NaN where the curve never gets there."""
-    y = np.asarray(curve, dtype=float)
-    if len(y) < window:
-        return {"mid": float("nan"), "width": float("nan")}
-    sm = np.convolve(y, np.ones(window) / window, mode="valid")  # sm[i]: steps i+1..i+window
-    start = float(y[:window].mean())
-
-    def first(frac):
-        hit = np.flatnonzero(sm >= start + frac * (top - start) - 1e-12)
-        return float(hit[0] + window) if hit.size else float("nan")  # the last step of that window
-    return {"mid": first(0.5), "width": first(0.8) - first(0.2)}
-
-
 def _ev(res: dict, arm: str, metric: str, i: int = -1) -> float:
     v = res["arms"][arm]["evals"][metric][i]
     return float("nan") if v is None else float(v)
@@ -196,6 +180,7 @@ def _curve(res: dict, arm: str, metric: str) -> np.ndarray:
 
 
 def _claims() -> list[Claim]:
+    from .hw4.plots import reward_rise
     from .labs.lab19 import MID_WINDOW, hack_completed
 
     C = []

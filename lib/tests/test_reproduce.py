@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from llmrl import reproduce as R
+from llmrl.hw4.plots import reward_rise
 
 ROOT = Path(__file__).resolve().parents[2]
 FINGERPRINTS = ROOT / "autograder" / "tests" / "handout_fingerprints.json"
@@ -126,11 +127,11 @@ def test_no_claim_is_an_identity_of_a_correct_implementation():
 
 def test_reward_rise_finds_the_middle_and_the_width_of_a_rise():
     ramp = [0.6] * 3 + [0.6 + 0.05 * i for i in range(1, 15)] + [1.3] * 10  # 0.05 a step from step 4
-    r = R.reward_rise(ramp)
+    r = reward_rise(ramp)
     assert r["mid"] == 11 and r["width"] == 9  # halfway (0.95) at step 11 on the 3-step mean; 20%..80% in 9 steps
     jump = [0.6] * 9 + [1.3] * 10
-    assert R.reward_rise(jump)["width"] <= 2 and R.reward_rise(jump)["mid"] == 11
-    assert np.isnan(R.reward_rise([0.6] * 20)["mid"])
+    assert reward_rise(jump)["width"] <= 2 and reward_rise(jump)["mid"] == 11
+    assert np.isnan(reward_rise([0.6] * 20)["mid"])
 
 
 def test_summary_counts_by_lab_and_kind():
