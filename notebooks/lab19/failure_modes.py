@@ -318,11 +318,11 @@ exact = overopt.exact_best_of_n(NS, b=1.0, sigma=1.0)
 fits_biased = [fit_gao_bon(c["d"], c["gold_gain"]) for c in biased_seeds]
 fits_noisy = [fit_gao_bon(c["d"], c["gold_gain"]) for c in noisy_seeds]
 
-fig = lab19.overopt_figure({"length-biased proxy: b = 1, sigma = 1": (biased, fits_biased[0], exact),
-                            "noise-only proxy: b = 0, sigma = 1": (noisy, fits_noisy[0], None)},
+fig = lab19.overopt_figure({lab19.PANEL_BIASED: (biased, fits_biased[0], exact),
+                            lab19.PANEL_NOISY: (noisy, fits_noisy[0], None)},
                            lab19.ARTIFACTS / "overopt.png",
-                           seeds={"length-biased proxy: b = 1, sigma = 1": biased_seeds[1:],
-                                  "noise-only proxy: b = 0, sigma = 1": noisy_seeds[1:]})
+                           seeds={lab19.PANEL_BIASED: biased_seeds[1:],
+                                  lab19.PANEL_NOISY: noisy_seeds[1:]})
 plt.show()
 
 _peaks = [overopt.peak(c) for c in biased_seeds]

@@ -132,7 +132,7 @@ plotting.plot_metric(p1, "pass@1", ax=axes[1], title="pass@1")
 plotting.plot_metric(p1, "pass@16", ax=axes[2], title="pass@16")
 plotting.plot_metric(p1, "clip_fraction_high", where="curve", ax=axes[3], window=10,
                      title="share of tokens clipped by the upper bound")
-fig.tight_layout()
+plotting.shared_legend(fig, axes)
 plotting.save(fig, f"{ART}/project1_clip_higher.png")
 plt.show()
 
@@ -229,7 +229,7 @@ plotting.plot_metric(p2, "gold_pass@1", ax=axes[0], title="gold accuracy (exact 
 plotting.plot_metric(p2, "proxy_reward_mean", ax=axes[1], title="the reward being optimised")
 plotting.plot_metric(p2, "pad_share_small_sums", where="curve", ax=axes[2], window=10,
                      title="3+ digit answers to sums < 100 (training)")
-fig.tight_layout()
+plotting.shared_legend(fig, axes)
 plotting.save(fig, f"{ART}/project2_rubric.png")
 plt.show()
 
@@ -353,9 +353,11 @@ _hits = [round(sum(r["curve"]["sampled_accuracy"]) * r["config"]["n_prompts"] * 
 print(f"target-only: correct answers among all its training samples, per seed: {_hits}")
 
 # %%
-fig, axes = plt.subplots(1, 4, figsize=(19, 3.8))
+fig, axes = plt.subplots(1, 4, figsize=(19, 4.3))
 for ax, arm in zip(axes[:3], p3):
-    plotting.plot_usage(p3[arm], BUCKETS, ax=ax, title=f"{arm}: bucket usage")
+    plotting.plot_usage(p3[arm], BUCKETS, ax=ax, title=f"{arm}: bucket usage", legend=False)
+_h, _l = axes[0].get_legend_handles_labels()  # one legend of the buckets, under the three stacks they fill
+fig.legend(_h, _l, loc="lower left", bbox_to_anchor=(0.04, 0.0), ncol=len(_l), fontsize=9, frameon=False)
 ax = axes[3]
 for i, b in enumerate(BUCKETS):
     for j, arm in enumerate(p3):
@@ -365,8 +367,9 @@ for i, b in enumerate(BUCKETS):
         ax.scatter(np.full(len(vals), x), vals, color="k", s=8, zorder=3)  # one dot per seed
 ax.set_xticks(range(len(BUCKETS)), BUCKETS, rotation=20, fontsize=8)
 ax.set_ylabel("final accuracy (T = 1), dots: seeds")
-ax.legend(fontsize=8)
-fig.tight_layout()
+ax.set_ylim(0, 1)
+ax.legend(fontsize=8, loc="upper left", ncol=3)  # above the bars, which stay under 0.8
+fig.tight_layout(rect=(0, 0.07, 1, 1))
 plotting.save(fig, f"{ART}/project3_learnability.png")
 plt.show()
 

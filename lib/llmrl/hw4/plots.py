@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..plotting import save
+from ..plotting import save, shared_legend
 from ..utils import mean_sd
 
 PANELS = (
@@ -116,8 +116,7 @@ def plot_runs(runs: dict[str, list], path=None, panels=PANELS):
         ax.grid(alpha=0.3)
     for ax in list(axs.flat)[len(panels):]:
         ax.axis("off")
-    axs.flat[0].legend(fontsize=8, loc="lower right")  # where the rising curves leave room
-    fig.tight_layout()
+    shared_legend(fig, list(axs.flat))  # under the panels: inside one it covers a curve
     save(fig, path, tight=False)
     return fig
 

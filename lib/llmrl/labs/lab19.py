@@ -580,7 +580,7 @@ def bon_figure(b: float = 1.0, sigma: float = 1.0, pool: dict | None = None, pat
         ax.plot(pool["d"], pool["gold_gain"], "o", ms=3, color="C3", label="gold (finite pool)")
     pk = overopt.peak(e)
     where = "never turns down" if pk["n"] == e["n"][-1] else f"peaks at best-of-{pk['n']} ({pk['gold_gain']:+.2f})"
-    ax.set_title(f"b = {b:g}, sigma = {sigma:g}: gold {where}", fontsize=10)
+    ax.set_title(rf"$b$ = {b:g}, $\sigma$ = {sigma:g}: gold {where}", fontsize=10)
     _align(ax, pax, e)
     save(fig, path)
     return fig
@@ -596,6 +596,11 @@ def _align(ax, pax, curves, gold_top: float = 2.0):
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = pax.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
+
+
+#: The titles of Part 1's two panels (the notebook's keys for them).
+PANEL_BIASED = r"length-biased proxy: $b$ = 1, $\sigma$ = 1"
+PANEL_NOISY = r"noise-only proxy: $b$ = 0, $\sigma$ = 1"
 
 
 def overopt_figure(panels: dict, path=None, seeds: dict | None = None):
@@ -659,10 +664,10 @@ def plot_hacking(runs: dict, path=None, live: dict | None = None, title: str = "
     import matplotlib.pyplot as plt
 
     colors = colors or {}
-    fig, axes = plt.subplots(1, 4, figsize=(15, 3.4))
+    fig, axes = plt.subplots(1, 4, figsize=(15, 3.9))
     panels = [("sampled_accuracy", "exact-match accuracy"), ("reward_mean", "training reward"),
-              ("completion_chars_mean", "response length (chars)"),
-              ("kl_to_reference_k1_sum_nats", "KL to SFT (nats, k1 summed per response)")]
+              ("completion_chars_mean", "response length (characters)"),
+              ("kl_to_reference_k1_sum_nats", "KL to the SFT model\n(nats per response, k1 summed)")]
     for i, (label, run) in enumerate(runs.items()):
         for ax, (k, name) in zip(axes, panels):
             _draw(ax, run, k, window, label, colors.get(label, f"C{i}"))
@@ -671,10 +676,12 @@ def plot_hacking(runs: dict, path=None, live: dict | None = None, title: str = "
     for label, run in (live or {}).items():
         for ax, (k, _) in zip(axes, panels):
             _draw(ax, run, k, window, label, "k", ls="--", lw=1.2)
-    axes[0].legend(fontsize=8)
+    # one legend under the panels: inside one, it would cover a run that falls there
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=max(1, len(labels)), fontsize=9, frameon=False)
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     save(fig, path)
     return fig
 
@@ -732,7 +739,9 @@ def plot_entropy(runs: dict, path=None, live: dict | None = None, window: int = 
     one seed or several, as in :func:`plot_hacking`: several are drawn as mean, band and seeds)."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))
+    from matplotlib.lines import Line2D
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.3))
     for i, (label, run) in enumerate(runs.items()):
         _draw(axes[0], run, "entropy_token_mean_nats", window, label, f"C{i}")
         _draw(axes[1], run, "sampled_accuracy", window, label, f"C{i}")
@@ -749,8 +758,14 @@ def plot_entropy(runs: dict, path=None, live: dict | None = None, window: int = 
     axes[2].set_ylim(-0.03, 1.03)
     for ax in axes:
         ax.set_xlabel("step")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+    # the legends go under the panels: inside, they cover a band (no upper clip's accuracy, clip-higher's share)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower left", bbox_to_anchor=(0.02, 0.0), ncol=max(1, len(labels)), fontsize=9,
+               frameon=False)
+    style = [Line2D([], [], color="0.3", ls="-"), Line2D([], [], color="0.3", ls="--")]
+    fig.legend(style, ["right panel: rare tokens (p < 0.5 when sampled)", "common tokens"], loc="lower right",
+               bbox_to_anchor=(0.98, 0.0), ncol=2, fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     save(fig, path)
     return fig
 
