@@ -128,7 +128,7 @@ test-kit: $(STAMP)
 
 # Check the course's shipped models (TinyLM's teacher, student and sft, hw4's character model:
 # lib/llmrl/models/, sha256 against their manifest); nothing is trained. Instructors rebuild them
-# with `$(PY) -m llmrl.cache --rebuild-shipped` (README, "The course's models").
+# with `$(PY) -m llmrl.cache --rebuild-shipped` (docs/library.md, "The course's models").
 warm: $(STAMP)
 	$(PY) -m llmrl.cache
 
@@ -181,7 +181,7 @@ chromium:
 browser: $(BROWSER_STAMP) chromium
 	LLMRL_BROWSER_TESTS=1 $(PYTEST) -q autograder/tests/browser
 
-# The course on a JupyterHub (hub/; README "The course on a JupyterHub"): jupyterhub from the `hub`
+# The course on a JupyterHub (hub/; docs/hub.md): jupyterhub from the `hub`
 # extra, configurable-http-proxy from npm (hub/package-lock.json, into hub/node_modules). Root only:
 # the hub creates OS accounts (llmrl-*) and starts each user's server as that account.
 HUB_STAMP := $(VENV)/.llmrl-hub-installed

@@ -181,7 +181,7 @@ def tasks_for(assignment: str, notebook: str | None = None) -> list[Task]:
 
 
 def what_the_library_can_do() -> str:
-    """The map as a table (README and the status notes are written from it)."""
+    """The map as a table (docs/grading-safety.md and the status notes are written from it)."""
     rows = []
     for t in TASKS:
         libs = ", ".join(f"`{l.target}`" for l in t.library) or "none"

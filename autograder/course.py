@@ -1117,7 +1117,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nThe demo course is {rel(folder)}/ (its own gradebook.db, submitted/, autograded/, feedback/, "
                   f"grades.csv); the course's gradebook.db and submitted/ were not touched. Written answers: "
                   f"`cd {rel(folder)} && {Path(sys.executable).parent / 'jupyter'} lab` opens the formgrader on it, then "
-                  f"`make feedback COURSE_DIR={rel(folder)}` (README, \"Grading the written answers\").")
+                  f"`make feedback COURSE_DIR={rel(folder)}` (docs/instructors.md, \"Grading the written answers\").")
         elif args.command == "feedback":
             feedback(labs, force=args.force, root=course_dir)
         elif args.command == "scores":

@@ -68,8 +68,8 @@ c.ClearMarkScheme.enforce_metadata = False
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 
 # ----------------------------------------------------------------------------- grading safety
-# Owned by the grading-safety work (autograder/tworun.py, kernels.py, sandbox.py, README "Grading
-# safety"). nbgrader's Execute is replaced by TwoRunExecute: a sandboxed feedback run of the notebook
+# Owned by the grading-safety work (autograder/tworun.py, kernels.py, sandbox.py,
+# docs/grading-safety.md). nbgrader's Execute is replaced by TwoRunExecute: a sandboxed feedback run of the notebook
 # without its hidden tests, and a grading run whose tests execute in a kernel of their own that never
 # runs student code; a test cell's points depend only on whether it raised there. The limits can be
 # changed per run with environment variables (seconds).

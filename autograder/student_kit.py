@@ -10,6 +10,7 @@ writes
         requirements.txt                          pinned from pyproject.toml (torch==2.13.0 exactly)
         wheels/llmrl-<version>-py3-none-any.whl   the course library, built offline from pyproject.toml
         assignments/<assignment>/<name>.ipynb     the release notebooks, byte for byte
+        LICENSE, LICENSE-TEXT.md                  the licences: code MIT, course text CC BY 4.0
         MANIFEST.txt                              every file above with its size and sha256
     build/student-kit/llmrl-course-kit.tar.gz    the same, as archives (one top folder,
     build/student-kit/llmrl-course-kit.zip       reproducible: fixed times and owners)
@@ -47,6 +48,8 @@ DEFAULT_OUT = ROOT / "build" / "student-kit"
 # them: a student hands in the .ipynb file (a JupyterHub course has its own assignment list).
 STUDENT_TOOLS = ("jupyterlab", "jupyter_server", "ipykernel")
 SCRIPTS = ("setup.sh", "lab.sh")
+# The licence files (code: MIT; course text: CC BY 4.0) travel with the kit and inside the wheel.
+LICENSES = ("LICENSE", "LICENSE-TEXT.md")
 # Zip and tar entries get this time (2000-01-01) so that the same sources give the same archives.
 EPOCH = 946684800
 PIN = re.compile(r"^([A-Za-z0-9_.\-]+)==([A-Za-z0-9_.+\-]+)$")
@@ -131,6 +134,8 @@ def build_wheel(out_dir: Path, readme: str) -> Path:
         stage = Path(tmp) / "src"
         stage.mkdir()
         shutil.copy2(ROOT / "pyproject.toml", stage / "pyproject.toml")
+        for name in LICENSES:  # pyproject's license-files
+            shutil.copy2(ROOT / name, stage / name)
         (stage / "README.md").write_text(readme, encoding="utf-8")
         _copy_library(stage)
         before = set(out_dir.glob("*.whl"))
@@ -267,6 +272,8 @@ def build(out: Path = DEFAULT_OUT) -> Kit:
         (folder / "requirements.txt").write_text(
             "# The course's pinned packages (./setup.sh installs them with the wheel in wheels/).\n"
             + "\n".join(reqs) + "\n", encoding="utf-8")
+        for name in LICENSES:
+            shutil.copyfile(ROOT / name, folder / name)
         for script in SCRIPTS:
             shutil.copyfile(TEMPLATES / script, folder / script)
             (folder / script).chmod(0o755)

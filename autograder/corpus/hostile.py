@@ -480,7 +480,7 @@ def _attack_entries(a: str, nb: str, tests: tuple) -> dict[str, Entry]:
 
 # Where each entry runs. The class 1 entry runs on every notebook with tests (two lines took every
 # untouched release to full marks); the others each on one notebook, chosen where the attack got
-# through the grader of issue 13 (see the table in README "Grading safety"); wrong-control on each
+# through the grader of issue 13 (see the table in docs/grading-safety.md); wrong-control on each
 # notebook that has a class 3 or 4 attack.
 EVERYWHERE = ["h1-displayhook"]
 CONTROLLED = ("h3-", "h4-")  # wrong-control runs where an attack dresses up its wrong answers

@@ -53,7 +53,7 @@ def library_files() -> list[str]:
 
 def test_the_kit_holds_exactly_what_a_student_needs(kit):
     labs = course.discover()
-    want = {"README.md", "setup.sh", "lab.sh", "requirements.txt", "MANIFEST.txt",
+    want = {"README.md", "setup.sh", "lab.sh", "requirements.txt", "MANIFEST.txt", "LICENSE", "LICENSE-TEXT.md",
             f"wheels/llmrl-{student_kit.project()['version']}-py3-none-any.whl"}
     want |= {f"assignments/{lab.assignment}/{lab.name}.ipynb" for lab in labs}
     assert set(files_of(kit.folder)) == want
@@ -104,13 +104,16 @@ def test_the_wheel_holds_the_library_its_stored_runs_and_its_metadata_only(kit):
         info = f"llmrl-{version}.dist-info/"
         assert sorted(n for n in names if not n.startswith(info)) == library_files()
         assert sorted(n for n in names if n.startswith(info)) == sorted(
-            info + f for f in ("METADATA", "WHEEL", "top_level.txt", "RECORD"))
+            info + f for f in ("METADATA", "WHEEL", "top_level.txt", "RECORD", "licenses/LICENSE",
+                               "licenses/LICENSE-TEXT.md"))
+        assert z.read(info + "licenses/LICENSE") == (ROOT / "LICENSE").read_bytes()
         for name in library_files():  # the library as it is in the repository, not some other copy
             assert z.read(name) == (ROOT / "lib" / name).read_bytes(), name
         metadata = z.read(info + "METADATA").decode()
     requires = [line.split(": ", 1)[1] for line in metadata.splitlines()
                 if line.startswith("Requires-Dist: ") and "extra ==" not in line]
     assert requires == student_kit.project()["dependencies"]
+    assert "License-Expression: MIT AND CC-BY-4.0" in metadata.splitlines()
     # the package's long description is the student README, not the instructors' one
     assert "## 1. Set up (once)" in metadata and "For instructors" not in metadata
 

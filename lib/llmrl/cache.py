@@ -19,7 +19,7 @@ SFT snapshots, picks the student and the sft model closest to the published cali
 others' manifest entries. It prints the calibration of what it wrote. The result is another
 release of the models: on another CPU the bits and possibly the chosen steps differ, so commit it
 together with ``checkpoints.STUDENT_STEP`` / ``SFT_STEP`` (when the steps moved), the regenerated
-notebooks and lab19's stored runs (README, "The course's models").
+notebooks and lab19's stored runs (docs/library.md, "The course's models").
 """
 
 from __future__ import annotations

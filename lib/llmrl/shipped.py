@@ -33,7 +33,7 @@ calibration, :data:`TARGETS`; for the sft model, the closest whose lab19 run sho
 hack), the character model pretrained with each of ``CHARLM_SEEDS`` and chosen by
 :func:`choose_charlm`, all written with a new manifest (``--parts`` rebuilds some of them). On another CPU a rebuild gives
 other bits and possibly other steps: that is a new release of the models, to be committed with the
-notebooks and stored runs regenerated on top of it (README, "The course's models").
+notebooks and stored runs regenerated on top of it (docs/library.md, "The course's models").
 """
 
 from __future__ import annotations
