@@ -628,7 +628,9 @@ assert _ps[0, 1] == 0 and np.all(np.isfinite(_ps))
 # Now the real model: the course's SFT TinyLM (about 100k parameters) after supervised training on
 # additions like `37+48=85`. We ask it 200 fixed two-digit problems, 8 samples each, at several
 # temperatures, with **your** `sample_with_temperature` choosing every token, and count how often
-# it is right and how many different answers the 8 samples give. The sweep runs three times, with
+# it is right and how many different answers the 8 samples give. An answer is a number: a hot
+# sample such as `8+5` or one with a stray padding token is malformed, no answer at all, and is
+# not counted among the different answers (it still counts as wrong). The sweep runs three times, with
 # seeds 0, 1 and 2 (each seed draws its own samples): the table gives the mean and the standard
 # deviation over the seeds, the plot every seed as a thin line under the mean.
 

@@ -244,12 +244,19 @@ plt.show()
 # **Back of the envelope.** On the 2-digit problems, an honest answer to a sum $\ge 100$ has 3
 # digits anyway, so padding changes only the answers to small sums: there it trades the exact-answer
 # credit (earned with probability $p$, the current accuracy on small sums) for $w$. Padding pays in
-# expectation once $w > p$. Move the sliders: `w` is the rubric weight, `accuracy` the student's
-# accuracy on small sums (it starts at the measured value). The right panel shows the trained run
-# whose weight is closest to `w`, from this notebook and from any command-line sweep you ran.
+# expectation once $w > p$. The next cell measures $p$ for the student before training (sampled at
+# T = 1 on 2-digit problems whose sum is below 100; the 2-digit pass@1 above also counts the sums of
+# 100 and more). Move the sliders: `w` is the rubric weight, `accuracy` the student's accuracy on
+# small sums (it starts at the measured value). The right panel shows the trained run whose weight
+# is closest to `w`, from this notebook and from any command-line sweep you ran.
+
+# %%
+_n_small = 50 if SHORT else 400
+_acc_small = lab21.small_sum_accuracy(n_problems=_n_small)
+print(f"the student's accuracy on sums below 100 (T = 1, {_n_small} problems x 4 samples): p = {_acc_small:.3f}, "
+      f"so padding pays once w > {_acc_small:.2f}")
 
 # %% tags=["nbval-ignore-output"]
-_acc_small = p2["binary"][0]["evals"]["gold_pass@1"][0]
 _runs = {**lab21.load_results("project2"), **p2}  # command-line sweeps, then this notebook's runs
 lab21.rubric_weight_widget(_runs, accuracy_small=_acc_small)
 
@@ -259,8 +266,8 @@ lab21.rubric_weight_widget(_runs, accuracy_small=_acc_small)
 # Why might training need a larger $w$ than the expectation argument says? (ii) Add a **pitfall**:
 # a rubric item with a negative weight that fires on the hack and not on honest answers. Define it
 # below and run the `+pitfall` arm; it should remove the padding without costing gold accuracy.
-# Start below 1: with this rubric the rule puts the threshold at the accuracy on small sums, about
-# 0.3 for this student. **What you should find:** a weight where the padded share jumps, near the
+# Start below 1: with this rubric the rule puts the threshold at the accuracy on small sums, the $p$
+# printed above. **What you should find:** a weight where the padded share jumps, near the
 # rule's threshold; with a good pitfall item the `+pitfall` arm's padded share drops back to the
 # binary run's level. The cell below prints both.
 
@@ -351,6 +358,10 @@ for arm, runs in p3.items():
 _hits = [round(sum(r["curve"]["sampled_accuracy"]) * r["config"]["n_prompts"] * r["config"]["group_size"])
          for r in p3["target-only"]]
 print(f"target-only: correct answers among all its training samples, per seed: {_hits}")
+_drift = [np.mean([r["evals"][f"sampled_accuracy_{b}"][0] - r["evals"][f"sampled_accuracy_{b}"][-1] for b in _2d])
+          for r in p3["target-only"]]
+print(f"target-only: start minus end on the 2-digit buckets (each evaluation draws fresh samples), per seed: "
+      f"{np.round(_drift, 3).tolist()}, mean {np.mean(_drift):+.3f}")
 
 # %%
 fig, axes = plt.subplots(1, 4, figsize=(19, 4.3))

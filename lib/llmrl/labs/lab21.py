@@ -57,7 +57,7 @@ from ..utils import check_float, check_int, mean_sd
 
 __all__ = ["EXPECTED", "PROJECTS", "PROJECT0_ARMS", "PROJECT1_ARMS", "PROJECT2_ARMS", "PROJECT3_ARMS",
            "PROJECT4_ARMS", "PROJECT5_ARMS", "CLIP_BOUNDS", "TRAINED_WEIGHTS", "BucketSampler", "Project",
-           "crossing_k", "describe_setup", "final", "honest_vs_pad", "load_results", "load_student", "load_teacher", "main",
+           "crossing_k", "describe_setup", "final", "honest_vs_pad", "small_sum_accuracy", "load_results", "load_student", "load_teacher", "main",
            "pad_share_small_sums", "pass_curves", "project0", "project1", "project2", "project3", "project4",
            "project5", "rubric_for", "rubric_weight_figure", "rubric_weight_widget", "run", "seed_spread", "start_value",
            "stylish_runs", "summary_table"]
@@ -300,6 +300,16 @@ def _arm2(arm, seeds, steps=200, n_prompts=16, group_size=8, lr=None, reward_fns
                          eval_every=_eval_every(steps, eval_every), progress=progress)
     return _results(hists, cfg, ["reward_mean", "sampled_accuracy", "entropy_token_mean_nats", "pad_share_small_sums"],
                    reward=getattr(reward, "__name__", repr(reward)))
+
+
+def small_sum_accuracy(student=None, n_problems: int = 400, n_samples: int = 4, seed: int = 0) -> float:
+    """The student's sampled (T = 1) accuracy on 2-digit + 2-digit problems whose sum is below 100:
+    the p of :func:`honest_vs_pad`, where padding starts to pay (``n_problems`` fixed problems,
+    ``n_samples`` each; the default student is lab21's)."""
+    model = _student(student)
+    probs = eval_problems(check_int("n_problems", n_problems, minimum=1), ["2d+2d_lt100"], seed=12345)
+    r = generate(model, probs, check_int("n_samples", n_samples, minimum=1), 1.0, seed)
+    return float(is_correct(r.responses, r.answers).float().mean())
 
 
 @lru_cache(maxsize=1)
