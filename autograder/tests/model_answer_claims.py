@@ -450,20 +450,22 @@ def _lab19_noise_never_down(out: str) -> Optional[str]:
 
 
 def _lab19_hack_rows(out: str) -> dict[str, list[dict[str, float]]]:
-    """Part 2's per-seed lines: {label: [{start, best, end, length, kl}, ...]}."""
+    """Part 2's per-seed lines: {label: [{start, mid, end, length, kl, peak_step}, ...]} (mid: steps 41-60)."""
     rows: dict[str, list[dict[str, float]]] = {}
-    for m in re.finditer(rf"^(.+?)\s+seed \d+: accuracy ({FLOAT}) -> best ({FLOAT}) \(step \d+\) -> end ({FLOAT}), "
-                         rf"length ({FLOAT}), KL ({FLOAT})", out, re.M):
+    for m in re.finditer(rf"^(.+?)\s+seed \d+: accuracy ({FLOAT}) -> ({FLOAT}) \(steps \d+-\d+\) -> end ({FLOAT}), "
+                         rf"length ({FLOAT}), KL ({FLOAT}), training reward {FLOAT}; best 10 steps end at step (\d+)",
+                         out, re.M):
         rows.setdefault(m.group(1).strip(), []).append(
-            dict(zip(("start", "best", "end", "length", "kl"), map(float, m.groups()[1:]))))
-    assert rows, "no per-seed lines 'LABEL seed S: accuracy a -> best b ...' in the output"
+            dict(zip(("start", "mid", "end", "length", "kl", "peak_step"), map(float, m.groups()[1:]))))
+    assert rows, "no per-seed lines 'LABEL seed S: accuracy a -> b (steps 41-60) -> end ...' in the output"
     return rows
 
 
 def _lab19_hack_rises_first(out: str) -> Optional[str]:
+    # "first gets a little better": on every seed the fixed window around step 50 is above the first 10 steps
     no_kl = _lab19_hack_rows(out)["proxy, no KL"]
-    bad = [r for r in no_kl if r["best"] <= r["start"]]
-    return None if not bad else f"seeds whose best 10-step accuracy is not above their start: {bad}"
+    bad = [r for r in no_kl if r["mid"] <= r["start"]]
+    return None if not bad else f"seeds whose accuracy over steps 41-60 is not above their start: {bad}"
 
 
 def _lab19_clip_shares(out: str) -> Optional[str]:
@@ -569,7 +571,23 @@ def _p0_full_ahead_every_seed(out: str) -> Optional[str]:
     return None if d > 0 and m.group(1) == m.group(2) else f"difference {d}, ahead on {m.group(1)} of {m.group(2)}"
 
 
+def _p4_short(out: str) -> Optional[str]:
+    """The short MaxRL run: both arms' pass@1 ends above its start, and the gap between the arms is
+    within twice the evaluation's own standard error (the bracketed ±), 'about the size of' it."""
+    rows = {m.group(1): (float(m.group(2)), float(m.group(3)), float(m.group(4))) for m in re.finditer(
+        rf"^(mean|maxrl)\s+pass@1 ({FLOAT}) ± {FLOAT} \(\d+ seeds\) -> ({FLOAT}) ± {FLOAT} \(\d+ seeds\) \[± ({FLOAT})\]",
+        out, re.M)}
+    assert set(rows) == {"mean", "maxrl"}, "no short MaxRL table"
+    flat = [a for a, (start, end, _) in rows.items() if not end > start]
+    if flat:
+        return f"{flat} do not end above their start"
+    gap, se = abs(rows["mean"][1] - rows["maxrl"][1]), max(r[2] for r in rows.values())
+    return None if gap <= 2 * se else f"the gap {gap:.3f} is more than twice the evaluation's s.e. {se:.3f}"
+
+
 LAB21_TASKS: list[Claim] = [
+    # The short MaxRL run's forward paragraph rests on its table (the cell after it).
+    Claim("lab21/tasks", r"both arms improve pass@1 a little", r"mean\s+pass@1 .* -> .*\[±", _p4_short),
     # Project 0 rests on its summary table and the difference lines below it (the cell after project0(...)).
     Claim("lab21/tasks", r"Dense signals beat the sparse one", r"published start: pass@1", _p0_dense_beats_sparse),
     Claim("lab21/tasks", r"The exact KL beats its one-sample estimate", r"published start: pass@1", _p0_full_beats_sampled),
@@ -610,7 +628,89 @@ def _p5_crosses(out: str) -> Optional[str]:
     return bad or (None if "None" not in ks else f"the curves do not cross on every seed: {ks}")
 
 
+def _p1_collapse(out: str) -> Optional[str]:
+    """Project 1's table: every arm's entropy ends below half its start ('collapses'), and no-clip's
+    pass@1 ends below both clipped arms' ('lowest')."""
+    t = _summary_rows(out, r"symmetric|clip-higher|no-clip")
+    assert set(t) == {"symmetric", "clip-higher", "no-clip"}, "no Project 1 summary table"
+    flat = [a for a, rows in t.items() if not rows[0][1] < 0.5 * rows[0][0]]
+    if flat:
+        return f"{flat} keep more than half their entropy"
+    low = t["no-clip"][1][1] < min(t["symmetric"][1][1], t["clip-higher"][1][1])
+    return None if low else "no-clip's pass@1 does not end lowest"
+
+
+def _p2_w1_barely(out: str) -> Optional[str]:
+    # "gold accuracy barely moves" at w = 1: its gain is under 0.1, less than half binary's
+    t = _p2(out)
+    gain, binary = t["stylish_w1"][0][1] - t["stylish_w1"][0][0], t["binary"][0][1] - t["binary"][0][0]
+    return None if gain < 0.1 and gain < 0.5 * binary else f"w = 1 gains {gain:.3f} (binary {binary:.3f})"
+
+
+def _p3(out: str) -> dict[str, list[tuple[float, float]]]:
+    t = _summary_rows(out, r"target-only|uniform|learnability")
+    assert set(t) == {"target-only", "uniform", "learnability"}, "no Project 3 summary table"
+    return t
+
+
+def _p3_ahead(out: str) -> Optional[str]:
+    t = _p3(out)  # columns: 1d+1d, 2d+2d_ge100, 3d+1d
+    return None if t["learnability"][1][1] > t["uniform"][1][1] else "learnability does not end ahead on sum >= 100"
+
+
+def _p3_never(out: str) -> Optional[str]:
+    # "never solves a 3d+1d problem ... no step changes the model": 0 correct training answers on every seed,
+    # and what the buckets show is noise: the mean start-minus-end drift within 0.045 (two standard errors of a
+    # three-seed mean of two fresh 300-sample evaluations, reproduce's lab21.p3-target-only-drift)
+    m = re.search(r"target-only: correct answers among all its training samples, per seed: \[([\d, ]+)\]", out)
+    d = re.search(rf"target-only: start minus end on the 2-digit buckets .* mean ({FLOAT})", out)
+    assert m and d, "no target-only lines"
+    hits = [int(x) for x in m.group(1).split(",")]
+    if any(hits):
+        return f"target-only solved {hits} training samples"
+    return None if abs(float(d.group(1))) <= 0.045 else f"target-only's buckets moved by {d.group(1)}: more than noise"
+
+
+def _p5_none_inside(out: str) -> Optional[str]:
+    m = re.search(r"the curves cross at k = \[([^\]]*)\]", out)
+    ks = [int(k) for k in m.group(1).split(",") if k.strip().isdigit()]
+    inside = [k for k in ks if 16 <= k <= 32]
+    return f"seeds cross inside 16-32 at {inside}" if inside else None
+
+
+def _p5_mean_cross(out: str) -> Optional[str]:
+    m = re.search(r"the mean curves \(the thick lines of the plot\) cross at k = (\d+)", out)
+    assert m, "no mean-curve crossing line"
+    return None if 1 <= int(m.group(1)) <= 64 else f"mean curves cross at {m.group(1)}"
+
+
+def _p5_3d1d_zero(out: str) -> Optional[str]:
+    m = re.search(rf"3d\+1d: pass@64 ({FLOAT}) -> ({FLOAT}); largest pass@k of any k and seed: before ({FLOAT}), "
+                  rf"after ({FLOAT})", out)
+    assert m, "no 3d+1d line"
+    return None if max(map(float, m.groups())) == 0.0 else f"3d+1d pass@k reaches {max(map(float, m.groups()))}"
+
+
 LAB21_PROJECTS: list[Claim] = [
+    # Project 1 rests on its summary table (the cell after project1(...)).
+    Claim("lab21/projects", r"Entropy collapses in every arm", r"no-clip\s+\d", _p1_collapse),
+    Claim("lab21/projects", r"gold accuracy barely moves", r"stylish_w1\s+\d", _p2_w1_barely),
+    # Project 3 rests on its summary table and the target-only lines under it.
+    Claim("lab21/projects", r"ends ahead of uniform on sum >= 100", r"learnability\s+\d", _p3_ahead),
+    Claim("lab21/projects", r"Target-only cannot behave as the published arm did", r"target-only: start minus end",
+          _p3_never),
+    Claim("lab21/projects", r"every advantage is 0 and no step changes the model", r"target-only: start minus end",
+          _p3_never),
+    Claim("lab21/projects", r"which a student with a few 3d\+1d successes gets and ours never does",
+          r"target-only: start minus end", _p3_never),
+    Claim("lab21/projects", r"no group ever holds a success", r"target-only: start minus end", _p3_never),
+    # Project 5 rests on its pass@k printout.
+    Claim("lab21/projects", r"The curves cross on every seed, but where varies widely", r"the curves cross at k",
+          lambda out: _p5_crosses(out) or _p5_none_inside(out)),
+    Claim("lab21/projects", r"the thick mean curves of the plot cross at k", r"the mean curves \(the thick lines", _p5_mean_cross),
+    Claim("lab21/projects", r"the crossing of the averaged curves is not the average of the crossings",
+          unchecked="a property of averages (a mean of curves and a mean of their crossing points differ), not a result"),
+    Claim("lab21/projects", r"On 3d\+1d both models stay at 0 at every k", r"3d\+1d: pass@64", _p5_3d1d_zero),
     # Project 2 rests on its summary table (the cell after project2(...)).
     Claim("lab21/projects", r"in our runs the hack already wins there", r"stylish_w1\s+\d", _p2_w1_hacked),
     Claim("lab21/projects", r"Partial credit ends at 0\.540 against binary's 0\.532: no faster", r"stylish_w1\s+\d",

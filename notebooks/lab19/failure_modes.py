@@ -487,12 +487,13 @@ _ok = lab19.check_part2(hack_runs, REFERENCE)
 runs = {"proxy, no KL": hack_runs["0"], "proxy, beta = 0.05": hack_runs["0.05"], "gold reward": hack_runs["gold"]}
 fig = lab19.plot_hacking(runs, lab19.ARTIFACTS / "hack.png")
 plt.show()
-for _label, _run in runs.items():  # every seed's summary (10-step means; the end: the last 20 steps)
+_w = "-".join(map(str, lab19.MID_WINDOW))
+for _label, _run in runs.items():  # every seed: steps 1-10, steps 41-60 (around step 50), the last 20 steps
     for _seed, _r in zip(SEEDS, _run):
         _s = lab19.hack_summary(_r)
-        print(f"{_label:18s} seed {_seed}: accuracy {_s['accuracy_start']:.2f} -> best {_s['accuracy_peak']:.2f} "
-              f"(step {_s['peak_step']}) -> end {_s['final_accuracy']:.2f}, length {_s['final_length']:.2f}, "
-              f"KL {_s['final_kl']:.1f}, training reward {_s['final_proxy']:.2f}")
+        print(f"{_label:18s} seed {_seed}: accuracy {_s['accuracy_start']:.2f} -> {_s['accuracy_mid']:.2f} (steps {_w}) "
+              f"-> end {_s['final_accuracy']:.2f}, length {_s['final_length']:.2f}, KL {_s['final_kl']:.1f}, "
+              f"training reward {_s['final_proxy']:.2f}; best 10 steps end at step {_s['peak_step']}")
 # every number as the mean ± standard deviation over your runs' seeds
 print(lab19.expected_report(lab19.part2_values({"hacking_seeds": hack_runs})))
 

@@ -55,8 +55,52 @@ EXPECTED = {
     "clip_high_of_positive_rare": 0.90, "clip_high_of_positive_common": 0.0,
 }
 
-#: The published numbers we could not match, with the reason (printed under them by
-#: :func:`expected_report`; the search behind them: docs/reproducibility.md, "lab19 calibration").
+def _seeds_of(values: dict, key: str) -> list[float]:
+    v = values.get(key, [])
+    return [float(x) for x in (v if isinstance(v, (list, tuple)) else [v])]
+
+
+def _hack_note(values: dict) -> str | None:
+    """Under the hack's end: how many seeds completed it, computed from the numbers printed above it."""
+    length, acc = _seeds_of(values, "hack_final_length"), _seeds_of(values, "hack_final_accuracy")
+    kl = _seeds_of(values, "hack_final_kl")
+    if not length or len(length) != len(acc):
+        return None
+    done = [i for i, (n, a) in enumerate(zip(length, acc)) if n >= HACK_DONE["length"] and a <= HACK_DONE["accuracy"]]
+    if len(done) == len(length):
+        return (f"every seed completed the hack within 300 steps (length {min(length):.2f}-{max(length):.2f}, "
+                f"accuracy at most {max(acc):.2f}, KL {min(kl):.1f}-{max(kl):.1f} nats), as in the published run")
+    rest = [i for i in range(len(length)) if i not in done]
+    return (f"the complete hack (length >= {HACK_DONE['length']}, accuracy <= {HACK_DONE['accuracy']} over the last "
+            f"20 steps) came in {len(done)} of {len(length)} runs; the others still pad part of the way at step 300 "
+            f"(length {min(length[i] for i in rest):.2f}-{max(length[i] for i in rest):.2f}, accuracy "
+            f"{min(acc[i] for i in rest):.2f}-{max(acc[i] for i in rest):.2f}): the published statement is one run's")
+
+
+def _entropy_note(values: dict) -> str | None:
+    """Under the entropies: whether they reached the published levels, from the numbers above."""
+    clipped, free = _seeds_of(values, "entropy_end_clipped"), _seeds_of(values, "entropy_end_no_upper")
+    if not clipped:
+        return None
+    m, m_free = float(np.mean(clipped)), float(np.mean(free)) if free else float("nan")
+    if abs(m - EXPECTED["entropy_end_clipped"]) <= 0.03 and (not free or abs(m_free - EXPECTED["entropy_end_no_upper"]) <= 0.03):
+        return None
+    return (f"after 120 steps the clipped runs' entropy is {m:.3f} and without an upper clip {m_free:.3f}, against "
+            "the published ~0.15 and ~0.19: on this model the entropy falls more slowly per step (no candidate "
+            "of the search for the sft model reached 0.15 +- 0.03 at lab19's settings: docs/lab19-calibration.md)")
+
+
+def _clip_note(values: dict) -> str | None:
+    rare = _seeds_of(values, "clip_high_of_positive_rare")
+    if not rare or float(np.mean(rare)) > EXPECTED["clip_high_of_positive_rare"]:
+        return None
+    return (f"{float(np.mean(rare)):.2f} of the rare positive-advantage tokens, below the published 'over 0.90' "
+            "(counted in epochs 2-4 of the second half of the run, where clipping is possible)")
+
+
+#: Notes printed under the numbers by :func:`expected_report`: a text, or a function of the values
+#: printed (so that a note can only say what the numbers above it show), None when there is nothing
+#: to note.
 NOTES = {
     "exact_gold_gain_n3000": (
         "differs from the published +0.10. A pool of 200,000 is a fair sample at n = 3000: over pool "
@@ -64,21 +108,9 @@ NOTES = {
         "cannot both hold in the mean over seeds. The pool model is calibrated to the pool's value, the "
         "peak at best-of-10 and the fit (alpha 1.1 and beta 0.47 themselves give -0.38 at n = 3000); no "
         "candidate of the search put the exact value near +0.10 with the peak at best-of-10."),
-    "hack_final_kl": (
-        "the last three numbers differ from the published 0, 4 and ~15: the complete hack (every response "
-        "at 4 characters, accuracy 0, KL ~16 nats) comes by step 300 in only some seeds (2 of seeds 0-4: "
-        "0 and 3); the others still pad one digit there (length 3.0, KL 4-5 nats, accuracy 0.4-0.5). A higher "
-        "learning rate completes it in 3 of 5 seeds, not all, and pulls the early accuracy below the "
-        "published 0.52 (7e-4: 0.47, 1e-3: 0.34), so the learning rate stays 5e-4."),
-    "entropy_end_no_upper": (
-        "the last two entropies differ from the published ~0.15 and ~0.19: on this TinyLM the entropy "
-        "levels off near 0.21 within 120 steps (0.26 without an upper clip), about 0.12 below its start. "
-        "Other learning rates (3e-4, 7e-4, 1e-3), std-normalised advantages and sampling at temperature "
-        "0.8 all ended the symmetric run at 0.21-0.25, so the settings stay."),
-    "clip_high_of_positive_rare": (
-        "differs from the published 'over 0.90': about 0.85 here (epochs 2-4, second half of the run). A "
-        "higher learning rate raises it to 0.87 but also the common tokens' share (0.06-0.08, no longer "
-        "'almost none') and costs accuracy; a lower one (3e-4) drops it to 0.72."),
+    "hack_final_kl": _hack_note,
+    "entropy_end_no_upper": _entropy_note,
+    "clip_high_of_positive_rare": _clip_note,
 }
 
 #: Settings of the reward-hacking runs (SFT TinyLM, 16 prompts x 8 samples, mean-centred advantages).
@@ -559,8 +591,10 @@ def expected_report(values: dict, keys=None, notes: dict | None = NOTES) -> str:
         else:
             text = f"{ours!s:>8}"
         lines.append(f"{k:32s} ours {text}   published {theirs!s:>8}")
-        if k in (notes or {}):
-            lines.extend("    " + part for part in textwrap.wrap("note: " + notes[k], 96))
+        note = (notes or {}).get(k)
+        note = note(values) if callable(note) else note
+        if note:
+            lines.extend("    " + part for part in textwrap.wrap("note: " + note, 96))
     return "\n".join(lines)
 
 
