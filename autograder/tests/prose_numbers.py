@@ -95,8 +95,10 @@ PROSE = [
             f"[{_HW4}.DEFAULTS[('format_copy', 'grpo')]['lr'], {_HW4}.DEFAULTS[('math_hard', 'grpo')]['lr']]"),
     Setting("hw4/llm_rl", r"Everything else is as published",
             f"(lambda c: [c.temperature, c.top_p, c.clip_eps, c.kl_coef, c.max_grad_norm, *c.betas])({_HW4}.HW4Config())"),
-    Published("hw4/llm_rl", r"GR-REINFORCE near 0\.31, GRPO above 0\.37",
-              r"^published \(1\.5B model, LoRA, GPU, MATH level 5\)"),
+    Example("hw4/llm_rl", r"to the maximum of 1\.3 within these steps",
+            "format_copy's largest reward, 0.2 + 0.1 + 1.0 as the task's reward states it (tag, clean tag, number)"),
+    Example("hw4/llm_rl", r"format_copy's reward reaches 1\.3 within the run",
+            "format_copy's largest reward, 0.2 + 0.1 + 1.0 as the task's reward states it (tag, clean tag, number)"),
     Setting("hw4/llm_rl", r"A run counts as degraded", f"(lambda t: [t, 1.3 * t])({_TOL})"),
     # ---------------------------------------------------------------- lab11
     Example("lab11/llm_as_policy", r"In the \"worked\" scenario the first token is",

@@ -456,11 +456,11 @@ def prose_problems(lab, nb) -> list[str]:
                             "no entry of prose_numbers.py says what it is (a setting of the code, the published value "
                             "the notebook prints, or the text's own example)")
             continue
-        for e in covering:
-            used.add(id(e))
-            verdict = e.verify([_number(NUM.match(w)) for w in left], outputs)
-            if verdict:
-                problems.append(f"cell {item.cell}: {item.sentence!r}: {verdict}")
+        used.update(id(e) for e in covering)
+        for w in left:  # each number must be what one of the entries that cover the sentence says it is
+            verdicts = [e.verify([_number(NUM.match(w))], outputs) for e in covering]
+            if all(verdicts):
+                problems.append(f"cell {item.cell}: {w} in {item.sentence!r}: " + "; ".join(verdicts))
     problems += [f"prose_numbers.py: no sentence of {e.notebook} with a number to explain matches {e.says!r} any more: "
                  "remove or update the entry" for e in entries if id(e) not in used]
     return problems
