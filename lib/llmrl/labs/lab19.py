@@ -64,8 +64,8 @@ def _hack_note(values: dict) -> str | None:
     """Under the hack's end: how many seeds completed it, computed from the numbers printed above it."""
     length, acc = _seeds_of(values, "hack_final_length"), _seeds_of(values, "hack_final_accuracy")
     kl = _seeds_of(values, "hack_final_kl")
-    if not length or len(length) != len(acc):
-        return None
+    if len(length) < 2 or len(length) != len(acc):
+        return None  # one number (a mean over seeds, or one run) cannot say how many runs completed it
     done = [i for i, (n, a) in enumerate(zip(length, acc)) if n >= HACK_DONE["length"] and a <= HACK_DONE["accuracy"]]
     if len(done) == len(length):
         return (f"every seed completed the hack within 300 steps (length {min(length):.2f}-{max(length):.2f}, "
