@@ -248,9 +248,18 @@ def _kl_rows(out: str) -> dict[float, dict[str, float]]:
 
 def _kl_hot_agree(out: str) -> Optional[str]:
     rows = _kl_rows(out)
-    # "within a tenth" of the truth, as the sentence says, at every T above 1
-    off = [f"T = {T:g} {k} {r[k]:.2f}" for T, r in rows.items() if T > 1 for k in ("k1", "k3") if abs(r[k] - 1) > 0.1]
-    return f"more than a tenth away: {', '.join(off)}" if off else None
+    # "within a tenth" of the truth, as the sentence says, at the hottest T
+    r = rows[max(rows)]
+    off = [f"{k} {r[k]:.2f}" for k in ("k1", "k3") if abs(r[k] - 1) > 0.1]
+    return f"more than a tenth away at T = {max(rows):g}: {', '.join(off)}" if off else None
+
+
+def _kl_mid_noisy(out: str) -> Optional[str]:
+    # at T = 1.5: "noisier", yet "most of their error bars still cover it" (both covers above half)
+    r = _kl_rows(out)[1.5]
+    if max(abs(r["k1"] - 1), abs(r["k3"] - 1)) <= 0.1:
+        return "at T = 1.5 both are within a tenth: not noisier"
+    return None if min(r["k1_covers"], r["k3_covers"]) > 0.5 else f"bars cover {r['k1_covers']}, {r['k3_covers']}"
 
 
 def _kl_sharp_low(out: str) -> Optional[str]:
@@ -403,7 +412,10 @@ LAB11: list[Claim] = [
     Claim("lab11/llm_as_policy", r"The seeds lie close together", r"distinct answers among 8: .* ±", _sweep_seeds_close),
     # Experiment 2 rests on the KL table ('T = x: exact KL ... | median batch / exact: k1 a, k3 b | ...').
     Claim("lab11/llm_as_policy", r"k1 and k3 both sit close to the exact value", r"median batch / exact", _kl_hot_agree),
-    Claim("lab11/llm_as_policy", r"k3's median batch is well under half of the truth", r"median batch / exact",
+    Claim("lab11/llm_as_policy", r"this draw of 16 batches is noisier", r"median batch / exact", _kl_mid_noisy),
+    Claim("lab11/llm_as_policy", r"Draw again with another\s+and those two move", unchecked="what another draw would "
+          "do (the notebook draws one; lib/tests/test_lab11.py runs seeds 0-2: 0.70-1.04 at T = 1.5)"),
+    Claim("lab11/llm_as_policy", r"k3's median batch is well under\s+half of it", r"median batch / exact",
           _kl_sharp_low),
     Claim("lab11/llm_as_policy", r"Pooling all 16 batches does not rescue it", r"all batches pooled / exact",
           _kl_sharp_pooled_low),
@@ -452,20 +464,41 @@ def _lab19_noise_never_down(out: str) -> Optional[str]:
 def _lab19_hack_rows(out: str) -> dict[str, list[dict[str, float]]]:
     """Part 2's per-seed lines: {label: [{start, mid, end, length, kl, peak_step}, ...]} (mid: steps 41-60)."""
     rows: dict[str, list[dict[str, float]]] = {}
-    for m in re.finditer(rf"^(.+?)\s+seed \d+: accuracy ({FLOAT}) -> ({FLOAT}) \(steps \d+-\d+\) -> end ({FLOAT}), "
+    for m in re.finditer(rf"^(.+?)\s+seed (\d+): accuracy ({FLOAT}) -> ({FLOAT}) \(steps \d+-\d+\) -> end ({FLOAT}), "
                          rf"length ({FLOAT}), KL ({FLOAT}), training reward {FLOAT}; best 10 steps end at step (\d+)",
                          out, re.M):
         rows.setdefault(m.group(1).strip(), []).append(
-            dict(zip(("start", "mid", "end", "length", "kl", "peak_step"), map(float, m.groups()[1:]))))
+            dict(zip(("seed", "start", "mid", "end", "length", "kl", "peak_step"), map(float, m.groups()[1:]))))
     assert rows, "no per-seed lines 'LABEL seed S: accuracy a -> b (steps 41-60) -> end ...' in the output"
     return rows
 
 
 def _lab19_hack_rises_first(out: str) -> Optional[str]:
-    # "first gets a little better": on every seed the fixed window around step 50 is above the first 10 steps
+    # "gets better on most seeds ... seeds 0, 1 and 4 rise ... seeds 2 and 3 peak earlier and are back
+    # where they started": the seeds whose accuracy over steps 41-60 is above their first 10 steps are
+    # 0, 1 and 4 (a majority), and seeds 2 and 3 have their best window end before step 41
     no_kl = _lab19_hack_rows(out)["proxy, no KL"]
-    bad = [r for r in no_kl if r["mid"] <= r["start"]]
-    return None if not bad else f"seeds whose accuracy over steps 41-60 is not above their start: {bad}"
+    rising = {int(r["seed"]) for r in no_kl if r["mid"] > r["start"]}
+    early = {int(r["seed"]) for r in no_kl if r["peak_step"] < 41 and r["mid"] <= r["start"]}
+    if rising != {0, 1, 4} or early != {2, 3}:
+        return f"rising over steps 41-60: {sorted(rising)}; peaking before step 41 and back at the start: {sorted(early)}"
+    return None
+
+
+def _lab19_hack_complete(out: str) -> Optional[str]:
+    # "every seed goes all the way": length 4.00 (>= 3.9) and accuracy 0.00 (<= 0.05) at the end, gold near 0.8
+    rows = _lab19_hack_rows(out)
+    bad = [int(r["seed"]) for r in rows["proxy, no KL"] if not (r["length"] >= 3.9 and r["end"] <= 0.05)]
+    return f"seeds {bad} did not complete the hack" if bad else None
+
+
+def _lab19_leash(out: str) -> Optional[str]:
+    # "on every seed ... learns addition instead and ends within 0.1 of the gold-reward run of the same seed"
+    rows = _lab19_hack_rows(out)
+    gold = {int(r["seed"]): r["end"] for r in rows["gold reward"]}
+    bad = [int(r["seed"]) for r in rows["proxy, beta = 0.05"] if abs(r["end"] - gold[int(r["seed"])]) > 0.1
+           or r["length"] >= 3.0]
+    return f"seeds {bad} pad or end more than 0.1 from their gold run" if bad else None
 
 
 def _lab19_clip_shares(out: str) -> Optional[str]:
@@ -496,7 +529,16 @@ LAB19: list[Claim] = [
     Claim("lab19/failure_modes", r"noise-only proxy the gold gain never turns down",
           r"noise-only proxy, smallest step", _lab19_noise_never_down),
     # Part 2 rests on the per-seed lines under the hacking plot.
-    Claim("lab19/failure_modes", r"a little better at addition", r"proxy, no KL\s+seed", _lab19_hack_rises_first),
+    Claim("lab19/failure_modes", r"first gets better at addition on most seeds", r"proxy, no KL\s+seed",
+          _lab19_hack_rises_first),
+    Claim("lab19/failure_modes", r"on seeds 0, 1 and 4 its accuracy rises", r"proxy, no KL\s+seed", _lab19_hack_rises_first),
+    Claim("lab19/failure_modes", r"Every seed goes all the way within 300 steps", r"proxy, no KL\s+seed",
+          _lab19_hack_complete),
+    Claim("lab19/failure_modes", r"learns addition instead and ends within 0\.1", r"proxy, beta = 0\.05\s+seed",
+          _lab19_leash),
+    Claim("lab19/failure_modes", r"\*When\* the hack takes over is a matter of the seed", r"proxy, no KL\s+seed",
+          lambda out: None if (lambda s: max(s) - min(s) >= 50)([r["peak_step"] for r in _lab19_hack_rows(out)["proxy, no KL"]])
+          else "the seeds' peak steps lie within 50 steps of each other"),
     # Part 3 rests on the table under the entropy plot.
     Claim("lab19/failure_modes", r"rarely touches common tokens", r"clip_high_of_positive_common\s+ours",
           _lab19_clip_shares),

@@ -112,6 +112,8 @@ PROSE = [
             "the hand example's own inputs (the visible test checks it)"),
     Setting("lab19/failure_modes", r"4 gradient epochs per batch .* learning rate 5e-4",
             "llmrl.labs.lab19.ENTROPY_SETTINGS['lr']"),
+    Setting("lab19/failure_modes", r"16 prompts with 8 samples each per step, learning rate 5e-4, 300 steps",
+            "llmrl.labs.lab19.HACK_SETTINGS['lr']"),
     # ---------------------------------------------------------------- lab21
     Setting("lab21/projects", r"DAPO's \"clip-higher\" raises only the upper bound",
             "[llmrl.labs.lab21.CLIP_BOUNDS[a][k] for a in ('symmetric', 'clip-higher') for k in (0, 1)]"),
