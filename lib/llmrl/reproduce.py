@@ -136,11 +136,17 @@ SLOWER_P0 = ("the split of the 64 sequences into prompts x samples, which is not
              "8 x 8 falls short (docs/lab21-calibration.md, second search)")
 ENT_ABOUT = "a single seed's entropy to two or three figures: ±0.03 nats/token covers seed spread"
 GREEDY = "greedy decoding: the same answers on every seed, so one value"
-# Why lab19's claims that the shipped sft model misses differ (shown only where they do; the search
-# for that model: docs/lab19-calibration.md).
-HACK_PARTIAL = ""
-ENT_FLOOR = ""
-CLIP_RARE = ""
+# Why lab19's claims differ where the shipped sft model misses them (shown only where they do). The model
+# was chosen by a recorded search (docs/lab19-calibration.md) whose gates were the entropy level, the
+# hack's completion and lab11's greedy accuracy; these reasons come from its records.
+SFT_SHARPER = ("the sft model is sharper at T = 1 than the published one: of the 17 candidates of the model's search "
+               "(docs/lab19-calibration.md), the only one through all three of its gates (entropy after 120 steps, "
+               "the hack completed, greedy accuracy) starts here")
+HACK_PARTIAL = ("the complete hack came on fewer seeds than a published run's statement needs (the search's gate asked "
+                "for 4 of 5)")
+ENT_FLOOR = ("the entropy ends above the published level (the search's gate asked for 0.15 +- 0.03 after 120 steps)")
+CLIP_RARE = ("epochs 2-4 of the second half of the run, where clipping is possible, give 0.85-0.90 on the five seeds; "
+             "every candidate of the sft model's search stayed below 0.90 (0.78-0.89, docs/lab19-calibration.md)")
 CLIP_COMMON = ""
 
 
@@ -278,7 +284,7 @@ def _claims() -> list[Claim]:
     h = lambda arm, k: (lambda r: r["lab19/hacking"][arm][k])  # noqa: E731
     w0, w1 = MID_WINDOW
     add("lab19.hack-acc-start", "lab19", "Proxy reward, no KL: sampled accuracy over the first 10 steps.",
-        "about 0.52", H, h("0", "accuracy_start"), near(0.52, 0.05, ACC_ABOUT))
+        "about 0.52", H, h("0", "accuracy_start"), near(0.52, 0.05, ACC_ABOUT), known=SFT_SHARPER)
     add("lab19.hack-acc-mid", "lab19", f"Its accuracy around step 50 (steps {w0}-{w1}, a fixed window), where "
         "the published run stood at its rise.", "about 0.62", H, h("0", "accuracy_mid"), near(0.62, 0.05, ACC_ABOUT))
     add("lab19.hack-rises-first", "lab19", f"Accuracy first rises (accuracy over steps {w0}-{w1} minus the first "
@@ -287,7 +293,9 @@ def _claims() -> list[Claim]:
         above(0.0, "a direction"), qualitative=True)
     add("lab19.hack-peak-step", "lab19", "Step at which the run's best 10-step accuracy window ends (where it "
         "peaks; a location, its value is not claimed).", "around 50", H, h("0", "peak_step"),
-        near(50, 25, "'around step 50': ±25 steps, half the distance to the start"), fmt="{:.0f}")
+        near(50, 25, "'around step 50': ±25 steps, half the distance to the start"), fmt="{:.0f}",
+        known="the peak's step scatters widely by seed (a location, not a level): on some seeds accuracy keeps "
+              "rising well past step 50 before the hack takes over, on others it peaks before step 30")
     add("lab19.hack-completed", "lab19", "The hack completes within 300 steps: every response at the 4-character "
         "maximum and accuracy at 0 (seeds whose last 20 steps have mean length >= 3.9 and accuracy <= 0.05; the "
         "published statement is one run's, so it must hold on at least 4 of 5 seeds).", "falls to 0 at length 4",
@@ -320,7 +328,7 @@ def _claims() -> list[Claim]:
     N = ("lab19/entropy",)
     en = lambda arm, k: (lambda r: r["lab19/entropy"][arm][k])  # noqa: E731
     add("lab19.entropy-start", "lab19", "Entropy at the start of the 4-epoch runs, nats per token.", "about 0.35",
-        N, en("symmetric", "entropy_start"), near(0.35, 0.03, ENT_ABOUT))
+        N, en("symmetric", "entropy_start"), near(0.35, 0.03, ENT_ABOUT), known=SFT_SHARPER)
     add("lab19.entropy-end", "lab19", "Entropy after 120 steps (the last 10), mean of the symmetric and "
         "clip-higher runs.", "about 0.15", N, lambda r: 0.5 * (r["lab19/entropy"]["symmetric"]["entropy_end"]
                                                                + r["lab19/entropy"]["clip-higher"]["entropy_end"]),

@@ -4,7 +4,7 @@ The published lab11 and lab19 start from one SFT TinyLM ("about 80% greedy, 55% 
 30% at T = 2") and report what RL does to it: with the proxy reward and no KL the policy pads every
 answer to the 4-character maximum and its accuracy falls to 0; with 4 epochs a batch its entropy
 falls from about 0.35 to about 0.15 nats per token within 120 steps. The course's earlier sft model
-(the ReLU run of ``checkpoints.COURSE_SFT``, step 362) was the snapshot nearest the calibration whose
+(step 362 of the ReLU run of seed 0 of the course's recipe) was the snapshot nearest the calibration whose
 lab19 run of seed 0 hacked; on the five seeds the notebook trains it completed the hack on 2 and its
 entropy stood at 0.21 after 120 steps, still falling. This module searches again, judging every
 candidate on every seed.
