@@ -248,9 +248,18 @@ def _kl_rows(out: str) -> dict[float, dict[str, float]]:
 
 def _kl_hot_agree(out: str) -> Optional[str]:
     rows = _kl_rows(out)
-    # "within a tenth" of the truth, as the sentence says, at every T above 1
-    off = [f"T = {T:g} {k} {r[k]:.2f}" for T, r in rows.items() if T > 1 for k in ("k1", "k3") if abs(r[k] - 1) > 0.1]
-    return f"more than a tenth away: {', '.join(off)}" if off else None
+    # "within a tenth" of the truth, as the sentence says, at the hottest T
+    r = rows[max(rows)]
+    off = [f"{k} {r[k]:.2f}" for k in ("k1", "k3") if abs(r[k] - 1) > 0.1]
+    return f"more than a tenth away at T = {max(rows):g}: {', '.join(off)}" if off else None
+
+
+def _kl_mid_noisy(out: str) -> Optional[str]:
+    # at T = 1.5: "noisier", yet "most of their error bars still cover it" (both covers above half)
+    r = _kl_rows(out)[1.5]
+    if max(abs(r["k1"] - 1), abs(r["k3"] - 1)) <= 0.1:
+        return "at T = 1.5 both are within a tenth: not noisier"
+    return None if min(r["k1_covers"], r["k3_covers"]) > 0.5 else f"bars cover {r['k1_covers']}, {r['k3_covers']}"
 
 
 def _kl_sharp_low(out: str) -> Optional[str]:
@@ -403,7 +412,10 @@ LAB11: list[Claim] = [
     Claim("lab11/llm_as_policy", r"The seeds lie close together", r"distinct answers among 8: .* ±", _sweep_seeds_close),
     # Experiment 2 rests on the KL table ('T = x: exact KL ... | median batch / exact: k1 a, k3 b | ...').
     Claim("lab11/llm_as_policy", r"k1 and k3 both sit close to the exact value", r"median batch / exact", _kl_hot_agree),
-    Claim("lab11/llm_as_policy", r"k3's median batch is well under half of the truth", r"median batch / exact",
+    Claim("lab11/llm_as_policy", r"this draw of 16 batches is noisier", r"median batch / exact", _kl_mid_noisy),
+    Claim("lab11/llm_as_policy", r"Draw again with another\s+and those two move", unchecked="what another draw would "
+          "do (the notebook draws one; lib/tests/test_lab11.py runs seeds 0-2: 0.70-1.04 at T = 1.5)"),
+    Claim("lab11/llm_as_policy", r"k3's median batch is well under\s+half of it", r"median batch / exact",
           _kl_sharp_low),
     Claim("lab11/llm_as_policy", r"Pooling all 16 batches does not rescue it", r"all batches pooled / exact",
           _kl_sharp_pooled_low),
@@ -450,20 +462,43 @@ def _lab19_noise_never_down(out: str) -> Optional[str]:
 
 
 def _lab19_hack_rows(out: str) -> dict[str, list[dict[str, float]]]:
-    """Part 2's per-seed lines: {label: [{start, best, end, length, kl}, ...]}."""
+    """Part 2's per-seed lines: {label: [{start, mid, end, length, kl, peak_step}, ...]} (mid: steps 41-60)."""
     rows: dict[str, list[dict[str, float]]] = {}
-    for m in re.finditer(rf"^(.+?)\s+seed \d+: accuracy ({FLOAT}) -> best ({FLOAT}) \(step \d+\) -> end ({FLOAT}), "
-                         rf"length ({FLOAT}), KL ({FLOAT})", out, re.M):
+    for m in re.finditer(rf"^(.+?)\s+seed (\d+): accuracy ({FLOAT}) -> ({FLOAT}) \(steps \d+-\d+\) -> end ({FLOAT}), "
+                         rf"length ({FLOAT}), KL ({FLOAT}), training reward {FLOAT}; best 10 steps end at step (\d+)",
+                         out, re.M):
         rows.setdefault(m.group(1).strip(), []).append(
-            dict(zip(("start", "best", "end", "length", "kl"), map(float, m.groups()[1:]))))
-    assert rows, "no per-seed lines 'LABEL seed S: accuracy a -> best b ...' in the output"
+            dict(zip(("seed", "start", "mid", "end", "length", "kl", "peak_step"), map(float, m.groups()[1:]))))
+    assert rows, "no per-seed lines 'LABEL seed S: accuracy a -> b (steps 41-60) -> end ...' in the output"
     return rows
 
 
 def _lab19_hack_rises_first(out: str) -> Optional[str]:
+    # "gets better on most seeds ... seeds 0, 1 and 4 rise ... seeds 2 and 3 peak earlier and are back
+    # where they started": the seeds whose accuracy over steps 41-60 is above their first 10 steps are
+    # 0, 1 and 4 (a majority), and seeds 2 and 3 have their best window end before step 41
     no_kl = _lab19_hack_rows(out)["proxy, no KL"]
-    bad = [r for r in no_kl if r["best"] <= r["start"]]
-    return None if not bad else f"seeds whose best 10-step accuracy is not above their start: {bad}"
+    rising = {int(r["seed"]) for r in no_kl if r["mid"] > r["start"]}
+    early = {int(r["seed"]) for r in no_kl if r["peak_step"] < 41 and r["mid"] <= r["start"]}
+    if rising != {0, 1, 4} or early != {2, 3}:
+        return f"rising over steps 41-60: {sorted(rising)}; peaking before step 41 and back at the start: {sorted(early)}"
+    return None
+
+
+def _lab19_hack_complete(out: str) -> Optional[str]:
+    # "every seed goes all the way": length 4.00 (>= 3.9) and accuracy 0.00 (<= 0.05) at the end, gold near 0.8
+    rows = _lab19_hack_rows(out)
+    bad = [int(r["seed"]) for r in rows["proxy, no KL"] if not (r["length"] >= 3.9 and r["end"] <= 0.05)]
+    return f"seeds {bad} did not complete the hack" if bad else None
+
+
+def _lab19_leash(out: str) -> Optional[str]:
+    # "on every seed ... learns addition instead and ends within 0.1 of the gold-reward run of the same seed"
+    rows = _lab19_hack_rows(out)
+    gold = {int(r["seed"]): r["end"] for r in rows["gold reward"]}
+    bad = [int(r["seed"]) for r in rows["proxy, beta = 0.05"] if abs(r["end"] - gold[int(r["seed"])]) > 0.1
+           or r["length"] >= 3.0]
+    return f"seeds {bad} pad or end more than 0.1 from their gold run" if bad else None
 
 
 def _lab19_clip_shares(out: str) -> Optional[str]:
@@ -494,7 +529,16 @@ LAB19: list[Claim] = [
     Claim("lab19/failure_modes", r"noise-only proxy the gold gain never turns down",
           r"noise-only proxy, smallest step", _lab19_noise_never_down),
     # Part 2 rests on the per-seed lines under the hacking plot.
-    Claim("lab19/failure_modes", r"a little better at addition", r"proxy, no KL\s+seed", _lab19_hack_rises_first),
+    Claim("lab19/failure_modes", r"first gets better at addition on most seeds", r"proxy, no KL\s+seed",
+          _lab19_hack_rises_first),
+    Claim("lab19/failure_modes", r"on seeds 0, 1 and 4 its accuracy rises", r"proxy, no KL\s+seed", _lab19_hack_rises_first),
+    Claim("lab19/failure_modes", r"Every seed goes all the way within 300 steps", r"proxy, no KL\s+seed",
+          _lab19_hack_complete),
+    Claim("lab19/failure_modes", r"learns addition instead and ends within 0\.1", r"proxy, beta = 0\.05\s+seed",
+          _lab19_leash),
+    Claim("lab19/failure_modes", r"\*When\* the hack takes over is a matter of the seed", r"proxy, no KL\s+seed",
+          lambda out: None if (lambda s: max(s) - min(s) >= 50)([r["peak_step"] for r in _lab19_hack_rows(out)["proxy, no KL"]])
+          else "the seeds' peak steps lie within 50 steps of each other"),
     # Part 3 rests on the table under the entropy plot.
     Claim("lab19/failure_modes", r"rarely touches common tokens", r"clip_high_of_positive_common\s+ours",
           _lab19_clip_shares),
@@ -569,7 +613,23 @@ def _p0_full_ahead_every_seed(out: str) -> Optional[str]:
     return None if d > 0 and m.group(1) == m.group(2) else f"difference {d}, ahead on {m.group(1)} of {m.group(2)}"
 
 
+def _p4_short(out: str) -> Optional[str]:
+    """The short MaxRL run: both arms' pass@1 ends above its start, and the gap between the arms is
+    within twice the evaluation's own standard error (the bracketed ±), 'about the size of' it."""
+    rows = {m.group(1): (float(m.group(2)), float(m.group(3)), float(m.group(4))) for m in re.finditer(
+        rf"^(mean|maxrl)\s+pass@1 ({FLOAT}) ± {FLOAT} \(\d+ seeds\) -> ({FLOAT}) ± {FLOAT} \(\d+ seeds\) \[± ({FLOAT})\]",
+        out, re.M)}
+    assert set(rows) == {"mean", "maxrl"}, "no short MaxRL table"
+    flat = [a for a, (start, end, _) in rows.items() if not end > start]
+    if flat:
+        return f"{flat} do not end above their start"
+    gap, se = abs(rows["mean"][1] - rows["maxrl"][1]), max(r[2] for r in rows.values())
+    return None if gap <= 2 * se else f"the gap {gap:.3f} is more than twice the evaluation's s.e. {se:.3f}"
+
+
 LAB21_TASKS: list[Claim] = [
+    # The short MaxRL run's forward paragraph rests on its table (the cell after it).
+    Claim("lab21/tasks", r"both arms improve pass@1 a little", r"mean\s+pass@1 .* -> .*\[±", _p4_short),
     # Project 0 rests on its summary table and the difference lines below it (the cell after project0(...)).
     Claim("lab21/tasks", r"Dense signals beat the sparse one", r"published start: pass@1", _p0_dense_beats_sparse),
     Claim("lab21/tasks", r"The exact KL beats its one-sample estimate", r"published start: pass@1", _p0_full_beats_sampled),
@@ -610,7 +670,89 @@ def _p5_crosses(out: str) -> Optional[str]:
     return bad or (None if "None" not in ks else f"the curves do not cross on every seed: {ks}")
 
 
+def _p1_collapse(out: str) -> Optional[str]:
+    """Project 1's table: every arm's entropy ends below half its start ('collapses'), and no-clip's
+    pass@1 ends below both clipped arms' ('lowest')."""
+    t = _summary_rows(out, r"symmetric|clip-higher|no-clip")
+    assert set(t) == {"symmetric", "clip-higher", "no-clip"}, "no Project 1 summary table"
+    flat = [a for a, rows in t.items() if not rows[0][1] < 0.5 * rows[0][0]]
+    if flat:
+        return f"{flat} keep more than half their entropy"
+    low = t["no-clip"][1][1] < min(t["symmetric"][1][1], t["clip-higher"][1][1])
+    return None if low else "no-clip's pass@1 does not end lowest"
+
+
+def _p2_w1_barely(out: str) -> Optional[str]:
+    # "gold accuracy barely moves" at w = 1: its gain is under 0.1, less than half binary's
+    t = _p2(out)
+    gain, binary = t["stylish_w1"][0][1] - t["stylish_w1"][0][0], t["binary"][0][1] - t["binary"][0][0]
+    return None if gain < 0.1 and gain < 0.5 * binary else f"w = 1 gains {gain:.3f} (binary {binary:.3f})"
+
+
+def _p3(out: str) -> dict[str, list[tuple[float, float]]]:
+    t = _summary_rows(out, r"target-only|uniform|learnability")
+    assert set(t) == {"target-only", "uniform", "learnability"}, "no Project 3 summary table"
+    return t
+
+
+def _p3_ahead(out: str) -> Optional[str]:
+    t = _p3(out)  # columns: 1d+1d, 2d+2d_ge100, 3d+1d
+    return None if t["learnability"][1][1] > t["uniform"][1][1] else "learnability does not end ahead on sum >= 100"
+
+
+def _p3_never(out: str) -> Optional[str]:
+    # "never solves a 3d+1d problem ... no step changes the model": 0 correct training answers on every seed,
+    # and what the buckets show is noise: the mean start-minus-end drift within 0.045 (two standard errors of a
+    # three-seed mean of two fresh 300-sample evaluations, reproduce's lab21.p3-target-only-drift)
+    m = re.search(r"target-only: correct answers among all its training samples, per seed: \[([\d, ]+)\]", out)
+    d = re.search(rf"target-only: start minus end on the 2-digit buckets .* mean ({FLOAT})", out)
+    assert m and d, "no target-only lines"
+    hits = [int(x) for x in m.group(1).split(",")]
+    if any(hits):
+        return f"target-only solved {hits} training samples"
+    return None if abs(float(d.group(1))) <= 0.045 else f"target-only's buckets moved by {d.group(1)}: more than noise"
+
+
+def _p5_none_inside(out: str) -> Optional[str]:
+    m = re.search(r"the curves cross at k = \[([^\]]*)\]", out)
+    ks = [int(k) for k in m.group(1).split(",") if k.strip().isdigit()]
+    inside = [k for k in ks if 16 <= k <= 32]
+    return f"seeds cross inside 16-32 at {inside}" if inside else None
+
+
+def _p5_mean_cross(out: str) -> Optional[str]:
+    m = re.search(r"the mean curves \(the thick lines of the plot\) cross at k = (\d+)", out)
+    assert m, "no mean-curve crossing line"
+    return None if 1 <= int(m.group(1)) <= 64 else f"mean curves cross at {m.group(1)}"
+
+
+def _p5_3d1d_zero(out: str) -> Optional[str]:
+    m = re.search(rf"3d\+1d: pass@64 ({FLOAT}) -> ({FLOAT}); largest pass@k of any k and seed: before ({FLOAT}), "
+                  rf"after ({FLOAT})", out)
+    assert m, "no 3d+1d line"
+    return None if max(map(float, m.groups())) == 0.0 else f"3d+1d pass@k reaches {max(map(float, m.groups()))}"
+
+
 LAB21_PROJECTS: list[Claim] = [
+    # Project 1 rests on its summary table (the cell after project1(...)).
+    Claim("lab21/projects", r"Entropy collapses in every arm", r"no-clip\s+\d", _p1_collapse),
+    Claim("lab21/projects", r"gold accuracy barely moves", r"stylish_w1\s+\d", _p2_w1_barely),
+    # Project 3 rests on its summary table and the target-only lines under it.
+    Claim("lab21/projects", r"ends ahead of uniform on sum >= 100", r"learnability\s+\d", _p3_ahead),
+    Claim("lab21/projects", r"Target-only cannot behave as the published arm did", r"target-only: start minus end",
+          _p3_never),
+    Claim("lab21/projects", r"every advantage is 0 and no step changes the model", r"target-only: start minus end",
+          _p3_never),
+    Claim("lab21/projects", r"which a student with a few 3d\+1d successes gets and ours never does",
+          r"target-only: start minus end", _p3_never),
+    Claim("lab21/projects", r"no group ever holds a success", r"target-only: start minus end", _p3_never),
+    # Project 5 rests on its pass@k printout.
+    Claim("lab21/projects", r"The curves cross on every seed, but where varies widely", r"the curves cross at k",
+          lambda out: _p5_crosses(out) or _p5_none_inside(out)),
+    Claim("lab21/projects", r"the thick mean curves of the plot cross at k", r"the mean curves \(the thick lines", _p5_mean_cross),
+    Claim("lab21/projects", r"the crossing of the averaged curves is not the average of the crossings",
+          unchecked="a property of averages (a mean of curves and a mean of their crossing points differ), not a result"),
+    Claim("lab21/projects", r"On 3d\+1d both models stay at 0 at every k", r"3d\+1d: pass@64", _p5_3d1d_zero),
     # Project 2 rests on its summary table (the cell after project2(...)).
     Claim("lab21/projects", r"in our runs the hack already wins there", r"stylish_w1\s+\d", _p2_w1_hacked),
     Claim("lab21/projects", r"Partial credit ends at 0\.540 against binary's 0\.532: no faster", r"stylish_w1\s+\d",

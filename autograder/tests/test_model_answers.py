@@ -59,11 +59,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # model_answer_claims.
 from course import discover  # noqa: E402
 
 import model_answer_claims  # noqa: E402
+import prose_numbers as prose_numbers_table  # noqa: E402
 
 LABS = discover()
 
 LEADS = ("Reading the plot.", "Reading the plots.", "Reading the result.", "Reading the results.",
-         "Reading the table.", "What happened.")
+         "Reading the table.", "What happened.", "Against the published run.")
+# Paragraphs that say what the student will find in the outputs of their section (printed above or below).
+FORWARD_LEADS = ("What you should find:", "What you should see:")
+HEADING = re.compile(r"^#{1,4} ", re.M)
 LABELS = {"task", "tasks", "project", "projects", "part", "parts", "question", "questions", "experiment",
           "experiments", "exercise", "figure", "lab", "chapter", "seed", "seeds", "level", "section", "cell",
           "hw", "homework", "row", "column", "item"}
@@ -165,11 +169,11 @@ def output_text(cell) -> str:
 
 @dataclass
 class Checked:
-    """One checked text: where it is, what it says, and what the notebook shows above it."""
+    """One checked text: where it is, what it says, and the outputs its numbers must come from."""
     cell: int
     name: str  # the grade_id of a model answer, or the lead of a results paragraph
     text: str
-    printed: list[tuple[int, str]]  # (cell index, output text) of every code cell above
+    printed: list[tuple[int, str]]  # (cell index, output text) of the code cells its numbers may come from
     stated: str  # the notebook's own text above: markdown outside checked texts, and code
 
 
@@ -182,8 +186,30 @@ def _paragraphs(source: str) -> list[str]:
     return [p for p in re.split(r"\n\s*\n", source) if p.strip()]
 
 
+def sections(nb) -> tuple[list[list[int]], dict[int, list[tuple[int, str]]]]:
+    """The notebook cut at its markdown headings: for each cell, the section of each of its paragraphs
+    (a code cell: one entry), and {section: [(cell index, output text) of its code cells]}."""
+    sec, per_cell, outputs = 0, [], {}
+    for i, c in enumerate(nb.cells):
+        if c.cell_type == "code":
+            outputs.setdefault(sec, []).append((i, output_text(c)))
+            per_cell.append([sec])
+            continue
+        marks = []
+        for para in _paragraphs(MARK.sub("", c.source) if c.cell_type == "markdown" else ""):
+            if HEADING.match(para.lstrip()):
+                sec += 1
+            marks.append(sec)
+        per_cell.append(marks or [sec])
+    return per_cell, outputs
+
+
 def checked_texts(nb) -> list[Checked]:
+    """The model answers (every output above them may hold their numbers: a report cites the whole
+    notebook), the results paragraphs (the outputs above them in their own section: the experiment
+    they read) and the forward paragraphs (the outputs of their own section, above or below)."""
     out, printed, stated = [], [], []
+    per_cell, section_outputs = sections(nb)
     for i, c in enumerate(nb.cells):
         if c.cell_type == "code":
             printed.append((i, output_text(c)))
@@ -196,10 +222,16 @@ def checked_texts(nb) -> list[Checked]:
             out.append(Checked(i, meta["grade_id"], _solution(c.source), list(printed), "\n".join(stated)))
             continue
         kept, reading = [], None
-        for para in _paragraphs(MARK.sub("", c.source)):  # a rubric states nothing to the student
+        for k, para in enumerate(_paragraphs(MARK.sub("", c.source))):  # a rubric states nothing to the student
+            sec = per_cell[i][k] if k < len(per_cell[i]) else per_cell[i][-1]
             lead = next((lead for lead in LEADS if para.lstrip().startswith(f"**{lead}**")), None)
+            ahead = next((lead for lead in FORWARD_LEADS if para.lstrip().startswith(f"**{lead}**")), None)
             if lead:
-                reading = Checked(i, lead, para, list(printed), "\n".join(stated + kept))
+                here = [(j, o) for j, o in section_outputs.get(sec, []) if j < i]
+                reading = Checked(i, lead, para, here, "\n".join(stated + kept))
+                out.append(reading)
+            elif ahead:
+                reading = Checked(i, ahead, para, list(section_outputs.get(sec, [])), "\n".join(stated + kept))
                 out.append(reading)
             elif reading and not re.match(r"\s*(#|\*\*[^*]+\*\*)", para):
                 reading.text += "\n\n" + para  # the reading goes on to the next heading or bold lead
@@ -308,6 +340,8 @@ def sentences(text: str) -> list[str]:
     for para in (item for p in _paragraphs(text) for item in re.split(r"\n\s*[-*] (?=\S)", p)):
         flat = " ".join(_masked(para).split())
         parts = [s for s in re.split(r"(?<=[.;:!?])\s+(?=[A-Z*(\"])", flat) if s.strip()]
+        if not parts:
+            continue
         lead = re.match(r"\*\*[^*]+\*\*", flat)
         out += [parts[0]] + [f"{lead.group(0)} {p}" if lead and lead.group(0) in NOT_CLAIMS else p for p in parts[1:]]
     return out
@@ -358,6 +392,80 @@ def direction_problems(lab, items: list[Checked]) -> list[str]:
     return problems
 
 
+# ----------------------------------------------------------------------------- the rest of the prose
+
+# A number in the rest of the prose (task statements, setups, captions) reads as a result when it has
+# decimals (0.3, 5e-5, 62%) or follows one of these words ("about 10 steps", "near 1.3", "published 0.61").
+RESULT_WORDS = re.compile(r"(?:about|around|near|nearly|roughly|approximately|~|≈|published|reaches|reached|"
+                          r"falls to|rises to|ends at|within(?: the first)?)\s*$", re.I)
+
+
+@dataclass
+class ProseNumber:
+    cell: int
+    sentence: str
+    numbers: list[str]  # as written
+    section_printed: list[Number]
+
+
+def prose_numbers(nb) -> list[ProseNumber]:
+    """The sentences outside the checked texts, the opening box and the graders' rubrics that hold
+    numbers reading as results (:data:`RESULT_WORDS`), with the numbers their section prints."""
+    per_cell, section_outputs = sections(nb)
+    checked = {para.strip() for it in checked_texts(nb) for para in _paragraphs(it.text)}
+    first = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown")
+    out = []
+    for i, c in enumerate(nb.cells):
+        if c.cell_type != "markdown" or i == first or (_nbg(c).get("grade") and _nbg(c).get("solution")):
+            continue
+        for k, para in enumerate(_paragraphs(MARK.sub("", c.source))):  # a rubric states nothing to the student
+            if para.strip() in checked:
+                continue
+            sec = per_cell[i][k] if k < len(per_cell[i]) else per_cell[i][-1]
+            printed = [n for _, o in section_outputs.get(sec, []) for n in numbers(o)]
+            for sentence in sentences(para):
+                found = []
+                for m in NUM.finditer(sentence):
+                    w = m.group(0).strip()
+                    if re.match(r"[A-Za-z@_]", sentence[m.start() - 1:m.start()] if m.start() else "") or re.match(
+                            r"[A-Za-z@_]", sentence[m.end():m.end() + 1]) or re.match(r"-[\d,\-]*[A-Za-z]", sentence[m.end():m.end() + 20]):
+                        continue  # part of a name: pass@16, 1d+1d, 2-digit
+                    if re.match(r"\s*(seconds?|minutes?|min|hours?|h|s)\b", sentence[m.end():m.end() + 10]):
+                        continue  # a run time for planning ("about 30 seconds on a quiet laptop"), not a result
+                    decimal = bool(m.group("dec") or m.group("exp") or m.group("pct"))
+                    if decimal or RESULT_WORDS.search(sentence[max(0, m.start() - 30):m.start()]):
+                        found.append(w)
+                if found:
+                    out.append(ProseNumber(i, sentence, found, printed))
+    return out
+
+
+def prose_problems(lab, nb) -> list[str]:
+    """Prose numbers that their section does not print and no entry of prose_numbers.PROSE explains;
+    entries that fail their check or match no sentence."""
+    entries = [e for e in prose_numbers_table.PROSE if e.notebook == f"{lab.assignment}/{lab.name}"]
+    outputs = "\n".join(output_text(c) for c in nb.cells if c.cell_type == "code")
+    problems, used = [], set()
+    for item in prose_numbers(nb):
+        left = [w for w in item.numbers if not any(_number(NUM.match(w)).rounds_to(p) for p in item.section_printed)]
+        if not left:
+            continue
+        covering = [e for e in entries if re.search(e.says, item.sentence, re.I)]
+        if not covering:
+            problems.append(f"cell {item.cell}: {', '.join(left)} in {item.sentence!r}: not printed in its section, and "
+                            "no entry of prose_numbers.py says what it is (a setting of the code, the published value "
+                            "the notebook prints, or the text's own example)")
+            continue
+        used.update(id(e) for e in covering)
+        for w in left:  # each number must be what one of the entries that cover the sentence says it is
+            verdicts = [e.verify([_number(NUM.match(w))], outputs) for e in covering]
+            if all(verdicts):
+                problems.append(f"cell {item.cell}: {w} in {item.sentence!r}: " + "; ".join(verdicts))
+    problems += [f"prose_numbers.py: no sentence of {e.notebook} with a number to explain matches {e.says!r} any more: "
+                 "remove or update the entry" for e in entries if id(e) not in used]
+    return problems
+
+
 # ----------------------------------------------------------------------------- the tests
 
 @pytest.mark.parametrize("lab", LABS, ids=_ids(LABS))
@@ -372,6 +480,17 @@ def test_model_answers_cite_only_printed_numbers(lab):
 def test_model_answers_claim_only_directions_the_outputs_show(lab):
     items = checked_texts(_notebook(lab))
     problems = direction_problems(lab, items)
+    assert not problems, f"{lab.source}:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("lab", LABS, ids=_ids(LABS))
+def test_the_rest_of_the_prose_states_numbers_its_section_prints_or_says_what_they_are(lab):
+    """Outside the model answers and the results paragraphs, a number that reads as a result (decimals,
+    or after "about", "near", "published", "within"...) must be printed by a code cell of its own
+    section, to the digits written; otherwise an entry of prose_numbers.py binds it to what it is: a
+    setting the library holds (checked against that value), a published value the notebook prints
+    (checked against that line) or the text's own example (with the reason)."""
+    problems = prose_problems(lab, _notebook(lab))
     assert not problems, f"{lab.source}:\n  " + "\n  ".join(problems)
 
 

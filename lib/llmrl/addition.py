@@ -270,6 +270,15 @@ def teacher_forcing_batch(problems: Problems, responses: Sequence[str]):
     return tokens, response_mask
 
 
+def is_answer(response: str) -> bool:
+    """Whether a sampled response is a well-formed answer: one or more digits and nothing else.
+
+    Hot sampling also draws malformed responses: an empty one, a ``+`` or ``=`` inside the digits, a
+    sampled PAD (``_``) or BOS (``^``). They are not answers, so they are not counted as distinct
+    answers (at T = 2 about one sample in ten is malformed)."""
+    return response.isascii() and response.isdigit()
+
+
 def is_correct(responses: Sequence[str], answers: Sequence[int]) -> torch.Tensor:
     """[N] bool: the response is exactly the decimal answer."""
     return torch.tensor([r == str(a) for r, a in zip(responses, answers)], dtype=torch.bool)

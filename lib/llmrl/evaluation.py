@@ -12,7 +12,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .addition import BUCKETS, TWO_DIGIT, Problems, eval_problems, is_correct
+from .addition import BUCKETS, TWO_DIGIT, Problems, eval_problems, is_answer, is_correct
 from .losses import full_vocab_kl
 from .sampling import Rollout, generate, masked_mean, response_logits
 from .utils import check_int
@@ -120,10 +120,11 @@ def bucket_accuracy(model, n_per_bucket: int = 200, temperature: float = 0.0, bu
 @torch.no_grad()
 def distinct_answers(model, problems: Problems, n_samples: int = 8, temperature: float = 1.0,
                      seed: int = 0) -> float:
-    """Mean number of distinct responses among ``n_samples`` samples per problem."""
+    """Mean number of distinct well-formed answers (:func:`llmrl.addition.is_answer`) among
+    ``n_samples`` samples per problem; a malformed sample is no answer."""
     r = generate(model, problems, n_samples, temperature, seed)
     groups = [r.responses[i * n_samples:(i + 1) * n_samples] for i in range(len(problems))]
-    return float(np.mean([len(set(g)) for g in groups]))
+    return float(np.mean([len({x for x in g if is_answer(x)}) for g in groups]))
 
 
 def evaluate(model, problems: Problems | None = None, n_samples: int = 16, ks: Sequence[int] = (1, 8, 16),

@@ -259,8 +259,8 @@ def plot_best_of_n(ax, curves: dict, label: str = "", style: str = "-", fit: tup
     if fit is not None:
         dd = np.linspace(0, d.max(), 100)
         ax.plot(dd, dd * (fit[0] - fit[1] * dd), ":", color=line.get_color(),
-                label=f"fit d(alpha - beta d): alpha={fit[0]:.2f}, beta={fit[1]:.2f}")
+                label=rf"fit $d\,(\alpha - \beta d)$: $\alpha$ = {fit[0]:.2f}, $\beta$ = {fit[1]:.2f}")
     ax.axhline(0, color="grey", lw=0.6)
-    ax.set_xlabel("d = sqrt(KL from the base policy)")
+    ax.set_xlabel(r"$d = \sqrt{\mathrm{KL}}$ from the base policy (KL in nats)")
     ax.set_ylabel("gold gain over the base policy")
     return ax

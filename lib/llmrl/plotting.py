@@ -125,7 +125,7 @@ def plot_final(results: dict, metric: str, ax=None, expected: dict | None = None
     ax.set_ylabel(metric)
     if title:
         ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars: inside, it covers one
     ax.grid(alpha=0.3, axis="y")
     return ax
 
@@ -148,8 +148,11 @@ def plot_pass_at_k(results: dict, which: str = "in_dist", ax=None, title: str | 
     return ax
 
 
-def plot_usage(runs: Sequence[dict], buckets: Sequence[str], ax=None, window: int = 10, title: str | None = None):
-    """Stacked share of samples per bucket against step (mean over seeds)."""
+def plot_usage(runs: Sequence[dict], buckets: Sequence[str], ax=None, window: int = 10, title: str | None = None,
+               legend: bool = True):
+    """Stacked share of samples per bucket against step (mean over seeds). The stack fills the panel, so
+    its legend (``legend``) goes outside it, on the right; a figure of several such panels passes
+    ``legend=False`` and draws one legend for all."""
     ax = ax or plt.gca()
     x = np.asarray(runs[0]["curve"]["step"])
     ys = [np.nanmean([smooth(r["curve"][f"usage_{b}"], window)[:len(x)] for r in runs], 0) for b in buckets]
@@ -158,8 +161,25 @@ def plot_usage(runs: Sequence[dict], buckets: Sequence[str], ax=None, window: in
     ax.set_xlabel("step")
     ax.set_ylabel("share of samples")
     ax.set_title(title or f"bucket usage (n={len(runs)} seeds)")
-    ax.legend(fontsize=7, loc="upper left")
+    if legend:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return ax
+
+
+def shared_legend(fig, axes, fontsize: int = 9) -> None:
+    """One legend for panels that draw the same arms in the same colours: the panels' own legends go
+    (inside a panel a legend covers whatever runs through its corner) and one goes under the panels,
+    with every label any panel has, once. Then lays the figure out with room for it."""
+    seen = {}
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(label, h)
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+    fig.legend(list(seen.values()), list(seen), loc="lower center", ncol=min(len(seen), 6), fontsize=fontsize,
+               frameon=False)
+    rows = -(-len(seen) // 6)
+    fig.tight_layout(rect=(0, 0.06 * rows + 0.02, 1, 1))
 
 
 def figure_png(fig) -> bytes:

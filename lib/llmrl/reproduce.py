@@ -135,6 +135,19 @@ SLOWER_P0 = ("the split of the 64 sequences into prompts x samples, which is not
              "arms most: 16 x 4 is the split that holds the most claims, 32 x 2 overshoots the published pass@1 and "
              "8 x 8 falls short (docs/lab21-calibration.md, second search)")
 ENT_ABOUT = "a single seed's entropy to two or three figures: ±0.03 nats/token covers seed spread"
+GREEDY = "greedy decoding: the same answers on every seed, so one value"
+# Why lab19's claims differ where the shipped sft model misses them (shown only where they do). The model
+# was chosen by a recorded search (docs/lab19-calibration.md) whose gates were the entropy level, the
+# hack's completion and lab11's greedy accuracy; these reasons come from its records.
+SFT_SHARPER = ("the sft model is sharper at T = 1 than the published one: of the 17 candidates of the model's search "
+               "(docs/lab19-calibration.md), the only one through all three of its gates (entropy after 120 steps, "
+               "the hack completed, greedy accuracy) starts here")
+HACK_PARTIAL = ("the complete hack came on fewer seeds than a published run's statement needs (the search's gate asked "
+                "for 4 of 5)")
+ENT_FLOOR = ("the entropy ends above the published level (the search's gate asked for 0.15 +- 0.03 after 120 steps)")
+CLIP_RARE = ("epochs 2-4 of the second half of the run, where clipping is possible, give 0.85-0.90 on the five seeds; "
+             "every candidate of the sft model's search stayed below 0.90 (0.78-0.89, docs/lab19-calibration.md)")
+CLIP_COMMON = ""
 
 
 # ============================================================================ claims
@@ -143,8 +156,11 @@ ENT_ABOUT = "a single seed's entropy to two or three figures: ±0.03 nats/token 
 class Claim:
     """One published result. ``measure(results) -> float`` gets {experiment: result} of one seed
     (for every experiment in ``experiments``) and returns our number; the check is applied to the
-    mean over seeds. ``fmt`` formats values; ``known``: why ours differs, when we know (shown only
-    when it does)."""
+    mean over seeds, or, with ``min_seeds`` (a statement about one published run, such as "the hack
+    completes"), to each seed: at least that share of the seeds must pass. ``seedless``: why the
+    seed cannot change the value (greedy decoding, an exact computation): it is judged and reported
+    as one value, not as "n of n seeds". ``fmt`` formats values; ``known``: why ours differs, when
+    we know (shown only when it does)."""
 
     id: str
     lab: str
@@ -156,6 +172,8 @@ class Claim:
     qualitative: bool = False
     fmt: str = "{:.3f}"
     known: str = ""
+    seedless: str = ""                 # why the seed cannot change the value (greedy decoding, exact maths): one value
+    min_seeds: float | None = None     # a statement about one published run: the share of seeds that must pass
 
 
 def _ev(res: dict, arm: str, metric: str, i: int = -1) -> float:
@@ -168,49 +186,25 @@ def _curve(res: dict, arm: str, metric: str) -> np.ndarray:
 
 
 def _claims() -> list[Claim]:
+    from .hw4.plots import reward_rise
+    from .labs.lab19 import MID_WINDOW, hack_completed
+
     C = []
 
     def add(*a, **k):
         C.append(Claim(*a, **k))
 
     # ------------------------------------------------------------------------------------ lab11
-    X = ("lab11/exact",)
-    add("lab11.pi-star", "lab11", "The worked example's KL-regularized optimum at beta = 1 over the four "
-        "responses (largest deviation from the published four values).", "0.172, 0.312, 0.062, 0.454",
-        X, lambda r: r["lab11/exact"]["pi_star_max_dev"],
-        below(1.01e-3, "published to 3 decimals (the third rounded twice, 0.0615 -> 0.062): 1e-3"), fmt="{:.5f}")
-    add("lab11.soft-values", "lab11", "The worked example's soft values V(a), V(b) at beta = 1 (largest "
-        "deviation from the published pair).", "0.523, 1.434", X, lambda r: r["lab11/exact"]["soft_values_max_dev"],
-        below(1e-3, "published to 3 decimals: 1e-3"), fmt="{:.5f}")
-    add("lab11.token-equals-sequence", "lab11", "Building pi* token by token from soft values "
-        "gives the same policy as tilting whole responses (largest difference, both scenarios).", "identical",
-        X, lambda r: r["lab11/exact"]["token_vs_sequence_max_dev"], below(1e-9, "float64 rounding only"),
-        qualitative=True, fmt="{:.1e}")
-    add("lab11.no-prompt-gradient", "lab11", "Response log-probs send no gradient to the logits of prompt "
-        "positions (largest absolute gradient there).", "0", X, lambda r: r["lab11/exact"]["prompt_grad_max"],
-        below(1e-12, "an exact zero up to float rounding"), qualitative=True, fmt="{:.1e}")
-    add("lab11.gibbs-gap", "lab11", "No random policy beats pi*; the shortfall of each equals beta * "
-        "KL(q || pi*) (largest deviation of the identity over 1000 random q, worked scenario).", "exactly",
-        X, lambda r: r["lab11/exact"]["gibbs_identity_max_dev"], below(1e-9, "float64 rounding only"),
-        qualitative=True, fmt="{:.1e}")
-    add("lab11.gibbs-nobody-beats", "lab11", "The smallest shortfall J(pi*) - J(q) over those random policies "
-        "is non-negative.", ">= 0", X, lambda r: r["lab11/exact"]["gibbs_min_gap"] + 1e-12,
-        above(0.0, "an inequality: any negative value would be a counterexample"), qualitative=True, fmt="{:.2e}")
-    E = ("lab11/estimators",)
-    add("lab11.k1-unbiased", "lab11", "k1 averaged over many samples matches the exact KL (relative error, "
-        "200,000 samples of a 3-token example).", "unbiased", E, lambda r: r["lab11/estimators"]["k1_rel_err"],
-        below(0.02, "sampling error of the mean of 2e5 draws is below 1%; 2% leaves room"), qualitative=True)
-    add("lab11.k3-unbiased", "lab11", "k3 averaged over many samples matches the exact KL (relative error).",
-        "unbiased", E, lambda r: r["lab11/estimators"]["k3_rel_err"],
-        below(0.02, "as for k1"), qualitative=True)
-    add("lab11.k2-biased", "lab11", "k2 does not: its mean misses the exact KL by far more than sampling error "
-        "(relative error).", "biased", E, lambda r: r["lab11/estimators"]["k2_rel_err"],
-        above(0.05, "more than twice the 2% allowed for k1 and k3"), qualitative=True)
+    # What a correct implementation gives on any run is not a result here but a test: the worked
+    # example's pi* and soft values, the token-level optimum equal to the sequence-level one, the Gibbs
+    # gap and "no random policy beats pi*", temperature below the frontier (lib/tests/test_toylm.py);
+    # no gradient into the prompt, k1 and k3 unbiased and k2 biased, greedy decoding's single answer
+    # (lib/tests/test_lab11.py). The claims below are results of the SFT model's training and of
+    # sampling from it, or the toy LM's published frontier (an exact computation of its scenario).
     S = ("lab11/sweep",)
-    add("lab11.greedy-accuracy", "lab11", "The SFT TinyLM's accuracy with greedy decoding.", "about 0.80", S,
-        lambda r: r["lab11/sweep"]["accuracy"]["0"], near(0.80, 0.05, ACC_ABOUT),
-        known="the shipped sft model (llmrl.shipped) is the snapshot nearest 80% greedy and 55% at T = 1 whose "
-              "lab19 proxy run shows the published hack; the snapshots nearer 80% greedy do not hack")
+    add("lab11.greedy-accuracy", "lab11", "The SFT TinyLM's accuracy with greedy decoding (200 problems).",
+        "about 0.80", S, lambda r: r["lab11/sweep"]["accuracy"]["0"], near(0.80, 0.05, ACC_ABOUT),
+        seedless=GREEDY)
     add("lab11.accuracy-T1", "lab11", "Its accuracy when sampling at T = 1.", "about 0.55", S,
         lambda r: r["lab11/sweep"]["accuracy"]["1"], near(0.55, 0.05, ACC_ABOUT))
     add("lab11.accuracy-T2", "lab11", "Its accuracy at T = 2.", "below 0.30", S,
@@ -219,10 +213,8 @@ def _claims() -> list[Claim]:
         "falls", S, lambda r: min(r["lab11/sweep"]["accuracy"]["0"] - r["lab11/sweep"]["accuracy"]["1"],
                                   r["lab11/sweep"]["accuracy"]["1"] - r["lab11/sweep"]["accuracy"]["2"]),
         above(0.0, "a direction"), qualitative=True)
-    add("lab11.distinct-greedy", "lab11", "Distinct answers among 8 greedy samples of one prompt.", "1", S,
-        lambda r: r["lab11/sweep"]["distinct"]["0"], near(1.0, 1e-9, "greedy decoding is deterministic", about=False),
-        fmt="{:.2f}")
-    add("lab11.distinct-T2", "lab11", "Distinct answers among 8 samples at T = 2.", "about 5", S,
+    add("lab11.distinct-T2", "lab11", "Distinct well-formed answers among 8 samples at T = 2 (a malformed "
+        "sample, with a '+', '=' or special token in it, is no answer).", "about 5", S,
         lambda r: r["lab11/sweep"]["distinct"]["2"], near(5.0, 1.0, "a count published as 'about 5': ±1"),
         fmt="{:.2f}")
     add("lab11.distinct-climbs", "lab11", "The number of distinct answers climbs with T over the sweep "
@@ -242,12 +234,8 @@ def _claims() -> list[Claim]:
         "(share of batches whose bar covers it).", "bars miss", K, lambda r: r["lab11/kl"]["0.25"]["k3_covers"],
         below(0.5, "'don't cover the truth': fewer than half the batches"), qualitative=True)
     F = ("lab11/frontier",)
-    add("lab11.temperature-below-frontier", "lab11", "Tempering pi_ref never reaches the pi* frontier: the "
-        "frontier's reward minus the tempered policy's at the same KL, smallest over both scenarios.",
-        "always lower", F, lambda r: r["lab11/frontier"]["temperature_gap_min"] + 1e-9,
-        above(0.0, "an inequality (pi* is optimal at its KL)"), qualitative=True)
     add("lab11.cooling-reduces-reward", "lab11", "In the worked scenario lowering T below 1 lowers the reward "
-        "(reward at T = 1 minus the largest reward at T < 1).", "reduces", F,
+        "(reward at T = 1 minus the largest reward at T < 1; exact, from the scenario's numbers).", "reduces", F,
         lambda r: r["lab11/frontier"]["worked_cooling_loss"], above(0.0, "a direction"), qualitative=True)
     add("lab11.hack-rises-falls", "lab11", "In the hack scenario the true reward of pi* rises and then falls "
         "(smaller of: peak minus start, peak minus the value at the smallest beta).", "rises, peaks, falls", F,
@@ -257,6 +245,10 @@ def _claims() -> list[Claim]:
                                                                        "resolution near the peak is 0.03"))
 
     # ------------------------------------------------------------------------------------ lab19
+    # Part 1's pools are samples (seeded); "the proxy gain keeps rising with n" and "with b = 0 the
+    # exact gold gain never turns down" hold for every pool and every noise level (the best of more
+    # draws of a score is at least as high; with b = 0 gold and proxy rise together): tests
+    # (lib/tests/test_overopt.py), not results.
     P = ("lab19/overopt",)
     o = lambda k: (lambda r: r["lab19/overopt"][k])  # noqa: E731
     add("lab19.bon-peak-n", "lab19", "With a length-biased proxy (b = sigma = 1) best-of-n's gold gain peaks at "
@@ -270,8 +262,6 @@ def _claims() -> list[Claim]:
         near(0.66, 0.07, "'about' to two figures: ±0.07 (10%)"))
     add("lab19.bon-negative-3000", "lab19", "The pool's gold gain is negative by best-of-3000.", "negative", P,
         o("pool_gain_3000"), below(0.0, "a sign"), qualitative=True)
-    add("lab19.proxy-keeps-rising", "lab19", "The proxy gain rises at every step of n (smallest increase).",
-        "keeps rising", P, o("proxy_min_increase"), above(0.0, "a direction"), qualitative=True)
     add("lab19.gao-alpha", "lab19", "Gao et al.'s fit d(alpha - beta d) to the pool's gold gain: alpha.",
         "about 1.1", P, o("alpha"), near(1.1, 0.11, "'about' to two figures: ±10%"))
     add("lab19.gao-beta", "lab19", "The same fit's beta.", "about 0.47", P, o("beta"),
@@ -280,44 +270,50 @@ def _claims() -> list[Claim]:
               "curvature depends on it")
     add("lab19.noise-beta", "lab19", "With a noise-only proxy (b = 0) the fit's beta is about zero.", "about 0", P,
         o("noise_beta"), near(0.0, 0.05, "'about 0': ±0.05, a tenth of the biased case's beta"))
-    add("lab19.noise-never-down", "lab19", "With b = 0 the exact gold gain never turns down (smallest increase "
-        "over n).", "never turns down", P, o("noise_min_increase"), above(-1e-9, "a direction"), qualitative=True,
-        fmt="{:.4f}")
     add("lab19.pool-3000", "lab19", "The pool's (noisy) gold gain at n = 3000.", "about -0.4", P,
         o("pool_gain_3000"), near(-0.4, 0.25, "the published note calls these points noisy: ±0.25 is about "
                                               "the spread of that point over pool seeds"))
-    add("lab19.exact-3000", "lab19", "The exact (infinite-pool) gold gain at n = 3000.", "about +0.10", P,
-        o("exact_gain_3000"), near(0.10, 0.05, "'about' with one figure: ±0.05"),
+    add("lab19.exact-3000", "lab19", "The exact (infinite-pool) gold gain at n = 3000 (an exact computation of the "
+        "pool model, the same on every seed).", "about +0.10", P, o("exact_gain_3000"),
+        near(0.10, 0.05, "'about' with one figure: ±0.05"), seedless="an exact computation of the pool model",
         known="a pool of 200,000 is a fair sample at n = 3000 (the pools scatter around the exact value), so the "
               "published pool's -0.4 and exact +0.10 cannot both hold in the mean over seeds; the pool model "
               "is calibrated to the pool's value, the peak and the fit, and no candidate of the search put the "
               "exact value near +0.10 with the peak at best-of-10")
     H = ("lab19/hacking",)
-    HACK_PARTIAL = ("the complete hack comes by step 300 in only some seeds (2 of 5; the others pad one digit: "
-                    "length 3, KL 4-5 nats); a higher learning rate (7e-4, 1e-3) completes it in 3 of 5 seeds and pulls "
-                    "the early accuracy below 0.52, and 500 steps complete it in 3 of 5 (seeds 1 and 2 stay at length 3 "
-                    "with accuracy near 0.5)")
     h = lambda arm, k: (lambda r: r["lab19/hacking"][arm][k])  # noqa: E731
+    w0, w1 = MID_WINDOW
     add("lab19.hack-acc-start", "lab19", "Proxy reward, no KL: sampled accuracy over the first 10 steps.",
-        "about 0.52", H, h("0", "accuracy_start"), near(0.52, 0.05, ACC_ABOUT))
-    add("lab19.hack-acc-peak", "lab19", "Its best 10-step accuracy before the hack.", "about 0.62", H,
-        h("0", "accuracy_peak"), near(0.62, 0.05, ACC_ABOUT))
-    add("lab19.hack-rises-first", "lab19", "Accuracy first rises (best 10-step mean minus the start).", "rises",
-        H, lambda r: r["lab19/hacking"]["0"]["accuracy_peak"] - r["lab19/hacking"]["0"]["accuracy_start"],
+        "about 0.52", H, h("0", "accuracy_start"), near(0.52, 0.05, ACC_ABOUT), known=SFT_SHARPER)
+    add("lab19.hack-acc-mid", "lab19", f"Its accuracy around step 50 (steps {w0}-{w1}, a fixed window), where "
+        "the published run stood at its rise.", "about 0.62", H, h("0", "accuracy_mid"), near(0.62, 0.05, ACC_ABOUT))
+    add("lab19.hack-rises-first", "lab19", f"Accuracy first rises (accuracy over steps {w0}-{w1} minus the first "
+        "10 steps).", "rises", H,
+        lambda r: r["lab19/hacking"]["0"]["accuracy_mid"] - r["lab19/hacking"]["0"]["accuracy_start"],
         above(0.0, "a direction"), qualitative=True)
-    add("lab19.hack-peak-step", "lab19", "Step at which that best window ends.", "around 50", H,
-        h("0", "peak_step"), near(50, 25, "'around step 50': ±25 steps, half the distance to the start"),
-        fmt="{:.0f}")
+    add("lab19.hack-peak-step", "lab19", "Step at which the run's best 10-step accuracy window ends (where it "
+        "peaks; a location, its value is not claimed).", "around 50", H, h("0", "peak_step"),
+        near(50, 25, "'around step 50': ±25 steps, half the distance to the start"), fmt="{:.0f}",
+        known="the peak's step scatters widely by seed (a location, not a level): on some seeds accuracy keeps "
+              "rising well past step 50 before the hack takes over, on others it peaks before step 30")
+    add("lab19.hack-completed", "lab19", "The hack completes within 300 steps: every response at the 4-character "
+        "maximum and accuracy at 0 (seeds whose last 20 steps have mean length >= 3.9 and accuracy <= 0.05; the "
+        "published statement is one run's, so it must hold on at least 4 of 5 seeds).", "falls to 0 at length 4",
+        H, lambda r: float(hack_completed(r["lab19/hacking"]["0"])),
+        near(1.0, 0.0, "1 = this seed completed the hack", about=False), qualitative=True, fmt="{:.0f}",
+        min_seeds=0.8, known=HACK_PARTIAL)
     add("lab19.hack-final-acc", "lab19", "Accuracy at the end (last 20 steps of 300).", "0", H,
-        h("0", "final_accuracy"), below(0.05, "'falls to 0': below 0.05"), known=HACK_PARTIAL)
-    add("lab19.hack-final-length", "lab19", "Response length at the end, characters.", "4 (the maximum)", H,
-        h("0", "final_length"), near(4.0, 0.1, "the maximum is 4: within 0.1 of it"), fmt="{:.2f}",
+        h("0", "final_accuracy"), below(0.05, "'falls to 0': below 0.05 on each seed"), min_seeds=0.8,
         known=HACK_PARTIAL)
+    add("lab19.hack-final-length", "lab19", "Response length at the end, characters.", "4 (the maximum)", H,
+        h("0", "final_length"), near(4.0, 0.1, "the maximum is 4: within 0.1 of it on each seed"), fmt="{:.2f}",
+        min_seeds=0.8, known=HACK_PARTIAL)
     add("lab19.hack-final-kl", "lab19", "KL to the SFT model at the end, nats per response.", "about 15", H,
-        h("0", "final_kl"), near(15.0, 2.25, KL_ABOUT), fmt="{:.1f}", known=HACK_PARTIAL)
-    add("lab19.hack-proxy-climbs", "lab19", "The proxy keeps climbing while accuracy collapses (final proxy "
-        "minus the proxy during the best-accuracy window).", "keeps climbing", H,
-        h("0", "proxy_gain_after_peak"), above(0.0, "a direction"), qualitative=True)
+        h("0", "final_kl"), near(15.0, 2.25, KL_ABOUT), fmt="{:.1f}", min_seeds=0.8, known=HACK_PARTIAL)
+    add("lab19.hack-proxy-climbs", "lab19", f"The proxy keeps climbing while accuracy collapses (final proxy "
+        f"minus the proxy over steps {w0}-{w1}).", "keeps climbing", H,
+        lambda r: r["lab19/hacking"]["0"]["final_proxy"] - r["lab19/hacking"]["0"]["proxy_mid"],
+        above(0.0, "a direction"), qualitative=True)
     add("lab19.kl005-no-hack", "lab19", "With beta = 0.05 there is no hack: final length stays well below the "
         "maximum (4 minus the final length).", "no hack", H, lambda r: 4.0 - r["lab19/hacking"]["0.05"]["final_length"],
         above(0.5, "the hacked run sits at 4; half a character below it is no hack"), qualitative=True, fmt="{:.2f}")
@@ -330,14 +326,12 @@ def _claims() -> list[Claim]:
         - r["lab19/hacking"]["0.05"]["final_accuracy"], between(-0.1, 0.1, "'close': within 0.1", about=False),
         qualitative=True)
     N = ("lab19/entropy",)
-    ENT_FLOOR = ("on this TinyLM entropy levels off near 0.21 within 120 steps; learning rates 3e-4 to 1e-3, "
-                 "std-normalised advantages and temperature 0.8 all ended at 0.21-0.25")
     en = lambda arm, k: (lambda r: r["lab19/entropy"][arm][k])  # noqa: E731
     add("lab19.entropy-start", "lab19", "Entropy at the start of the 4-epoch runs, nats per token.", "about 0.35",
-        N, en("symmetric", "entropy_start"), near(0.35, 0.03, ENT_ABOUT))
-    add("lab19.entropy-end", "lab19", "Entropy after 120 steps, mean of the symmetric and clip-higher runs.",
-        "about 0.15", N, lambda r: 0.5 * (r["lab19/entropy"]["symmetric"]["entropy_end"]
-                                          + r["lab19/entropy"]["clip-higher"]["entropy_end"]),
+        N, en("symmetric", "entropy_start"), near(0.35, 0.03, ENT_ABOUT), known=SFT_SHARPER)
+    add("lab19.entropy-end", "lab19", "Entropy after 120 steps (the last 10), mean of the symmetric and "
+        "clip-higher runs.", "about 0.15", N, lambda r: 0.5 * (r["lab19/entropy"]["symmetric"]["entropy_end"]
+                                                               + r["lab19/entropy"]["clip-higher"]["entropy_end"]),
         near(0.15, 0.03, ENT_ABOUT), known=ENT_FLOOR)
     add("lab19.entropy-falls-both", "lab19", "Entropy falls under either clip (smaller of the two drops, nats).",
         "falls", N, lambda r: min(r["lab19/entropy"][a]["entropy_start"] - r["lab19/entropy"][a]["entropy_end"]
@@ -360,20 +354,17 @@ def _claims() -> list[Claim]:
     add("lab19.clip-rare", "lab19", "The upper clip switches off most rare positive-advantage tokens (share, "
         "epochs 2-4, second half of the symmetric run).", "over 0.90", N,
         en("symmetric", "late_clip_high_of_positive_rare"), above(0.90, "a bound, as published"),
-        known="a higher learning rate raises it to 0.87 and the common tokens' share to 0.06-0.08; 3e-4 drops "
-              "it to 0.72 (docs/reproducibility.md, lab19 calibration)")
+        known=CLIP_RARE)
     add("lab19.clip-common", "lab19", "...and hardly any common ones (share).", "almost none", N,
         en("symmetric", "late_clip_high_of_positive_common"), below(0.05, "'almost none': below 5%"),
-        qualitative=True, known="at the bound: 0.0495 on the notebook's seeds 0-4, 0.0506 on seeds 0-2; lr 3e-4 "
-                                "clips 2.6% of them but only 0.72 of the rare ones (docs/reproducibility.md, lab19 "
-                                "calibration)")
+        qualitative=True, known=CLIP_COMMON)
 
     # ------------------------------------------------------------------------------------ lab21
     M = ("lab21/models",)
     add("lab21.teacher-accuracy", "lab21", "The teacher's greedy accuracy on 2-digit sums.", "about 1.0", M,
-        lambda r: r["lab21/models"]["teacher_greedy"], near(1.0, 0.03, "'about 100%': within 0.03"))
+        lambda r: r["lab21/models"]["teacher_greedy"], near(1.0, 0.03, "'about 100%': within 0.03"), seedless=GREEDY)
     add("lab21.student-greedy", "lab21", "The student's greedy accuracy on 2-digit sums.", "about 0.50", M,
-        lambda r: r["lab21/models"]["student_greedy"], near(0.50, 0.05, ACC_ABOUT))
+        lambda r: r["lab21/models"]["student_greedy"], near(0.50, 0.05, ACC_ABOUT), seedless=GREEDY)
     add("lab21.student-sampled", "lab21", "The student's sampled (T = 1) accuracy on 2-digit sums.", "about 0.30",
         M, lambda r: r["lab21/models"]["student_sampled"], near(0.30, 0.05, ACC_ABOUT))
     P0 = ("lab21/project0",)
@@ -480,13 +471,15 @@ def _claims() -> list[Claim]:
     add("lab21.p3-target-only-3d1d", "lab21", "Target-only learns nothing: 3d+1d after 200 steps.", "0.00", P3,
         b3("target-only", "3d+1d"), below(0.03, "'stayed at 0.00': below 0.03"))
     add("lab21.p3-target-only-drift", "lab21", "...and the other buckets drift down (start minus end, mean of the "
-        "2-digit buckets).", "drift down", P3, lambda r: float(np.mean(
+        "2-digit buckets; every evaluation draws fresh samples, 100 per bucket).", "drift down", P3, lambda r: float(np.mean(
             [_ev(r["lab21/project3"], "target-only", f"sampled_accuracy_{b}", 0) - _ev(r["lab21/project3"], "target-only", f"sampled_accuracy_{b}")
-             for b in ("2d+2d_nocarry", "2d+2d_carry", "2d+2d_ge100")])), above(0.0, "a direction"), qualitative=True,
-        known="our student never solves a 3d+1d problem (0 of the 25,600 samples of the 200 steps), so every "
-              "group's advantage is exactly 0 and target-only never changes the model (no KL, no weight decay): "
-              "the other buckets end exactly where they started. The published drift needs an update; with an "
-              "evaluation that draws new samples each time it could also be that evaluation's noise")
+             for b in ("2d+2d_nocarry", "2d+2d_carry", "2d+2d_ge100")])),
+        above(0.045, "a drift beyond the evaluation's noise: two standard errors (0.022) of the mean over three "
+                     "seeds of a start-minus-end difference of two fresh 300-sample evaluations"), qualitative=True,
+        known="our student never solves a 3d+1d problem (0 of the 25,600 samples of the 200 steps, printed in the "
+              "notebook), so every group's advantage is exactly 0 and target-only never changes the model (no KL, no "
+              "weight decay): what the fresh evaluations show is their own noise. The published drift needs an "
+              "update, which a student with a few 3d+1d successes gets and ours does not")
     add("lab21.p3-both-improve", "lab21", "Uniform and learnability both improve the 2-digit buckets (the smaller "
         "of the two arms' mean gains).", "improve", P3, lambda r: min(float(np.mean(
             [_ev(r["lab21/project3"], a, f"sampled_accuracy_{b}") - _ev(r["lab21/project3"], a, f"sampled_accuracy_{b}", 0)
@@ -537,33 +530,39 @@ def _claims() -> list[Claim]:
         qualitative=True)
     add("lab21.p5-crossing", "lab21", "The before and after pass@k curves cross (smallest k where the base "
         "model is at least as good; 65 when they never cross).", "between 16 and 32", P5,
-        lambda r: float(x5(r)["crossing_k"] or 65), between(16, 32, "the published interval"), fmt="{:.0f}")
+        lambda r: float(x5(r)["crossing_k"] or 65), between(16, 32, "the published interval, on each seed"), fmt="{:.0f}",
+        min_seeds=0.5, known="where the curves cross moves widely from seed to seed (a mean of crossing points is "
+                             "not a crossing): a majority of seeds must cross within the published interval")
     add("lab21.p5-3d1d-zero", "lab21", "On never-seen 3d+1d both models stay near zero at every k (the largest "
         "pass@k, k = 1..64, of either model).", "near zero", P5,
         lambda r: max(max(x5(r)["before"]["3d+1d"]), max(x5(r)["after"]["3d+1d"])),
         below(0.1, "'near zero at every k': below 0.1 even at k = 64"), qualitative=True)
 
     # -------------------------------------------------------------------------------------- hw4
-    add("hw4.k3-nonnegative", "hw4", "The k3 estimator e^d - d - 1 is non-negative on every sampled token "
-        "(its smallest value over 200,000 draws).", ">= 0", ("hw4/k3",), lambda r: r["hw4/k3"]["min"] + 1e-12,
-        above(0.0, "an inequality"), qualitative=True, fmt="{:.2e}")
-    add("hw4.k3-unbiased", "hw4", "...and unbiased for the KL (relative error of its mean).", "unbiased",
-        ("hw4/k3",), lambda r: r["hw4/k3"]["rel_err"], below(0.02, "sampling error of 2e5 draws is below 1%"),
-        qualitative=True)
+    # k3's non-negativity and unbiasedness are properties of the estimator (lib/tests/test_core_eval.py),
+    # not results of a run.
     FC = ("hw4/format_copy",)
     add("hw4.fc-reward", "hw4", "format_copy, GRPO, 51 steps at the course's CPU settings (character model, "
         "every weight trained, lr 5e-5 where the published runs use LoRA at 3e-5): rollout reward at the end "
-        "(mean of the last 5 steps).", "about 1.27 (max 1.3)", FC, lambda r: r["hw4/format_copy"]["grpo"]["final_reward"],
-        near(1.27, 0.05, "'about 1.27' of a maximum of 1.3: ±0.05"))
+        "(mean of the last 5 steps).", "about 1.3 (the maximum)", FC,
+        lambda r: r["hw4/format_copy"]["grpo"]["final_reward"],
+        near(1.3, 0.05, "'about 1.3', the maximum: ±0.05, one wrong tag or number in about ten groups"))
     add("hw4.fc-exact-match", "hw4", "format_copy, GRPO: greedy eval exact match on the 64 eval prompts.",
-        "1.0 (64/64)", FC, lambda r: r["hw4/format_copy"]["grpo"]["final_eval_exact_match"],
+        "approaching 1.0", FC, lambda r: r["hw4/format_copy"]["grpo"]["final_eval_exact_match"],
         near(1.0, 1 / 64 + 1e-9, "one prompt of 64"))
-    add("hw4.fc-reinforce-exact-match", "hw4", "format_copy, GR-REINFORCE: greedy eval exact match.", "1.0",
-        FC, lambda r: r["hw4/format_copy"]["reinforce"]["final_eval_exact_match"],
+    add("hw4.fc-reinforce-exact-match", "hw4", "format_copy, GR-REINFORCE: greedy eval exact match.",
+        "approaching 1.0", FC, lambda r: r["hw4/format_copy"]["reinforce"]["final_eval_exact_match"],
         near(1.0, 1 / 64 + 1e-9, "one prompt of 64"))
-    add("hw4.fc-jump", "hw4", "format_copy, GRPO: the reward jumps early (first step with rollout reward >= 1.0).",
-        "around step 10", FC, lambda r: float(r["hw4/format_copy"]["grpo"]["first_step_reward_ge_1"] or 99),
-        between(3, 20, "'around step 10': steps 3 to 20"), fmt="{:.0f}")
+    add("hw4.fc-rise-step", "hw4", "format_copy, GRPO: where the reward rises (first step whose 3-step mean "
+        "reward is halfway from the first 3 steps' mean to the maximum 1.3).", "around step 10", FC,
+        lambda r: float(reward_rise(r["hw4/format_copy"]["grpo"]["reward_curve"])["mid"]),
+        near(10, 5, "'around step 10': ±5 steps, half the distance to the start"), fmt="{:.0f}")
+    add("hw4.fc-rise-sharp", "hw4", "format_copy, GRPO: the rise is a jump (steps from 20% to 80% of the way "
+        "from the first 3 steps' mean to 1.3, on the 3-step mean).", "jumps sharply", FC,
+        lambda r: float(reward_rise(r["hw4/format_copy"]["grpo"]["reward_curve"])["width"]),
+        below(5.5, "'jumps sharply': within 5 steps, half the published step of the jump"), qualitative=True,
+        fmt="{:.0f}", known="the character model, trained whole at lr 5e-5, climbs steadily from about 0.6 to 1.3 "
+                            "over 10-20 steps: a ramp, where the published 1.5B model with LoRA jumps")
     MT = ("hw4/math_toy",)
     # Sample efficiency is how fast a run learns from the rollouts it draws, not where it ends. Both
     # algorithms draw the same rollouts per step, so the eval curve over steps is a curve over samples.
@@ -589,10 +588,9 @@ def _claims() -> list[Claim]:
         above(0.0, "a direction"), qualitative=True)
     NR = ("hw4/math_hard",)
     for cid, text, pub in (("hw4.math-hard-base", "math_hard: eval accuracy of the base 1.5B model.", "0.23-0.26"),
-                           ("hw4.math-hard-reinforce", "math_hard: GR-REINFORCE after about 200 steps.",
-                            "about 0.30-0.31"),
-                           ("hw4.math-hard-grpo", "math_hard: GRPO's eval accuracy at the end.",
-                            "about 0.33, or above 0.37"),
+                           ("hw4.math-hard-reinforce", "math_hard: GR-REINFORCE's final eval accuracy.",
+                            "near 0.31"),
+                           ("hw4.math-hard-grpo", "math_hard: GRPO's final eval accuracy.", "above 0.37"),
                            ("hw4.math-hard-grpo-train", "math_hard: GRPO's training reward at the end.", "above 0.55")):
         add(cid, "hw4", text, pub, NR, lambda r: float("nan"), near(0.0, 0.03, "'about': ±0.03"))
     return C
@@ -653,62 +651,6 @@ def per_seed(fn: Callable) -> Callable[[Sequence[int], Options], dict]:
 def _tiny(name: str):
     from .checkpoints import load_checkpoint
     return load_checkpoint(name, progress=False)
-
-
-def _exp_lab11_exact(seed: int) -> dict:
-    import torch
-
-    from . import toylm
-    from .labs import lab11
-
-    worked = toylm.scenario("worked")
-    pi = toylm.tilted_optimum(worked.ref_probs, worked.reward_vector, 1.0)
-    published_pi = np.array([0.172, 0.312, 0.062, 0.454])
-    V = toylm.soft_values(worked.second_probs, worked.rewards, 1.0)
-    token_dev = 0.0
-    for name in toylm.SCENARIOS:
-        toy = toylm.scenario(name)
-        for beta in (0.3, 1.0, 3.0):
-            seq = toylm.tilted_optimum(toy.ref_probs, toy.reward_vector, beta)
-            first, second, _ = toylm.token_level_optimum(toy.first_probs, toy.second_probs, toy.rewards, beta)
-            token_dev = max(token_dev, float(np.abs((first[:, None] * second).ravel() - seq).max()))
-    # the prompt gets no gradient: response log-probs of random logits, gradient on prompt columns
-    g = torch.Generator().manual_seed(seed)
-    P, T, V_ = 4, 9, 15
-    logits = torch.randn(3, T, V_, generator=g, requires_grad=True)
-    tokens = torch.randint(0, V_, (3, T), generator=g)
-    lab11.reference_response_logprobs(logits, tokens, P).sum().backward()
-    prompt_grad = float(logits.grad[:, :P - 1].abs().max())
-    # Gibbs: J(pi*) - J(q) = beta KL(q || pi*) for random q
-    rng = np.random.default_rng(seed)
-    beta = 1.0
-    J = lambda p: toylm.kl_objective(p, worked.ref_probs, worked.reward_vector, beta)  # noqa: E731
-    gaps, dev = [], 0.0
-    for _ in range(1000):
-        q = rng.dirichlet(np.ones(len(pi)) * 0.5)
-        gap = J(pi) - J(q)
-        gaps.append(gap)
-        dev = max(dev, abs(gap - beta * toylm.kl_divergence(q, pi)))
-    return {"pi_star": pi.tolist(), "pi_star_max_dev": float(np.abs(pi - published_pi).max()),
-            "soft_values": [float(v) for v in np.ravel(V)],
-            "soft_values_max_dev": float(np.abs(np.ravel(V) - np.array([0.523, 1.434])).max()),
-            "token_vs_sequence_max_dev": token_dev, "prompt_grad_max": prompt_grad,
-            "gibbs_identity_max_dev": float(dev), "gibbs_min_gap": float(min(gaps))}
-
-
-def _exp_lab11_estimators(seed: int) -> dict:
-    """k1, k2, k3 on a 3-token example: pi = (0.5, 0.3, 0.2), pi_ref = (0.2, 0.3, 0.5), 2e5 samples."""
-    import torch
-
-    from .labs.lab11 import reference_kl_estimators
-
-    p = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
-    q = torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64)
-    exact = float((p * (p / q).log()).sum())
-    idx = torch.multinomial(p, 200_000, replacement=True, generator=torch.Generator().manual_seed(seed))
-    k1, k2, k3 = reference_kl_estimators(p.log()[idx], q.log()[idx])
-    return {"exact": exact, **{f"{n}_rel_err": float(abs(k.mean() - exact) / exact)
-                               for n, k in (("k1", k1), ("k2", k2), ("k3", k3))}}
 
 
 def _exp_lab11_sweep(seed: int) -> dict:
@@ -806,15 +748,7 @@ def _lab19_runs(kind: str, arms: Sequence[str]):
             row = {}
             for a in arms:
                 series = res[f"{kind}/{a}"][i]["curve"]
-                if kind == "hacking":
-                    summ = lab19.hack_summary(series)
-                    proxy = lab19.smooth(np.array([np.nan if v is None else v for v in series["reward_mean"]]), 10)
-                    at = min(len(proxy), summ["peak_step"]) - 1
-                    summ["proxy_gain_after_peak"] = float(summ["final_proxy"] - proxy[at]) \
-                        if math.isfinite(proxy[at]) else float("nan")
-                else:
-                    summ = lab19.entropy_summary(series)
-                row[a] = summ
+                row[a] = lab19.hack_summary(series) if kind == "hacking" else lab19.entropy_summary(series)
             out[s] = row
         return out
     return run
@@ -857,24 +791,12 @@ def _hw4_runs(task: str, steps: int | None):
             cfg = default_config(task, algo, seed=seed, **_steps(opts, steps))
             hist = train(cfg, impl, progress=False)
             row = summary(hist, "none", 0)
+            row["reward_curve"] = [float(r["reward_mean"]) for r in hist if r["step"] >= 1]
             row["start_eval_exact_match"] = next((r["eval_exact_match"] for r in hist if "eval_exact_match" in r), None)
             row["steps"] = cfg.steps
             out[algo] = row
         return out
     return run
-
-
-def _exp_hw4_k3(seed: int) -> dict:
-    import torch
-
-    from .losses import kl_estimate
-
-    p = torch.tensor([0.6, 0.25, 0.1, 0.05], dtype=torch.float64)
-    ref = torch.tensor([0.3, 0.3, 0.2, 0.2], dtype=torch.float64)
-    exact = float((p * (p / ref).log()).sum())
-    idx = torch.multinomial(p, 200_000, replacement=True, generator=torch.Generator().manual_seed(seed))
-    k3 = kl_estimate(p.log()[idx], ref.log()[idx], "k3")
-    return {"min": float(k3.min()), "rel_err": float(abs(k3.mean() - exact) / exact), "exact": exact}
 
 
 def _experiments(lr: float | dict | None = None) -> dict[str, Experiment]:
@@ -888,9 +810,6 @@ def _experiments(lr: float | dict | None = None) -> dict[str, Experiment]:
     lrs = dict(PROJECT_LR) if lr is None else dict(lr) if isinstance(lr, dict) else {p: lr for p in PROJECT_LR}
 
     xs = [
-        Experiment("lab11/exact", "lab11", per_seed(_exp_lab11_exact), {"betas": [0.3, 1.0, 3.0], "gibbs_q": 1000},
-                   cheap=True),
-        Experiment("lab11/estimators", "lab11", per_seed(_exp_lab11_estimators), {"n": 200_000}, cheap=True),
         Experiment("lab11/sweep", "lab11", per_seed(_exp_lab11_sweep), {"n_problems": 200, "n_samples": 8}, ("sft",),
                    cheap=True),
         Experiment("lab11/kl", "lab11", per_seed(_exp_lab11_kl), {"n_problems": 16, "n_samples": 8, "n_batches": 16},
@@ -901,7 +820,8 @@ def _experiments(lr: float | dict | None = None) -> dict[str, Experiment]:
                    {"pool": 200_000, "pad_share": overopt.PAD_SHARE, "length_scale": overopt.LENGTH_SCALE,
                     "padding_cost": overopt.PADDING_COST}, cheap=True),
         Experiment("lab19/hacking", "lab19", _lab19_runs("hacking", ("0", "0.05", "gold")),
-                   {"settings": "lab19.HACK_SETTINGS", "arms": ["0", "0.05", "gold"], "seeds_together": True}, ("sft",),
+                   {"settings": "lab19.HACK_SETTINGS", "arms": ["0", "0.05", "gold"], "seeds_together": True,
+                    "summary": "mid-window"}, ("sft",),
                    cost_s=300, seeds=NOTEBOOK_SEEDS["lab19"]),
         Experiment("lab19/entropy", "lab19", _lab19_runs("entropy", tuple(CLIP_ARMS)),
                    {"settings": "lab19.ENTROPY_SETTINGS", "arms": list(CLIP_ARMS), "seeds_together": True}, ("sft",),
@@ -913,7 +833,8 @@ def _experiments(lr: float | dict | None = None) -> dict[str, Experiment]:
                    ("student",), cost_s=140, seeds=NOTEBOOK_SEEDS["lab21/project1"]),
         Experiment("lab21/project2", "lab21", _lab21_project("project2", LAB21_ARMS["project2"]),
                    {"steps": 200, "lr": lrs["project2"]}, ("student",), cost_s=170),
-        Experiment("lab21/project3", "lab21", _lab21_project("project3"), {"steps": 200, "lr": lrs["project3"]},
+        Experiment("lab21/project3", "lab21", _lab21_project("project3"),
+                   {"steps": 200, "lr": lrs["project3"], "eval": "fresh samples at every evaluation"},
                    ("student",), cost_s=130),
         Experiment("lab21/project4", "lab21", _lab21_project("project4"),
                    {"steps": 200, "lr": lrs["project4"], "eval_temperature": EVAL_TEMPERATURE["project4"]},
@@ -921,8 +842,8 @@ def _experiments(lr: float | dict | None = None) -> dict[str, Experiment]:
         Experiment("lab21/project5", "lab21", _lab21_project("project5"),
                    {"steps": 300, "lr": lrs["project5"], "eval_temperature": EVAL_TEMPERATURE["project5"]},
                    ("student",), cost_s=90),
-        Experiment("hw4/k3", "hw4", per_seed(_exp_hw4_k3), {"n": 200_000}, cheap=True),
-        Experiment("hw4/format_copy", "hw4", per_seed(_hw4_runs("format_copy", 51)), {"steps": 51}, ("hw4-charlm",), cost_s=150),
+        Experiment("hw4/format_copy", "hw4", per_seed(_hw4_runs("format_copy", 51)), {"steps": 51, "reward_curve": True},
+                   ("hw4-charlm",), cost_s=150),
         Experiment("hw4/math_toy", "hw4", per_seed(_hw4_runs("math_toy", None)), {"steps": "default", "eval_area": True},
                    ("hw4-charlm",), cost_s=100),
         Experiment("hw4/math_hard", "hw4", None, unavailable="needs Qwen2.5-Math-1.5B-Instruct and MATH level 5 "
@@ -1073,14 +994,26 @@ def judge(claim: Claim, per_seed: dict[int, dict], deterministic: bool = False, 
             vals[s] = float("nan") if v is None else float(v)
     if not vals:
         return Outcome(claim, {}, "not run", note="its experiment was not run")
+    if claim.seedless:  # the seed cannot change it: one value (the first seed's)
+        first = next(iter(vals))
+        vals, deterministic = {first: vals[first]}, True
     arr = np.array(list(vals.values()), dtype=float)
     finite = arr[np.isfinite(arr)]
     mean, spread = mean_sd(finite) if finite.size else (float("nan"), 0.0)
     spread = 0.0 if deterministic else spread
-    passes = claim.check.passes(mean)
+    passing = int(sum(claim.check.passes(v) for v in arr))
+    if claim.min_seeds is not None and not deterministic:
+        passes = passing >= seeds_needed(claim, len(arr))
+    else:
+        passes = claim.check.passes(mean)
     verdict = ("within about" if claim.check.about else "holds") if passes else "differs"
     note = "" if passes else claim.known
-    return Outcome(claim, vals, verdict, mean, spread, int(sum(claim.check.passes(v) for v in arr)), deterministic, note)
+    return Outcome(claim, vals, verdict, mean, spread, passing, deterministic, note)
+
+
+def seeds_needed(claim: Claim, n: int) -> int:
+    """How many of ``n`` seeds must pass a claim with ``min_seeds`` (at least one)."""
+    return max(1, math.ceil(claim.min_seeds * n - 1e-9))
 
 
 def judge_all(claims: Sequence[Claim], per_seed: dict[int, dict], skipped: dict[str, str] | None = None) -> list[Outcome]:
@@ -1199,6 +1132,24 @@ def _fmt(claim: Claim, x: float) -> str:
     return claim.fmt.format(x)
 
 
+def ours_cell(o: Outcome) -> str:
+    """The report's "ours" cell: the mean ± sd over seeds, then every seed's own value and how many
+    pass (with the share a per-run claim needs); one value where the seed cannot change it."""
+    c = o.claim
+    if o.deterministic:
+        why = c.seedless or "deterministic"
+        return f"{_fmt(c, o.mean)} (one value: {why})" if c.seedless else f"{_fmt(c, o.mean)} ({why})"
+    if len(o.values) < 2:
+        s, v = next(iter(o.values.items()))
+        return f"{_fmt(c, v)} (seed {s})"
+    each = ", ".join(f"{s}: {_fmt(c, v)}" for s, v in o.values.items())
+    n = len(o.values)
+    if c.min_seeds is not None:  # judged seed by seed: the mean would say nothing
+        return f"seeds {each} ({o.seeds_passing}/{n} pass, needs {seeds_needed(c, n)})"
+    spread = f" ± {_fmt(c, o.spread)}" if math.isfinite(o.mean) else ""
+    return f"{_fmt(c, o.mean)}{spread} (seeds {each}; {o.seeds_passing}/{n} pass)"
+
+
 def summary_counts(outcomes: Sequence[Outcome]) -> dict[str, dict[str, int]]:
     """{lab: {"total", "holds", "within about", "differs", "not run", "qualitative", "qualitative_held",
     "numeric", "numeric_held"}} plus an "all" row."""
@@ -1232,11 +1183,15 @@ def write_report(outcomes: Sequence[Outcome], info: dict, seeds: Sequence[int], 
                 + ", the seeds their notebooks train)") + "."
              " Regenerate with `make reproduce` (the cache under `artifacts/reproduce/` makes a rerun cheap;"
              " `--fresh` recomputes). The claims are data in `lib/llmrl/reproduce.py`; each is judged on the"
-             " mean over seeds: **holds** (a qualitative claim, or an exact value within its rounding),"
-             " **within about** (a number within the published \"about\"), **differs**, **not run**."
+             " mean over seeds, or, where the published statement is about one run (\"the hack completes\"),"
+             " on each seed with the share of seeds it needs: **holds** (a qualitative claim, or an exact value"
+             " within its rounding), **within about** (a number within the published \"about\"), **differs**,"
+             " **not run**. Each row lists every seed's own value. Identities that hold for any correct"
+             " implementation (the worked example's pi*, the Gibbs gap, unbiased estimators, greedy decoding's"
+             " single answer) are tested in `lib/tests`, not claimed here: no run can miss them."
              " Seeds: the RL experiments (lab19 parts 2-3, lab21's projects, hw4) train one run per seed; the"
              " claims about a checkpoint (lab11, lab21's models) vary only the sampling with the seed, since the"
-             " checkpoints come from one SFT run; a deterministic computation runs once.", ""]
+             " checkpoints come from one SFT run; greedy decoding and exact computations give one value.", ""]
     if smoke:
         lines += [f"**Smoke run**: every training run was {SMOKE_STEPS} steps long. It checks that every experiment and"
                   " claim runs; its numbers mean nothing.", ""]
@@ -1269,14 +1224,7 @@ def write_report(outcomes: Sequence[Outcome], info: dict, seeds: Sequence[int], 
                   "|---|---|---|---|---|---|"]
         for o in rows:
             c = o.claim
-            if o.values:
-                seeds_txt = "deterministic" if o.deterministic else f"seeds {','.join(map(str, o.values))}"
-                spread = not (o.deterministic or len(o.values) < 2 or not math.isfinite(o.mean))
-                ours = _fmt(c, o.mean) + (f" ± {_fmt(c, o.spread)}" if spread else "")
-                per = "" if o.deterministic or len(o.values) < 2 else f"; {o.seeds_passing}/{len(o.values)} seeds pass"
-                ours = f"{ours} ({seeds_txt}{per})"
-            else:
-                ours = "–"
+            ours = ours_cell(o) if o.values else "–"
             tol = f"{c.check.describe()}: {c.check.reason}"
             verdict = f"**{o.verdict}**" + (f": {o.note}" if o.note else "")
             cell = lambda s: s.replace("|", "\\|")  # noqa: E731

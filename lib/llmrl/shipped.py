@@ -13,8 +13,9 @@ the same weights, so the labs' numbers differ between machines by rounding only.
                    greedy (lab21)
 ``student``        the same run early on: about 50% greedy, 30% at T = 1, KL to the
                    teacher about 1.98 nats per token (lab21)
-``sft``            the course's ReLU TinyLM, about 80% greedy, 55% at T = 1, below 30% at
-                   T = 2 (lab11, lab19)
+``sft``            lab11 and lab19's TinyLM, about 80% greedy, 55% at T = 1, below 30% at
+                   T = 2; its run and step chosen by lab19's recorded search
+                   (:mod:`llmrl.labs.lab19_calibration`)
 ``hw4-charlm``     hw4's character model after its pretraining (1,500 steps), the pretraining
                    seed whose model copies every format_copy number (RL then only has to
                    teach the tag, as in the published run)
@@ -28,9 +29,10 @@ missing file; it never trains a replacement behind the user's back.
 Instructors rebuild them with ``python -m llmrl.cache --rebuild-shipped`` (minutes): the two SFT
 runs of :data:`llmrl.checkpoints.SHIPPED_RUNS` (the course's for the sft model, lab21's for the
 teacher and the student), a scan of each one's snapshots every ``SCAN_EVERY`` steps, the student
-and sft snapshots chosen by :func:`choose` and :func:`choose_sft` (closest to the published
-calibration, :data:`TARGETS`; for the sft model, the closest whose lab19 run shows the published
-hack), the character model pretrained with each of ``CHARLM_SEEDS`` and chosen by
+chosen by :func:`choose` (closest to the published calibration, :data:`TARGETS`), the sft model at
+the step lab19's search chose (``checkpoints.SFT_STEP``: docs/lab19-calibration.md, which judged
+its candidates on every lab11 and lab19 claim), the character model pretrained with each of
+``CHARLM_SEEDS`` and chosen by
 :func:`choose_charlm`, all written with a new manifest (``--parts`` rebuilds some of them). On another CPU a rebuild gives
 other bits and possibly other steps: that is a new release of the models, to be committed with the
 notebooks and stored runs regenerated on top of it (docs/library.md, "The course's models").
@@ -64,15 +66,6 @@ TARGETS = {
     "sft": {"greedy": (0.80, 0.03), "sampled_T1": (0.55, 0.03)},
 }
 SFT_T2_BELOW = 0.30      # lab11: "below 30% at T = 2", a hard bound (with a margin in choose())
-# lab19 Part 2 starts from the sft model: with the proxy reward and no KL, accuracy rises from about
-# 0.52 to about 0.62, then the policy pads every answer to the 4-character maximum and accuracy falls
-# to 0. Whether (and when) a run gets there varies from snapshot to snapshot, so the sft snapshot is
-# the nearest to its calibration (at most SFT_MAX_DISTANCE) whose lab19 run (seed 0, lab19's
-# HACK_SETTINGS) shows that: start within 0.05 of 0.52, peak within 0.06 of 0.62, the last 20 steps
-# at length >= 3.9 with accuracy <= 0.03 (the bounds of lib/tests/test_lab19.py).
-LAB19_HACK = {"accuracy_start": (0.52, 0.05), "accuracy_peak": (0.62, 0.06)}
-LAB19_HACK_END = {"final_length_at_least": 3.9, "final_accuracy_at_most": 0.03}
-SFT_MAX_DISTANCE = 4.0
 SCAN_FROM, SCAN_EVERY = 100, 5
 # hw4's character model: the pretraining seeds tried, and the base model's published math score
 # (hw4's EXPECTED["math_base_eval"]; format_copy's base exact match is 0 by design).
@@ -210,47 +203,6 @@ def measure(cfg, states: dict, teacher_state: dict, progress: bool = True) -> li
     return rows
 
 
-def lab19_hack(state: dict, cfg=None) -> dict:
-    """lab19 Part 2's proxy run without KL (seed 0) from a TinyLM state: its summary
-    (:func:`llmrl.labs.lab19.hack_summary`) and whether it shows the published hack (LAB19_HACK)."""
-    from .checkpoints import COURSE_SFT
-    from .labs import lab19
-    from .tinylm import TinyLM
-
-    cfg = cfg or COURSE_SFT
-    model = TinyLM(cfg.model)
-    model.load_state_dict(state)
-    model.eval()
-    summary = lab19.hack_summary(lab19.as_series(lab19.hacking_run(0.0, policy=model, progress=False)))
-    ok = (all(abs(summary[k] - want) <= tol for k, (want, tol) in LAB19_HACK.items())
-          and summary["final_length"] >= LAB19_HACK_END["final_length_at_least"]
-          and summary["final_accuracy"] <= LAB19_HACK_END["final_accuracy_at_most"])
-    return {**{k: round(float(v), 4) for k, v in summary.items()}, "shows_the_hack": bool(ok)}
-
-
-def choose_sft(rows: list[dict], states: dict, workers: int = 2, limit: int = 16) -> tuple[dict, list[dict]]:
-    """The sft snapshot: the nearest to its calibration (:func:`distance`, at most
-    SFT_MAX_DISTANCE) whose lab19 proxy run shows the hack. Tries the candidates in order of
-    distance, ``workers`` at a time (forked processes), at most ``limit`` of them. Returns (the
-    chosen scan row, the rows tried, each with its lab19 summary)."""
-    from multiprocessing import get_context
-
-    candidates = sorted((r for r in rows if r["step"] in states and distance(r, "sft") <= SFT_MAX_DISTANCE),
-                        key=lambda r: (distance(r, "sft"), r["step"]))[:limit]
-    tried = []
-    with get_context("fork").Pool(max(1, workers)) as pool:
-        for i in range(0, len(candidates), max(1, workers)):
-            batch = candidates[i:i + max(1, workers)]
-            for row, hack in zip(batch, pool.map(lab19_hack, [states[r["step"]] for r in batch])):
-                tried.append({"step": row["step"], "distance": round(distance(row, "sft"), 3), "lab19": hack})
-            passing = [t for t in tried if t["lab19"]["shows_the_hack"]]
-            if passing:
-                step = passing[0]["step"]
-                return next(r for r in rows if r["step"] == step), tried
-    raise RuntimeError(f"none of the {len(candidates)} sft snapshots nearest the calibration shows lab19's hack "
-                       f"(tried steps {[t['step'] for t in tried]}); look at lab19's settings")
-
-
 def scan_snapshots(cfg=None, progress: bool = True, roles=tuple(TARGETS)):
     """Scan the snapshots of one SFT recipe (the course's by default) for :func:`choose`.
 
@@ -313,7 +265,7 @@ def rebuild(out_dir: Path | None = None, progress: bool = True, parts=PARTS) -> 
     """Train, choose and write the shipped models of ``parts`` (:data:`PARTS`) and the manifest into
     ``out_dir`` (the package's models folder by default); the entries of the other parts are kept
     from the manifest already there. Returns the new manifest."""
-    from .checkpoints import COURSE_SFT, LAB21_SFT
+    from .checkpoints import COURSE_SFT, LAB21_SFT, SFT_STEP
     from .tinylm import TinyLM
 
     parts = tuple(parts)
@@ -337,10 +289,15 @@ def rebuild(out_dir: Path | None = None, progress: bool = True, parts=PARTS) -> 
                          "recipe_key": recipe_key(cfg), "calibration": calibration(model, teacher), "built": built}
 
     if "sft" in parts:
+        # the run and the step chosen by lab19's recorded search (llmrl.labs.lab19_calibration,
+        # docs/lab19-calibration.md), which judged its candidates on every lab11 and lab19 claim; the
+        # scan records the run's calibration around it
         _, states, rows = scan_snapshots(COURSE_SFT, progress=progress, roles=("sft",))
-        sft_row, blob["sft_lab19_tried"] = choose_sft(rows, states)
-        write("sft", COURSE_SFT, states[sft_row["step"]], sft_row["step"], "checkpoints.COURSE_SFT")
+        if SFT_STEP not in states:
+            states.update(train_keeping(COURSE_SFT, {SFT_STEP}, progress)[1])
+        write("sft", COURSE_SFT, states[SFT_STEP], SFT_STEP, "checkpoints.COURSE_SFT")
         blob["scan"] = rows
+        blob.pop("sft_lab19_tried", None)
     if "lab21" in parts:
         teacher_state, states, rows = scan_snapshots(LAB21_SFT, progress=progress, roles=("student",))
         teacher = TinyLM(LAB21_SFT.model)
@@ -360,8 +317,8 @@ def rebuild(out_dir: Path | None = None, progress: bool = True, parts=PARTS) -> 
                  "built": {**built, "parts": list(parts)},  # the latest rebuild; each entry has its own
                  "choice": {"targets": {r: {k: v[0] for k, v in t.items()} for r, t in TARGETS.items()},
                             "sft_T2_below": SFT_T2_BELOW, "scan_every": SCAN_EVERY, "scan_from": SCAN_FROM,
-                            "sft_max_distance": SFT_MAX_DISTANCE,
-                            "sft_lab19_hack": {**{k: v[0] for k, v in LAB19_HACK.items()}, **LAB19_HACK_END},
+                            "sft": "checkpoints.COURSE_SFT at checkpoints.SFT_STEP, chosen by "
+                                   "llmrl.labs.lab19_calibration (docs/lab19-calibration.md)",
                             "charlm_seeds": list(CHARLM_SEEDS), "charlm_math_base": CHARLM_MATH_BASE},
                  "models": {n: entries[n] for n in FILES if n in entries}})
     tmp = out_dir / (MANIFEST_NAME + ".tmp")

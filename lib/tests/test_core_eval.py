@@ -67,6 +67,20 @@ def test_kl_estimators():
         kl_estimate(l, l, "k4")
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_k3_is_non_negative_on_every_token_and_unbiased(seed):
+    """hw4's KL estimator e^d - d - 1 (d = log p_ref - log p) on 200,000 tokens drawn from p =
+    (0.6, 0.25, 0.1, 0.05) against p_ref = (0.3, 0.3, 0.2, 0.2): never negative, and its mean within
+    2% of the exact KL (the sampling error of the mean is below 1%)."""
+    p = torch.tensor([0.6, 0.25, 0.1, 0.05], dtype=torch.float64)
+    ref = torch.tensor([0.3, 0.3, 0.2, 0.2], dtype=torch.float64)
+    exact = float((p * (p / ref).log()).sum())
+    idx = torch.multinomial(p, 200_000, replacement=True, generator=torch.Generator().manual_seed(seed))
+    k3 = kl_estimate(p.log()[idx], ref.log()[idx], "k3")
+    assert float(k3.min()) >= 0.0
+    assert abs(float(k3.mean()) / exact - 1) < 0.02
+
+
 def test_clip_fraction_on_a_hand_made_batch():
     # four tokens: ratio 1.5 with A>0 (upper clip), 0.5 with A<0 (lower clip), 1.1 with A>0, 0.9 with A<0
     ratio = torch.tensor([[1.5, 0.5, 1.1, 0.9]])
@@ -124,7 +138,11 @@ def test_rewards():
 
 
 def test_distinct_answers_bounds():
-    m = TinyLM()
+    from llmrl.checkpoints import load_checkpoint
+
     p = A.sample_problems(5, generator=0)
-    assert distinct_answers(m, p, 8, 0.0, 0) == 1.0
+    # an untrained model writes no well-formed answer at all (a malformed sample is no answer)
+    assert distinct_answers(TinyLM(), p, 8, 0.0, 0) <= 1.0
+    m = load_checkpoint("sft", progress=False)
+    assert distinct_answers(m, p, 8, 0.0, 0) == 1.0  # greedy: one answer per problem, a number
     assert 1.0 < distinct_answers(m, p, 8, 2.0, 0) <= 8.0

@@ -60,6 +60,46 @@ def test_reference_kl_estimators():
     assert k3.item() == pytest.approx(0.5 - 1 + l, rel=1e-5)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_k1_and_k3_are_unbiased_and_k2_is_not(seed):
+    """The estimators' published properties, on a 3-token example where the KL is known exactly:
+    pi = (0.5, 0.3, 0.2), pi_ref = (0.2, 0.3, 0.5), 200,000 tokens drawn from pi. The sampling error
+    of the mean is below 1% of the KL (k1's spread over tokens is the largest, s.e. 0.0022 against
+    a KL of 0.275), so 2% separates "unbiased" from k2's bias (7%, measured on seeds 0-2)."""
+    p = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+    q = torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64)
+    exact = float((p * (p / q).log()).sum())
+    idx = torch.multinomial(p, 200_000, replacement=True, generator=torch.Generator().manual_seed(seed))
+    k1, k2, k3 = lab11.reference_kl_estimators(p.log()[idx], q.log()[idx])
+    assert abs(float(k1.mean()) / exact - 1) < 0.02 and abs(float(k3.mean()) / exact - 1) < 0.02
+    assert abs(float(k2.mean()) / exact - 1) > 0.05
+    assert float(k3.min()) >= 0.0  # and k3 is never negative
+
+
+def test_response_logprobs_send_no_gradient_to_the_prompt():
+    """Only the response is scored: the logits of every prompt column but the last (which predicts the
+    first response token) get exactly zero gradient."""
+    g = torch.Generator().manual_seed(0)
+    P, T, V = 4, 9, 15
+    logits = torch.randn(3, T, V, generator=g, requires_grad=True)
+    tokens = torch.randint(0, V, (3, T), generator=g)
+    lab11.reference_response_logprobs(logits, tokens, P).sum().backward()
+    assert float(logits.grad[:, :P - 1].abs().max()) == 0.0
+    assert float(logits.grad[:, P - 1:-1].abs().min(dim=-1).values.min()) >= 0.0
+    assert float(logits.grad[:, P - 1:-1].abs().sum()) > 0.0
+
+
+def test_distinct_answers_count_only_well_formed_answers():
+    """A malformed sample ('8+', '_5', '', '1=2') is no answer: 8 samples with two numbers and four
+    malformed ones give 2 distinct answers, not 6."""
+    from llmrl.addition import is_answer
+
+    assert [is_answer(x) for x in ("85", "085", "8", "", "8+", "_5", "^", "1=2", "٣")] == [
+        True, True, True, False, False, False, False, False, False]
+    group = ["85", "85", "86", "8+", "_5", "", "85", "1=2"]
+    assert lab11._distinct_per_group(group + ["7"] * 8, 8).tolist() == [2.0, 1.0]
+
+
 # ---------------------------------------------------------------- generation with a custom sampler
 
 def test_generate_with_sampler_defaults_to_the_library(sft):
@@ -140,26 +180,24 @@ def test_frontier_readings_are_the_curves_values(front):
 @pytest.mark.slow
 def test_experiment1_matches_the_handout(sweep):
     E = lab11.EXPECTED
-    # The sft model is the shipped one (llmrl.shipped: SFT step 362, the snapshot nearest 80% greedy /
-    # 55% at T = 1 whose lab19 proxy run shows the published hack). It is fixed, so these numbers do
-    # not move with the machine's rounding beyond a near-tie or two (a greedy answer flips only where
-    # two logits tie to ~1e-6; a sampled one only where its uniform draw lies within ~1e-6 of a
-    # boundary of the cumulative distribution). The bounds are therefore about the published "about":
-    # greedy 0.845 here on these 200 problems (0.841 on the 1,000 of its calibration), 0.045 above
-    # "about 80%": +-0.05 is 1.8 binomial s.e. at n = 200 (s.e. 0.028), the closest snapshot to 0.80
-    # (step 363, 0.804) does not hack in lab19.
+    # The sft model is the shipped one (step 395 of the ReLU run of seed 1, chosen by lab19_calibration's
+    # recorded search, docs/lab19-calibration.md). It is fixed, so these numbers do not move with the
+    # machine's rounding beyond a near-tie or two (a greedy answer flips only where two logits tie to
+    # ~1e-6; a sampled one only where its uniform draw lies within ~1e-6 of a boundary of the cumulative
+    # distribution). The bounds are therefore about the published "about": greedy 0.795 here on these
+    # 200 problems (0.779 on the 1,000 of its calibration): +-0.05 is 1.8 binomial s.e. at n = 200.
     assert abs(lab11.sweep_value(sweep, "accuracy", 0.0) - E["greedy_accuracy"]) <= 0.05
-    # T = 1: "about 55%"; 0.574 here (1,600 samples, s.e. 0.012). +-0.08 allows for the snapshot's
+    # T = 1: "about 55%"; 0.576 here (1,600 samples, s.e. 0.012). +-0.08 allows for the snapshot's
     # calibration (how sharp the SFT model is varies from step to step: 0.52-0.57 among its neighbours).
     assert abs(lab11.sweep_value(sweep, "accuracy", 1.0) - E["accuracy_T1"]) <= 0.08
-    # T = 2: a hard bound ("below 30%"); 0.244 measured.
+    # T = 2: a hard bound ("below 30%"); 0.271 measured.
     assert lab11.sweep_value(sweep, "accuracy", 2.0) < E["accuracy_T2_below"]
     # accuracy falls and diversity rises with T, as the handout's panel shows
     assert np.all(np.diff(sweep["accuracy"]) < 0.02)
     assert np.all(np.diff(sweep["distinct_answers"]) > 0)
     assert lab11.sweep_value(sweep, "distinct_answers", 0.0) == E["distinct_greedy"]
-    # "climbs from 1 to about 5" at T = 2; 6.02 measured. +-1.5: the count among 8 samples depends on
-    # how flat the model's digits are at T = 2, which again varies with the snapshot.
+    # "climbs from 1 to about 5" at T = 2, counting well-formed answers; 5.03 measured. +-1.5: the count
+    # among 8 samples depends on how flat the model's digits are at T = 2, which varies with the snapshot.
     assert abs(lab11.sweep_value(sweep, "distinct_answers", 2.0) - E["distinct_T2"]) <= 1.5
 
 
@@ -189,26 +227,34 @@ def test_kl_estimates_at_temperature_one_are_zero(sft):
         assert abs(k[name][0]) < 1e-5
 
 
+@pytest.fixture(scope="module")
+def kl_seeds(sft, kl):
+    """Experiment 2 on seeds 0, 1 and 2 (seed 0 is the notebook's draw)."""
+    return [lab11.kl_checks(kl)] + [lab11.kl_checks(lab11.kl_estimates(sft, seed=s)) for s in (1, 2)]
+
+
 @pytest.mark.slow
-def test_experiment2_matches_the_handout(kl):
-    c = lab11.kl_checks(kl)
-    sharp = c[lab11.EXPECTED["kl_sharp_temperature"]]
-    # T = 0.25: k3 "far too low" with error bars that miss the truth. Over 16 batches of 128
-    # responses the median batch estimate is 0.56 of the truth here (0.37-0.56 over three seeds) and
-    # only 25-50% of the batches' bars cover it; the bounds leave room for another seed.
-    assert sharp["k3_ratio"] < 0.7
-    assert sharp["k3_covers"] <= 0.6
-    # k1 is fine there: its median batch is within 15% of the truth (measured 0.98-1.04).
-    assert abs(sharp["k1_ratio"] - 1) < 0.15
-    for T in lab11.EXPECTED["kl_agree_temperatures"]:
-        row = c[T]
-        # T > 1: both agree with the truth; median batch within 25% (measured 0.94-1.18) and most
-        # bars (measured 81-100%; a 1.96 s.e. bar should cover 95% of the time) cover it.
-        for k in ("k1", "k3"):
-            assert abs(row[k + "_ratio"] - 1) < 0.25, (T, k, row)
-            assert row[k + "_covers"] >= 0.7, (T, k, row)
+def test_experiment2_matches_the_handout(kl_seeds):
+    sharp_T = lab11.EXPECTED["kl_sharp_temperature"]
+    for c in kl_seeds:
+        sharp = c[sharp_T]
+        # T = 0.25: k3 "far too low" with error bars that miss the truth, on every seed. Over 16 batches
+        # of 128 responses the median batch estimate is 0.30-0.45 of the truth here (seeds 0-2) and only
+        # 25-38% of the batches' bars cover it; the bounds leave room for another seed.
+        assert sharp["k3_ratio"] < 0.6 and sharp["k3_covers"] <= 0.5, sharp
+        # k1 is fine there: its median batch is within 15% of the truth (measured 0.99-1.00).
+        assert abs(sharp["k1_ratio"] - 1) < 0.15, sharp
         # k2 is biased: at T = 2 it overshoots by more than 50% (measured about 2.5x)
-    assert c[2.0]["k2_ratio"] > 1.5
+        assert c[2.0]["k2_ratio"] > 1.5
+    for T in lab11.EXPECTED["kl_agree_temperatures"]:
+        # T > 1: both agree with the truth. One draw of 16 batches is noisy (seed 0's k1 at T = 1.5 has its
+        # median batch at 0.70 of the truth, its pooled estimate at 0.79; seeds 1 and 2 at 0.89 and 0.98),
+        # so as make reproduce judges it: on the mean over seeds 0-2, each estimator's median batch within
+        # 20% of the truth (measured 0.86-1.01), and most bars (a 1.96 s.e. bar should cover 95% of the time;
+        # measured 81-100% on each seed) cover it.
+        for k in ("k1", "k3"):
+            assert abs(np.mean([c[T][k + "_ratio"] for c in kl_seeds]) - 1) < 0.2, (T, k)
+            assert min(c[T][k + "_covers"] for c in kl_seeds) >= 0.7, (T, k)
 
 
 # ---------------------------------------------------------------- experiment 3

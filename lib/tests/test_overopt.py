@@ -136,6 +136,9 @@ def test_noise_only_never_turns_down():
     assert np.all(np.diff(pool["gold_gain"]) > -0.02)  # pool noise at the far right is ~0.02
     _, beta = overopt.fit_gao_bon(pool["d"], pool["gold_gain"])
     assert abs(beta) < 0.05  # handout: beta ~ 0
+    # exactly (an infinite pool) the gold gain of a noise-only proxy rises with n at every n and any noise
+    for sigma in (0.5, 1.0, 3.0):
+        assert np.all(np.diff(overopt.exact_best_of_n(b=0.0, sigma=sigma)["gold_gain"]) > 0), sigma
 
 
 def test_finite_pool_error_at_large_n():

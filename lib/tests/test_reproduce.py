@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from llmrl import reproduce as R
+from llmrl.hw4.plots import reward_rise
 
 ROOT = Path(__file__).resolve().parents[2]
 FINGERPRINTS = ROOT / "autograder" / "tests" / "handout_fingerprints.json"
@@ -59,13 +60,13 @@ def test_select_by_lab_experiment_and_fast():
 
 # ----------------------------------------------------------------------------- verdicts
 
-def _claim(check, qualitative=False, known=""):
-    return R.Claim("lab11.x", "lab11", "x", "about 1", ("lab11/exact",), lambda r: r["lab11/exact"]["v"], check,
-                   qualitative=qualitative, known=known)
+def _claim(check, qualitative=False, known="", **kw):
+    return R.Claim("lab11.x", "lab11", "x", "about 1", ("lab11/sweep",), lambda r: r["lab11/sweep"]["v"], check,
+                   qualitative=qualitative, known=known, **kw)
 
 
 def _seeds(*vals):
-    return {s: {"lab11/exact": {"v": v}} for s, v in enumerate(vals)}
+    return {s: {"lab11/sweep": {"v": v}} for s, v in enumerate(vals)}
 
 
 def test_judge_takes_the_mean_over_seeds_and_names_the_verdict():
@@ -83,6 +84,54 @@ def test_judge_takes_the_mean_over_seeds_and_names_the_verdict():
     assert R.judge(about, {}).verdict == "not run"
     assert R.judge(about, _seeds(1.0), unavailable="needs a GPU").note == "needs a GPU"
     assert R.judge(about, _seeds(1.0, 3.0), deterministic=True).spread == 0.0
+
+
+def test_a_claim_about_one_published_run_is_judged_seed_by_seed():
+    """min_seeds: "the hack completes" is one run's statement; a mean of completed and stalled seeds says
+    nothing, so a share of the seeds must pass on their own."""
+    done = _claim(R.near(1.0, 0.0, "1 = completed", about=False), qualitative=True, min_seeds=0.8, known="stalls",
+                  fmt="{:.0f}")
+    assert R.judge(done, _seeds(1, 1, 1, 1, 0)).verdict == "holds"  # 4 of 5
+    off = R.judge(done, _seeds(1, 1, 1, 0, 0))  # 3 of 5: the mean 0.6 would say nothing either way
+    assert off.verdict == "differs" and off.seeds_passing == 3 and off.note == "stalls"
+    assert R.seeds_needed(done, 5) == 4 and R.seeds_needed(done, 3) == 3 and R.seeds_needed(done, 1) == 1
+    spread = _claim(R.between(16, 32, "r"), min_seeds=0.5)  # a location: the mean of 10, 38, 15 is 21, no seed is inside
+    assert R.judge(spread, _seeds(10, 38, 15)).verdict == "differs"
+    assert R.judge(spread, _seeds(10, 20, 30)).verdict == "within about"
+    cell = R.ours_cell(R.judge(done, _seeds(1, 1, 1, 1, 0)))
+    assert cell == "seeds 0: 1, 1: 1, 2: 1, 3: 1, 4: 0 (4/5 pass, needs 4)", cell
+
+
+def test_a_value_the_seed_cannot_change_is_one_value():
+    """Greedy decoding gives the same answers on every seed: one value, not '3/3 seeds pass'."""
+    greedy = _claim(R.near(0.8, 0.05, "r"), seedless="greedy decoding")
+    o = R.judge(greedy, _seeds(0.82, 0.82, 0.82))
+    assert o.deterministic and list(o.values) == [0] and o.verdict == "within about"
+    cell = R.ours_cell(o)
+    assert cell == "0.820 (one value: greedy decoding)" and "seeds pass" not in cell
+    assert "0: 0.950, 1: 1.000, 2: 1.200; 2/3 pass" in R.ours_cell(R.judge(_claim(R.near(1.0, 0.1, "r")),
+                                                                            _seeds(0.95, 1.0, 1.2)))
+
+
+def test_no_claim_is_an_identity_of_a_correct_implementation():
+    """Identities hold for any correct implementation whatever the run (the worked example's pi*, the
+    Gibbs gap, unbiased estimators, greedy decoding's single answer): they are tests, not claims."""
+    gone = {"lab11.pi-star", "lab11.soft-values", "lab11.token-equals-sequence", "lab11.no-prompt-gradient",
+            "lab11.gibbs-gap", "lab11.gibbs-nobody-beats", "lab11.k1-unbiased", "lab11.k3-unbiased", "lab11.k2-biased",
+            "lab11.distinct-greedy", "lab11.temperature-below-frontier", "lab19.proxy-keeps-rising",
+            "lab19.noise-never-down", "hw4.k3-nonnegative", "hw4.k3-unbiased"}
+    assert not gone & {c.id for c in R.CLAIMS}
+    # greedy claims are one value
+    assert all(c.seedless for c in R.CLAIMS if "greedy" in c.statement.lower() and "accuracy" in c.statement)
+
+
+def test_reward_rise_finds_the_middle_and_the_width_of_a_rise():
+    ramp = [0.6] * 3 + [0.6 + 0.05 * i for i in range(1, 15)] + [1.3] * 10  # 0.05 a step from step 4
+    r = reward_rise(ramp)
+    assert r["mid"] == 11 and r["width"] == 9  # halfway (0.95) at step 11 on the 3-step mean; 20%..80% in 9 steps
+    jump = [0.6] * 9 + [1.3] * 10
+    assert reward_rise(jump)["width"] <= 2 and reward_rise(jump)["mid"] == 11
+    assert np.isnan(reward_rise([0.6] * 20)["mid"])
 
 
 def test_summary_counts_by_lab_and_kind():
@@ -129,7 +178,9 @@ def test_command_line_refuses_bad_arguments(capsys):
 def fast_run(tmp_path_factory):  # about 12 s of CPU (35-60 s at load 10-15 on the 2-core machine)
     d = tmp_path_factory.mktemp("reproduce")
     out = d / "reproduction.md"
-    assert R.main(["--fast", "--seeds", "0,1", "--out", str(out), "--cache", str(d / "cache")]) == 0
+    # the seeds make reproduce judges on: its noisiest cheap claim (lab11.kl-agree-hot, the mean over seeds
+    # of one 16-batch draw's worst estimator) is a mean over those three
+    assert R.main(["--fast", "--seeds", "0,1,2", "--out", str(out), "--cache", str(d / "cache")]) == 0
     return d, out
 
 
@@ -142,32 +193,34 @@ def test_fast_subset_writes_every_claim_with_a_verdict(fast_run):
         row = next((line for line in text.splitlines() if line.startswith(f"| `{c.id}` |")), None)
         assert row is not None, c.id
         assert re.search(r"\*\*(holds|within about|differs)\*\*", row), row
-        assert "seeds 0,1" in row or "deterministic" in row, row
+        assert re.search(r"\(seeds 0: [-\d.e+]+, 1: [-\d.e+]+, 2: [-\d.e+]+; \d/3 pass", row) or "(deterministic)" in row \
+            or "(one value: " in row, row
     assert "## Summary" in text and "| **all** |" in text and "Wall time" in text
 
 
 @pytest.mark.slow
 def test_fast_subset_qualitative_claims_hold(fast_run):
-    """The cheap qualitative claims are properties of the library's own code (exact identities,
-    unbiased estimators, temperature against the frontier, the best-of-n shape): they must hold."""
+    """The cheap qualitative claims (the sft model's temperature sweep and KL estimates, the toy LM's
+    frontier, the best-of-n pools) hold for the shipped models on these seeds."""
     d, _ = fast_run
-    outcomes, _ = R.evaluate_claims(R.select(fast=True), [0, 1], root=d / "cache", cached_only=True, log=lambda m: None)
+    outcomes, _ = R.evaluate_claims(R.select(fast=True), [0, 1, 2], root=d / "cache", cached_only=True, log=lambda m: None)
     qual = [o for o in outcomes if o.claim.qualitative]
-    assert len(qual) >= 15
+    assert len(qual) >= 8
     bad = [(o.claim.id, o.mean) for o in qual if o.verdict != "holds"]
     assert not bad, bad
     assert all(math.isfinite(o.mean) for o in outcomes), [o.claim.id for o in outcomes if not math.isfinite(o.mean)]
-    pi = next(o for o in outcomes if o.claim.id == "lab11.pi-star")
-    assert pi.verdict == "holds"
 
 
 @pytest.mark.slow
 def test_fast_subset_values_are_the_librarys(fast_run):
     from llmrl import toylm
 
+    from llmrl.labs import lab11
+
     d, _ = fast_run
-    blob = json.loads((d / "cache" / "lab11" / "exact" / "seed0.json").read_text())
-    assert np.allclose(blob["result"]["pi_star"], toylm.WORKED_PI_STAR, atol=1e-5)
+    blob = json.loads((d / "cache" / "lab11" / "frontier" / "deterministic.json").read_text())
+    assert blob["result"]["hack_peak_kl"] == pytest.approx(lab11.frontier_data()["hack"]["peak"]["kl_nats"], abs=1e-12)
+    assert blob["result"]["toylm_scenarios"] == list(toylm.SCENARIOS)
     assert blob["key"] and blob["code"] == R.code_fingerprint()
 
 
@@ -175,13 +228,14 @@ def test_fast_subset_values_are_the_librarys(fast_run):
 def test_a_rerun_reads_the_cache_and_recomputes_a_damaged_entry(fast_run):
     d, _ = fast_run
     logs = []
-    R.evaluate_claims(R.select(["lab11/estimators"]), [0, 1], root=d / "cache", log=logs.append)
+    R.evaluate_claims(R.select(["lab19/overopt"]), [0, 1], root=d / "cache", log=logs.append)
     assert not logs  # everything came from the cache
-    path = d / "cache" / "lab11" / "estimators" / "seed1.json"
+    path = d / "cache" / "lab19" / "overopt" / "seed1.json"
     path.write_text("{not json")
-    outs, _ = R.evaluate_claims(R.select(["lab11/estimators"]), [0, 1], root=d / "cache", log=logs.append)
-    assert logs and logs[0] == "[reproduce] lab11/estimators: computing seed(s) [1]"
-    assert json.loads(path.read_text())["seed"] == 1 and all(o.verdict == "holds" for o in outs)
+    outs, _ = R.evaluate_claims(R.select(["lab19/overopt"]), [0, 1], root=d / "cache", log=logs.append)
+    assert logs and logs[0] == "[reproduce] lab19/overopt: computing seed(s) [1]"
+    assert json.loads(path.read_text())["seed"] == 1 and all(o.verdict != "not run" and len(o.values) == (
+        1 if o.deterministic else 2) for o in outs)
 
 
 @pytest.mark.slow
@@ -199,11 +253,11 @@ def test_report_only_marks_what_was_not_run(fast_run, tmp_path):
 
 def test_stop_after_reports_what_was_not_reached(tmp_path):
     out = tmp_path / "r.md"
-    assert R.main(["--only", "hw4/k3", "--seeds", "0", "--stop-after", "0", "--out", str(out),
+    assert R.main(["--only", "lab19/overopt", "--seeds", "0", "--stop-after", "0", "--out", str(out),
                    "--cache", str(tmp_path / "c")]) == 0
     text = out.read_text()
-    assert "Partial report (stopped at --stop-after 0 min before hw4/k3)" in text
-    row = next(line for line in text.splitlines() if line.startswith("| `hw4.k3-unbiased` |"))
+    assert "Partial report (stopped at --stop-after 0 min before lab19/overopt)" in text
+    row = next(line for line in text.splitlines() if line.startswith("| `lab19.bon-peak-n` |"))
     assert "**not run**: not reached within the run's time budget" in row
 
 

@@ -189,8 +189,9 @@ def test_equal_completions_get_equal_scores(sft):
 def test_no_grad_passes_score_what_the_gradient_pass_scores(sft):
     # Without gradient the last layer goes on with the positions its head reads only (and the
     # LayerNorms are folded into the weights); with gradient every position goes through. Same
-    # numbers up to rounding (another summation order: last bits, hence 1e-5), for a batch above
-    # and below the row count at which the pass keeps rows (KEEP_MIN_ROWS), one seed and three.
+    # numbers up to rounding (another summation order: float32's last bits, relative to the size of the
+    # logits: 1e-5 of the largest, which reaches about 11 for the sft model), for a batch above and below
+    # the row count at which the pass keeps rows (KEEP_MIN_ROWS), one seed and three.
     from llmrl.stacked import KEEP_MIN_ROWS
     for models, n, G in (([copy.deepcopy(sft)], 16, 8), ([_perturbed(sft, s) for s in range(3)], 16, 8),
                          ([copy.deepcopy(sft)], 1, 2)):
@@ -207,8 +208,9 @@ def test_no_grad_passes_score_what_the_gradient_pass_scores(sft):
         whole = stack.completion_logits(tokens, 7, G)[..., :15].detach()
         whole_rows = stack.row_logits(tokens, start=6)[..., :15].detach()
         assert fast.shape == whole.shape and fast_rows.shape == whole_rows.shape == (S * n * G, 6, 15)
-        assert (fast - whole).abs().max() < STEP_TOL
-        assert (fast_rows - whole_rows).abs().max() < STEP_TOL
+        tol = STEP_TOL * max(1.0, float(whole.abs().max()))
+        assert (fast - whole).abs().max() < tol
+        assert (fast_rows - whole_rows).abs().max() < tol
         # position 6 on scores the completion: packed by group or one row each, the same logits
         assert (fast_rows[:, :5] - fast).abs().max() < 1e-4
 

@@ -33,7 +33,10 @@ Record again (only when a change of the numbers is intended and explained in its
 
 lab21's Project 0 was recorded again on 2026-12-02, with the step's code unchanged, when lab21's
 teacher and student became the GELU TinyLMs of ``checkpoints.LAB21_SFT``: its numbers pin the same
-step on the new models (the lab19 and hw4 runs still carry the numbers of the code before the move).
+step on the new models. The lab19 runs were recorded again on 2026-12-05, with the step's code unchanged,
+when lab11 and lab19's sft model became step 395 of the ReLU run of seed 1 (``checkpoints.COURSE_SFT``,
+chosen by ``llmrl.labs.lab19_calibration``); the hw4 runs still carry the numbers of the code before the
+move.
 """
 
 from __future__ import annotations

@@ -957,7 +957,9 @@ assert _ps[0, 1] == 0 and np.all(np.isfinite(_ps))
 # Now the real model: the course's SFT TinyLM (about 100k parameters) after supervised training on
 # additions like `37+48=85`. We ask it 200 fixed two-digit problems, 8 samples each, at several
 # temperatures, with **your** `sample_with_temperature` choosing every token, and count how often
-# it is right and how many different answers the 8 samples give. The sweep runs three times, with
+# it is right and how many different answers the 8 samples give. An answer is a number: a hot
+# sample such as `8+5` or one with a stray padding token is malformed, no answer at all, and is
+# not counted among the different answers (it still counts as wrong). The sweep runs three times, with
 # seeds 0, 1 and 2 (each seed draws its own samples): the table gives the mean and the standard
 # deviation over the seeds, the plot every seed as a thin line under the mean.
 
@@ -984,7 +986,7 @@ _ok = live_checks.compare_rates("Experiment 1, accuracy at each temperature", sw
 # %% [markdown]
 # **Reading the plot.** Greedy decoding is the model's single best guess and is right most often.
 # Raising `T` spreads probability onto less likely digits: accuracy falls at every step of the sweep
-# while the number of different answers among 8 grows, to about 6 at `T = 2`. The seeds lie close
+# while the number of different answers among 8 grows, to about 5 at `T = 2`. The seeds lie close
 # together (the spread is a few hundredths at most; greedy decoding has none). RL needs that variety
 # (a group of identical answers teaches nothing), but every bit of it is paid for in accuracy: this
 # is the exploration knob of everything that follows.
@@ -1033,10 +1035,13 @@ if not live_checks.compare_exact("Experiment 2, the exact KL and k1, k2, k3", _y
     print("  each of these changes the numbers on its own: " + (", ".join(_culprits) or "none alone (look at them together)"))
 
 # %% [markdown]
-# **Reading the plot.** Above `T = 1`, k1 and k3 both sit close to the exact value: their median
-# batch is within a tenth of it. At `T = 0.25` k1 still is, but k3's median batch is well under half
-# of the truth (about 0.4) and its error bars miss the truth in most batches, even though k3 is
-# unbiased. Pooling all 16 batches does not rescue it either (about 0.7 of the truth). Where does the
+# **Reading the plot.** At `T = 2`, k1 and k3 both sit close to the exact value: their median batch
+# is within a tenth of it. At `T = 1.5` the KL is small (about a quarter of a nat per response) and
+# this draw of 16 batches is noisier: k1's median batch is 0.70 of the truth and k3's 0.82, yet most
+# of their error bars (81%) still cover it. Draw again with another `seed` and those two move, while
+# the pattern at `T = 0.25` stays. There k1 is close to the truth, but k3's median batch is well under
+# half of it (about 0.45) and its error bars miss the truth in most batches, even though k3 is
+# unbiased. Pooling all 16 batches does not rescue it either (about 0.6 of the truth). Where does the
 # rest of its mean hide? In rare tokens. When $\pi_T$ is much sharper than $\pi_{\text{ref}}$, a
 # token that $\pi_{\text{ref}}$ finds plausible but $\pi_T$ almost never draws has
 # $e^{-\ell} = \pi_{\text{ref}} / \pi_T$ enormous; it turns up in few batches, and those batches'

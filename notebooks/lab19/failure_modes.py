@@ -414,11 +414,11 @@ exact = overopt.exact_best_of_n(NS, b=1.0, sigma=1.0)
 fits_biased = [fit_gao_bon(c["d"], c["gold_gain"]) for c in biased_seeds]
 fits_noisy = [fit_gao_bon(c["d"], c["gold_gain"]) for c in noisy_seeds]
 
-fig = lab19.overopt_figure({"length-biased proxy: b = 1, sigma = 1": (biased, fits_biased[0], exact),
-                            "noise-only proxy: b = 0, sigma = 1": (noisy, fits_noisy[0], None)},
+fig = lab19.overopt_figure({lab19.PANEL_BIASED: (biased, fits_biased[0], exact),
+                            lab19.PANEL_NOISY: (noisy, fits_noisy[0], None)},
                            lab19.ARTIFACTS / "overopt.png",
-                           seeds={"length-biased proxy: b = 1, sigma = 1": biased_seeds[1:],
-                                  "noise-only proxy: b = 0, sigma = 1": noisy_seeds[1:]})
+                           seeds={lab19.PANEL_BIASED: biased_seeds[1:],
+                                  lab19.PANEL_NOISY: noisy_seeds[1:]})
 plt.show()
 
 _peaks = [overopt.peak(c) for c in biased_seeds]
@@ -474,7 +474,7 @@ display(lab19.bon_widget(b=1.0, sigma=1.0))
 # ## Part 2: reward hacking
 #
 # The addition task: the prompt is `37+48=` and the right response is `85`. The SFT checkpoint
-# answers about half of the two-digit problems correctly when it samples at temperature 1. The
+# answers a little over half of the two-digit problems correctly when it samples at temperature 1. The
 # gold reward is exact match. The proxy reward looks reasonable but has two flaws; read it
 # before you go on:
 
@@ -625,28 +625,30 @@ _ok = lab19.check_part2(hack_runs, REFERENCE)
 runs = {"proxy, no KL": hack_runs["0"], "proxy, beta = 0.05": hack_runs["0.05"], "gold reward": hack_runs["gold"]}
 fig = lab19.plot_hacking(runs, lab19.ARTIFACTS / "hack.png")
 plt.show()
-for _label, _run in runs.items():  # every seed's summary (10-step means; the end: the last 20 steps)
+_w = "-".join(map(str, lab19.MID_WINDOW))
+for _label, _run in runs.items():  # every seed: steps 1-10, steps 41-60 (around step 50), the last 20 steps
     for _seed, _r in zip(SEEDS, _run):
         _s = lab19.hack_summary(_r)
-        print(f"{_label:18s} seed {_seed}: accuracy {_s['accuracy_start']:.2f} -> best {_s['accuracy_peak']:.2f} "
-              f"(step {_s['peak_step']}) -> end {_s['final_accuracy']:.2f}, length {_s['final_length']:.2f}, "
-              f"KL {_s['final_kl']:.1f}, training reward {_s['final_proxy']:.2f}")
+        print(f"{_label:18s} seed {_seed}: accuracy {_s['accuracy_start']:.2f} -> {_s['accuracy_mid']:.2f} (steps {_w}) "
+              f"-> end {_s['final_accuracy']:.2f}, length {_s['final_length']:.2f}, KL {_s['final_kl']:.1f}, "
+              f"training reward {_s['final_proxy']:.2f}; best 10 steps end at step {_s['peak_step']}")
 # every number as the mean ± standard deviation over your runs' seeds
 print(lab19.expected_report(lab19.part2_values({"hacking_seeds": hack_runs})))
 
 # %% [markdown]
-# **What happened.** Without a penalty the policy first gets a little better at addition (the
-# proxy rewards a correct answer too): on every seed its best 10-step accuracy is above its start.
-# Then it discovers that `85` followed by more digits still contains `85` and earns the length
-# bonus. Every seed pads: it ends with longer responses than any $\beta = 0.05$ run, a KL to the
-# SFT model of several nats and an exact-match accuracy far below its own seed's gold-reward run.
-# *When* it goes all the way is a matter of the seed: in seeds 0 and 3 every response reaches the
-# maximum of 4 characters, the KL is about 16 nats and the accuracy is zero within 300 steps; the
-# other seeds still write one extra digit at step 300 (length 3.0). Seed 0 (the published run's
-# seed) is one of those that go all the way, which is why one run can make the hack look more
-# predictable than it is. With $\beta = 0.05$ the extra 0.1 to 0.2 of length bonus is not worth
-# the several nats it takes to write unusual digits after the answer: on every seed the policy
-# learns addition instead and ends within 0.1 of the gold-reward run of the same seed.
+# **What happened.** Without a penalty the policy first gets better at addition on most seeds (the
+# proxy rewards a correct answer too): on seeds 0, 1 and 4 its accuracy rises from 0.55, 0.53 and
+# 0.61 over the first 10 steps to 0.68, 0.66 and 0.68 over steps 41-60, while seeds 2 and 3 peak
+# earlier (their best 10 steps end at steps 27 and 25) and are back where they started by then.
+# Then the policy discovers that `85` followed by more digits still contains `85` and earns the
+# length bonus. Every seed goes all the way within 300 steps: every response reaches the maximum
+# of 4 characters, the KL to the SFT model ends at 14.3 to 16.0 nats and the exact-match accuracy
+# at 0.00, while each seed's gold-reward run ends at 0.79 to 0.81. *When* the hack takes over is a
+# matter of the seed: the best 10 steps of accuracy end anywhere from step 25 to step 154, so one
+# run can make its timing look more predictable than it is. With $\beta = 0.05$ the length bonus
+# of one or two more characters is not worth the several nats it takes to write unusual digits
+# after the answer: on every seed the policy learns addition instead and ends within 0.1 of the
+# gold-reward run of the same seed.
 #
 # The slider shows a finer sweep, $\beta \in \{0, 0.01, 0.02, 0.05\}$, every seed: stored runs of
 # the course's reference code (the same settings; the plot above draws the same beta = 0 runs).
@@ -972,14 +974,15 @@ for _arm in lab19.CLIP_ARMS:  # mean ± standard deviation over your runs' seeds
 print(lab19.expected_report(lab19.part3_values({"entropy_seeds": clip_runs})))
 
 # %% [markdown]
-# **What happened.** Entropy drains steadily under both clipped settings, and at this scale you
-# cannot tell the symmetric clip from clip-higher: their bands overlap and the gap between their
-# means is smaller than the spread between seeds (the table's ± is one standard deviation over the
-# seeds). The diagnostic shows why clip-higher was proposed: the upper clip rarely touches common
-# tokens (about 5% of them), but it silences most of the rare positive-advantage tokens (about
-# 85%), exactly the exploratory choices whose probability RL would need to raise to keep entropy
-# up. Removing the upper bound entirely keeps entropy higher, but nothing stops a ratio from running
-# away and the accuracy suffers: the clip is a safety device, not only a brake on exploration.
+# **What happened.** Entropy drains steadily under both clipped settings, from about 0.29 to
+# about 0.17 nats per token within the 120 steps, and at this scale you cannot tell the symmetric
+# clip from clip-higher: their bands overlap and the gap between their means is smaller than the
+# spread between seeds (the table's ± is one standard deviation over the seeds). The diagnostic
+# shows why clip-higher was proposed: the upper clip rarely touches common tokens (about 5% of
+# them), but it silences most of the rare positive-advantage tokens (about 88%), exactly the
+# exploratory choices whose probability RL would need to raise to keep entropy up. Removing the
+# upper bound entirely keeps entropy higher, but nothing stops a ratio from running away and the
+# accuracy suffers: the clip is a safety device, not only a brake on exploration.
 #
 # ## Things to try (not graded)
 #
@@ -1031,9 +1034,11 @@ if RUN:
     print("exact match plus the length bonus:")
     hack_verdict(lab19.hacking_run(0.0, reward=exact_plus_length, kl_reward_fn=kl_penalized_rewards))
 # BEGIN MARK SCHEME
-# What the reference code shows (seed 0, 300 steps; seeds 1 and 2 alike): neither flaw is exploited
-# on its own. Substring credit without the bonus: final accuracy 0.70, length 2.59 (seeds 0-2:
-# 0.70-0.75, 2.58-2.62); exact match plus the bonus: accuracy 0.74, length 2.59 (0.73-0.75, 2.57-2.62).
+# What the reference code shows (seeds 0-2, 300 steps; sft model of docs/lab19-calibration.md):
+# neither flaw is exploited the way both together are. Substring credit without the bonus: final
+# accuracy 0.61, 0.81, 0.80, length 2.82, 2.57, 2.62 (seed 0 drifts a little longer, KL 2.7 nats; no
+# seed reaches the 4 characters of the full hack); exact match plus the bonus: accuracy 0.80-0.82,
+# length 2.57-2.62, KL 0.45-0.54.
 # Only together do they pay for padding: "85" followed by digits keeps the
 # substring credit AND earns the bonus, while under an exact checker padding loses the 1.0.
 # END MARK SCHEME
@@ -1045,11 +1050,11 @@ if RUN:
         print(f"beta = {beta}:")
         hack_verdict(lab19.hacking_run(beta, kl_reward_fn=kl_penalized_rewards))
 # BEGIN MARK SCHEME
-# What the stored runs show (seed 0, then the five seeds): beta = 0.01 is too weak (seed 0: final
-# accuracy 0.43, length 3.0, KL 4.6 nats, it pads one digit; four of five seeds pad, accuracy
-# 0.57 +- 0.12 over the seeds); beta = 0.02 holds seed 0 (accuracy 0.74, length 2.6, KL 0.45) and
-# seeds 1 and 2, but seeds 3 and 4 still pad (accuracy 0.48-0.52, KL 3.8-4.4). The leash gives way
-# between 0.01 and 0.05, and where exactly depends on the seed: one seed would have said 0.02.
+# What the stored runs show (seeds 0-4): beta = 0.01 is too weak on some seeds and not on others
+# (final length 2.66-3.40, KL 0.9-7.3 nats; seed 3 pads most: accuracy 0.26, length 3.4; seeds 0 and
+# 2 hold: accuracy 0.72 and 0.77, length 2.7); beta = 0.02 holds every seed (accuracy 0.76-0.81,
+# length 2.58-2.65, KL 0.5-1.2). The leash gives way between 0.01 and 0.02 here, and how far a
+# weak leash lets the policy go depends on the seed: one seed would have given a different answer.
 # END MARK SCHEME
 
 # %%
@@ -1058,10 +1063,11 @@ if RUN:
     print("mean baseline (the run above, seed 0):", lab19.hack_summary(hack_runs["0"][0])["peak_step"])
     hack_verdict(lab19.hacking_run(0.0, advantage="std"))
 # BEGIN MARK SCHEME
-# What the reference code shows: on seed 0 a little sooner, accuracy peaks at step 29 instead of
-# 33 and then falls to 0 (length 4.0, KL 16 nats); but seeds disagree: seed 1 peaks at step 13
-# instead of 33, and seed 2, which padded with the mean baseline, does not pad within 300 steps
-# under std normalisation (length 2.7). One seed per arm cannot answer this question; the argument
+# What the reference code shows (seeds 0-2): sooner on two seeds, not on the third. The best 10
+# steps of accuracy end at steps 59, 31 and 27 under std normalisation against 138, 154 and 27 with
+# the mean baseline, and every run still completes the hack (length 4.0, accuracy 0, KL 14.5-15.2
+# nats). One seed per arm cannot answer this question, nor can three seeds pin the size of the
+# effect; the argument
 # for "sooner" is the arithmetic: in a group where all 8 responses are right and one is padded,
 # the padded one's reward is only 0.2 higher; the mean baseline turns that into an advantage of
 # 0.175, but dividing by the group's std (0.066) turns it into +2.6, as large as the advantage of a

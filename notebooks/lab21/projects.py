@@ -132,7 +132,7 @@ plotting.plot_metric(p1, "pass@1", ax=axes[1], title="pass@1")
 plotting.plot_metric(p1, "pass@16", ax=axes[2], title="pass@16")
 plotting.plot_metric(p1, "clip_fraction_high", where="curve", ax=axes[3], window=10,
                      title="share of tokens clipped by the upper bound")
-fig.tight_layout()
+plotting.shared_legend(fig, axes)
 plotting.save(fig, f"{ART}/project1_clip_higher.png")
 plt.show()
 
@@ -229,7 +229,7 @@ plotting.plot_metric(p2, "gold_pass@1", ax=axes[0], title="gold accuracy (exact 
 plotting.plot_metric(p2, "proxy_reward_mean", ax=axes[1], title="the reward being optimised")
 plotting.plot_metric(p2, "pad_share_small_sums", where="curve", ax=axes[2], window=10,
                      title="3+ digit answers to sums < 100 (training)")
-fig.tight_layout()
+plotting.shared_legend(fig, axes)
 plotting.save(fig, f"{ART}/project2_rubric.png")
 plt.show()
 
@@ -244,12 +244,19 @@ plt.show()
 # **Back of the envelope.** On the 2-digit problems, an honest answer to a sum $\ge 100$ has 3
 # digits anyway, so padding changes only the answers to small sums: there it trades the exact-answer
 # credit (earned with probability $p$, the current accuracy on small sums) for $w$. Padding pays in
-# expectation once $w > p$. Move the sliders: `w` is the rubric weight, `accuracy` the student's
-# accuracy on small sums (it starts at the measured value). The right panel shows the trained run
-# whose weight is closest to `w`, from this notebook and from any command-line sweep you ran.
+# expectation once $w > p$. The next cell measures $p$ for the student before training (sampled at
+# T = 1 on 2-digit problems whose sum is below 100; the 2-digit pass@1 above also counts the sums of
+# 100 and more). Move the sliders: `w` is the rubric weight, `accuracy` the student's accuracy on
+# small sums (it starts at the measured value). The right panel shows the trained run whose weight
+# is closest to `w`, from this notebook and from any command-line sweep you ran.
+
+# %%
+_n_small = 50 if SHORT else 400
+_acc_small = lab21.small_sum_accuracy(n_problems=_n_small)
+print(f"the student's accuracy on sums below 100 (T = 1, {_n_small} problems x 4 samples): p = {_acc_small:.3f}, "
+      f"so padding pays once w > {_acc_small:.2f}")
 
 # %% tags=["nbval-ignore-output"]
-_acc_small = p2["binary"][0]["evals"]["gold_pass@1"][0]
 _runs = {**lab21.load_results("project2"), **p2}  # command-line sweeps, then this notebook's runs
 lab21.rubric_weight_widget(_runs, accuracy_small=_acc_small)
 
@@ -259,8 +266,8 @@ lab21.rubric_weight_widget(_runs, accuracy_small=_acc_small)
 # Why might training need a larger $w$ than the expectation argument says? (ii) Add a **pitfall**:
 # a rubric item with a negative weight that fires on the hack and not on honest answers. Define it
 # below and run the `+pitfall` arm; it should remove the padding without costing gold accuracy.
-# Start below 1: with this rubric the rule puts the threshold at the accuracy on small sums, about
-# 0.3 for this student. **What you should find:** a weight where the padded share jumps, near the
+# Start below 1: with this rubric the rule puts the threshold at the accuracy on small sums, the $p$
+# printed above. **What you should find:** a weight where the padded share jumps, near the
 # rule's threshold; with a good pitfall item the `+pitfall` arm's padded share drops back to the
 # binary run's level. The cell below prints both.
 
@@ -351,11 +358,17 @@ for arm, runs in p3.items():
 _hits = [round(sum(r["curve"]["sampled_accuracy"]) * r["config"]["n_prompts"] * r["config"]["group_size"])
          for r in p3["target-only"]]
 print(f"target-only: correct answers among all its training samples, per seed: {_hits}")
+_drift = [np.mean([r["evals"][f"sampled_accuracy_{b}"][0] - r["evals"][f"sampled_accuracy_{b}"][-1] for b in _2d])
+          for r in p3["target-only"]]
+print(f"target-only: start minus end on the 2-digit buckets (each evaluation draws fresh samples), per seed: "
+      f"{np.round(_drift, 3).tolist()}, mean {np.mean(_drift):+.3f}")
 
 # %%
-fig, axes = plt.subplots(1, 4, figsize=(19, 3.8))
+fig, axes = plt.subplots(1, 4, figsize=(19, 4.3))
 for ax, arm in zip(axes[:3], p3):
-    plotting.plot_usage(p3[arm], BUCKETS, ax=ax, title=f"{arm}: bucket usage")
+    plotting.plot_usage(p3[arm], BUCKETS, ax=ax, title=f"{arm}: bucket usage", legend=False)
+_h, _l = axes[0].get_legend_handles_labels()  # one legend of the buckets, under the three stacks they fill
+fig.legend(_h, _l, loc="lower left", bbox_to_anchor=(0.04, 0.0), ncol=len(_l), fontsize=9, frameon=False)
 ax = axes[3]
 for i, b in enumerate(BUCKETS):
     for j, arm in enumerate(p3):
@@ -365,18 +378,23 @@ for i, b in enumerate(BUCKETS):
         ax.scatter(np.full(len(vals), x), vals, color="k", s=8, zorder=3)  # one dot per seed
 ax.set_xticks(range(len(BUCKETS)), BUCKETS, rotation=20, fontsize=8)
 ax.set_ylabel("final accuracy (T = 1), dots: seeds")
-ax.legend(fontsize=8)
-fig.tight_layout()
+ax.set_ylim(0, 1)
+ax.legend(fontsize=8, loc="upper left", ncol=3)  # above the bars, which stay under 0.8
+fig.tight_layout(rect=(0, 0.07, 1, 1))
 plotting.save(fig, f"{ART}/project3_learnability.png")
 plt.show()
 
 # %% [markdown]
 # **Against the published run.** Learnability spends 0.01 of its samples on 3d+1d (published 0.03)
-# against uniform's 0.20 (published 0.22), and ends ahead of uniform on sum >= 100, 0.527 against
-# 0.450 (published 0.62 and 0.50). Target-only leaves every bucket exactly where it started: our
-# student never solves a 3d+1d problem, so every group's rewards are all 0, every advantage is 0
-# and the model never changes (the published run saw the other buckets drift down a little).
-# Neither arm fixes 1d+1d with groups of 8.
+# against uniform's 0.20 (published 0.22), and ends ahead of uniform on sum >= 100, 0.550 against
+# 0.473 (published 0.62 and 0.50). Target-only cannot behave as the published arm did: our student
+# never solves a 3d+1d problem (0 correct answers among its training samples, on every seed), so
+# every group's rewards are all 0, every advantage is 0 and no step changes the model. What its
+# buckets show between start and end is the evaluation's own noise, since every evaluation draws
+# fresh samples (start minus end on the 2-digit buckets: -0.018 on average, the seeds on both sides
+# of zero). The published run saw the other buckets drift down a little; that takes an update,
+# which a student with a few 3d+1d successes gets and ours never does. Neither arm fixes 1d+1d with
+# groups of 8.
 #
 # **Your job.** The usage plots above average the seeds; plot each seed's usage over time too. Then
 # give the rare bucket bigger groups: `lab21.project3(rare_group=4)` serves each 1d+1d problem as 4 adjacent prompts whose
@@ -420,10 +438,11 @@ plt.show()
 # dots.
 #
 # **Result.** Learnability spends 0.01 of its samples on 3d+1d against uniform's 0.20, and its mean
-# gain on the 2-digit buckets is 0.303 against uniform's 0.194; on sum >= 100 it ends at 0.527
-# against 0.450. Target-only leaves 3d+1d at 0.000 and gains 0.000 on the 2-digit buckets: no group
-# ever holds a success, so no step changes the model. 1d+1d ends at 0.020 with learnability and at
-# 0.040 with uniform (no seed above 0.040): neither fixes it with groups of 8.
+# gain on the 2-digit buckets is 0.299 against uniform's 0.190; on sum >= 100 it ends at 0.550
+# against 0.473. Target-only leaves 3d+1d at 0.000: no group ever holds a success (0 correct
+# training answers on every seed), so no step changes the model, and its 2-digit "gain" of 0.018
+# is the noise of two fresh evaluations. 1d+1d ends at 0.023 with learnability and at 0.047 with
+# uniform (no seed above 0.080): neither fixes it with groups of 8.
 #
 # **Confounders.** The bandit's temperature and start values; bucket sizes differ; the 2-digit
 # buckets share skills, so improvements transfer between them. Extension to report: the run with
@@ -566,8 +585,9 @@ plt.show()
 # %% [markdown]
 # **Against the published run.** Our student starts at pass@1 0.287 (published 0.31) and pass@64
 # 1.000 (published 0.97); after RL its pass@1 is 0.623 (published 0.67) and its pass@64 has fallen
-# to 0.940 (published 0.92). The crossing k varies between seeds (10, 38 and 15), around the published
-# 16-32; the thick mean curves of the plot cross at k = 14. The two are different numbers (the
+# to 0.940 (published 0.92). The curves cross on every seed, but where varies widely (k = 10, 38 and
+# 15), and no seed crosses inside the published 16-32; the thick mean curves of the plot cross at
+# k = 14. The two are different numbers (the
 # crossing of the averaged curves is not the average of the crossings), and with seeds this far
 # apart neither is a precise one. On 3d+1d both models stay at 0 at every k.
 #

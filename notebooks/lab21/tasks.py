@@ -623,7 +623,7 @@ plotting.plot_metric(p0, "kl_to_teacher_exact_token_mean_nats", ax=axes[1], titl
 plotting.plot_metric(p0, "sampled_accuracy", where="curve", ax=axes[2], window=20, skip=["sft-teacher"],
                      title="accuracy of the student's own training samples")
 fig.suptitle("Project 0: on-policy distillation vs SFT on teacher samples vs RL")
-fig.tight_layout()
+plotting.shared_legend(fig, axes)
 plotting.save(fig, "artifacts/lab21/opd_comparison.png")
 plt.show()
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..plotting import save
+from ..plotting import save, shared_legend
 from ..runner import result_from_history, run_arms
 from ..utils import mean_sd
 from .impl import Impl
@@ -202,7 +202,6 @@ def plot_sweep(rows: list[dict], path=None):
         ax.set_title(name + (" (size x accum)" if name == "minibatch" else ""))
         ax.set_xlabel("value (green: default, red: degraded)")
     axs[0][0].set_ylabel("end of run")
-    axs[0][0].legend(loc="lower left", fontsize=8)
-    fig.tight_layout()
+    shared_legend(fig, list(axs[0]))
     save(fig, path, tight=False)
     return fig

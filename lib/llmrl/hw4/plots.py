@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
-from ..plotting import save
+from ..plotting import save, shared_legend
 from ..utils import mean_sd
 
 PANELS = (
@@ -43,6 +45,22 @@ def eval_area(records, name: str = "eval_exact_match") -> float | None:
     if len(x) < 2:
         return None
     return float(np.sum((y[1:] + y[:-1]) / 2 * np.diff(x)) / (x[-1] - x[0]))
+
+
+def reward_rise(curve: Sequence[float], top: float = 1.3, window: int = 3) -> dict:
+    """Where and how fast a reward curve rises from its start (mean of the first ``window`` steps) to
+    ``top``, on its ``window``-step trailing mean: ``mid`` (the first step at least halfway) and
+    ``width`` (steps from 20% to 80% of the way); NaN where the curve never gets there."""
+    y = np.asarray(curve, dtype=float)
+    if len(y) < window:
+        return {"mid": float("nan"), "width": float("nan")}
+    sm = np.convolve(y, np.ones(window) / window, mode="valid")  # sm[i]: steps i+1..i+window
+    start = float(y[:window].mean())
+
+    def first(frac):
+        hit = np.flatnonzero(sm >= start + frac * (top - start) - 1e-12)
+        return float(hit[0] + window) if hit.size else float("nan")  # the last step of that window
+    return {"mid": first(0.5), "width": first(0.8) - first(0.2)}
 
 
 def seeds_text(values, digits: int = 3, seed_digits: int = 2) -> str:
@@ -98,8 +116,7 @@ def plot_runs(runs: dict[str, list], path=None, panels=PANELS):
         ax.grid(alpha=0.3)
     for ax in list(axs.flat)[len(panels):]:
         ax.axis("off")
-    axs.flat[0].legend(fontsize=8, loc="lower right")  # where the rising curves leave room
-    fig.tight_layout()
+    shared_legend(fig, list(axs.flat))  # under the panels: inside one it covers a curve
     save(fig, path, tight=False)
     return fig
 

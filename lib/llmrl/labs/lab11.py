@@ -30,7 +30,7 @@ import torch
 
 from .. import sampling as _sampling
 from .. import toylm
-from ..addition import PROMPT_LEN, Problems, eval_problems, is_correct
+from ..addition import PROMPT_LEN, Problems, eval_problems, is_answer, is_correct
 from ..losses import full_vocab_kl, kl_estimate
 from ..plotting import save
 from ..utils import check_float, check_int, sd_over_seeds
@@ -110,8 +110,10 @@ def generate_with_sampler(model, problems: Problems, group_size: int = 1, temper
 
 
 def _distinct_per_group(responses: Sequence[str], group_size: int) -> np.ndarray:
-    return np.array([len(set(responses[i:i + group_size])) for i in range(0, len(responses), group_size)],
-                    dtype=float)
+    """Per group of ``group_size`` consecutive responses: how many different well-formed answers
+    (:func:`is_answer`) it holds; malformed responses count as no answer at all."""
+    return np.array([len({r for r in responses[i:i + group_size] if is_answer(r)})
+                     for i in range(0, len(responses), group_size)], dtype=float)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -122,8 +124,8 @@ def temperature_sweep(model, temperatures: Sequence[float] = SWEEP_TEMPERATURES,
     """Accuracy and diversity of ``model`` on ``n_problems`` fixed 2-digit problems at each temperature.
 
     Returns arrays: temperature, accuracy (share of the n_samples * n_problems samples that are
-    right; T = 0 is greedy), distinct_answers (mean number of different responses among the
-    ``n_samples`` per problem).
+    right; T = 0 is greedy), distinct_answers (mean number of different well-formed answers among
+    the ``n_samples`` per problem: :func:`is_answer`; a malformed sample is no answer).
     """
     check_int("n_problems", n_problems, minimum=1)
     check_int("n_samples", n_samples, minimum=1)
@@ -413,7 +415,7 @@ def plot_kl_estimates(kl: dict, path=ARTIFACTS / "kl_estimates.png", top: float 
     The dashed line at 1 is the truth. Estimates above ``top`` are drawn at ``top`` as triangles.
     """
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
     T = kl["temperature"]
     nb = kl["n_batches"]
     jitter = np.linspace(-0.12, 0.12, nb) if nb > 1 else np.zeros(1)
@@ -432,36 +434,48 @@ def plot_kl_estimates(kl: dict, path=ARTIFACTS / "kl_estimates.png", top: float 
     ax.set_xticks(np.arange(len(T)), [f"T = {t:g}\n(KL {e:.2f})" for t, e in zip(T, kl["exact"])])
     ax.set_ylim(0, top * 1.05)
     ax.set_ylabel("estimate / exact KL per response")
-    ax.set_title(f"KL(pi_T || pi_ref) from batches of {kl['batch_size']} responses "
+    ax.set_title(rf"KL($\pi_T\,\|\,${PI_REF}) from batches of {kl['batch_size']} responses "
                  f"(bars: {kl['z']:g} s.e.)", fontsize=10)
-    ax.legend(fontsize=7, loc="upper left", ncol=2)
+    # below the axes: inside, it would cover the T = 0.25 batches whose k3 shoots up
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3)
     fig.tight_layout()
     save(fig, path)
     return fig
 
 
+PI_STAR, PI_REF = r"$\pi^*$", r"$\pi_{\mathrm{ref}}$"
+#: What each toy-LM scenario is, for a plot's title (the scenarios: :mod:`llmrl.toylm`).
+SCENARIO_TITLES = {
+    "worked": 'scenario "worked": the reward is the true one\n(the likeliest response, ax, earns 0)',
+    "hack": 'scenario "hack": a proxy reward that overrates\nthe rare response bz (dashed: the true reward)',
+}
+
+
 def plot_frontier(front: dict, path=ARTIFACTS / "frontier.png"):
+    """The reward-KL frontier of each toy-LM scenario: pi* as beta falls against tempering pi_ref
+    (and, where the reward is a proxy, pi*'s true reward), one panel per scenario."""
     import matplotlib.pyplot as plt
     names = list(front)
-    fig, axes = plt.subplots(1, len(names), figsize=(5.2 * len(names), 3.8), squeeze=False)
+    fig, axes = plt.subplots(1, len(names), figsize=(5.4 * len(names), 4.2), squeeze=False)
     for ax, name in zip(axes[0], names):
         d = front[name]
         opt, tmp = d["optimum"], d["temperature"]
-        ax.plot(opt["kl_nats"], opt["reward"], "-", color="C0", label="pi* as beta falls")
+        ax.plot(opt["kl_nats"], opt["reward"], "-", color="C0", label=rf"{PI_STAR} as $\beta$ falls")
         lo, hi = tmp["temperature"] < 1, tmp["temperature"] > 1
         ax.plot(tmp["kl_nats"][lo], tmp["reward"][lo], ":", color="C3", lw=2, label="temperature T < 1")
         ax.plot(tmp["kl_nats"][hi], tmp["reward"][hi], ":", color="C2", lw=2, label="temperature T > 1")
         if not np.allclose(d["toy"].rewards, d["toy"].true_rewards):
-            ax.plot(opt["kl_nats"], opt["true_reward"], "--", color="C1", label="true reward of pi*")
+            ax.plot(opt["kl_nats"], opt["true_reward"], "--", color="C1", label=f"true reward of {PI_STAR}")
             ax.axvline(d["peak"]["kl_nats"], color="C1", lw=0.8, alpha=0.6)
             ax.annotate(f"true reward peaks\nat KL {d['peak']['kl_nats']:.2f}", (d["peak"]["kl_nats"], d["peak"]["true_reward"]),
                         xytext=(8, -32), textcoords="offset points", fontsize=8, color="C1")
-        ax.plot([0], [d["toy"].ref_probs @ d["toy"].reward_vector], "ko", label="pi_ref")
-        ax.set_xlabel("KL(pi || pi_ref), nats")
-        ax.set_ylabel("expected reward")
-        ax.set_title(f'toy LM, "{name}"')
+        ax.plot([0], [d["toy"].ref_probs @ d["toy"].reward_vector], "ko", label=PI_REF)
+        ax.set_xlabel(rf"KL($\pi\,\|\,${PI_REF}), nats")
+        ax.set_ylabel("expected reward (the reward optimised)")
+        ax.set_title(SCENARIO_TITLES.get(name, f'toy LM, scenario "{name}"'), fontsize=10)
         ax.set_xlim(0, min(3.0, float(opt["kl_nats"].max()) * 1.05))
-        ax.legend(fontsize=8)
+        ax.set_ylim(-0.05, float(max(opt["reward"].max(), tmp["reward"].max())) * 1.35)  # room for the legend
+        ax.legend(fontsize=8, loc="upper left", ncol=2)
     fig.tight_layout()
     save(fig, path)
     return fig
@@ -472,8 +486,8 @@ def plot_frontier(front: dict, path=ARTIFACTS / "frontier.png"):
 
 def temperature_view(model, temperature: float, problems: Problems | None = None, n_samples: int = 8,
                      n_show: int = 4, seed: int = 0, sampler: Sampler | None = None) -> dict:
-    """Everything the temperature slider shows at one T: accuracy, mean distinct answers among
-    ``n_samples``, and the samples of the first ``n_show`` problems."""
+    """Everything the temperature slider shows at one T: accuracy, mean distinct well-formed answers
+    among ``n_samples`` (:func:`is_answer`), and the samples of the first ``n_show`` problems."""
     temperature = check_float("temperature", temperature, minimum=0.0)
     check_int("n_samples", n_samples, minimum=1)
     check_int("n_show", n_show, minimum=0)
@@ -542,8 +556,8 @@ def beta_figure_png(toy: toylm.ToyLM | str, beta: float, front: dict | None = No
     fig = Figure(figsize=(8.5, 3.0))
     a1, a2 = fig.subplots(1, 2)
     x = np.arange(len(view["responses"]))
-    a1.bar(x - 0.2, view["ref_probs"], 0.4, color="0.7", label="pi_ref")
-    a1.bar(x + 0.2, view["policy"], 0.4, color="C0", label=f"pi*, beta={view['beta']:.3g}")
+    a1.bar(x - 0.2, view["ref_probs"], 0.4, color="0.7", label=PI_REF)
+    a1.bar(x + 0.2, view["policy"], 0.4, color="C0", label=rf"{PI_STAR}, $\beta$ = {view['beta']:.3g}")
     a1.set_xticks(x, view["responses"])
     a1.set_ylim(0, 1)
     a1.set_ylabel("probability")
@@ -554,7 +568,7 @@ def beta_figure_png(toy: toylm.ToyLM | str, beta: float, front: dict | None = No
         a2.plot([view["kl_nats"]], [view["true_reward"]], "o", color="C1")
     a2.plot([view["kl_nats"]], [view["reward"]], "o", color="C0", markersize=8)
     a2.set_xlim(0, min(3.0, float(front["kl_nats"].max()) * 1.05))
-    a2.set_xlabel("KL(pi* || pi_ref), nats")
+    a2.set_xlabel(rf"KL({PI_STAR}$\,\|\,${PI_REF}), nats")
     a2.set_ylabel("expected reward")
     a2.legend(fontsize=8)
     fig.tight_layout()

@@ -47,7 +47,7 @@ EXPECTED = {
     "noise_only_gao_beta": 0.0,
     "pool_gold_gain_n3000": -0.4, "exact_gold_gain_n3000": 0.10,
     # Part 2
-    "hack_accuracy_start": 0.52, "hack_accuracy_peak": 0.62, "hack_peak_step": 50,
+    "hack_accuracy_start": 0.52, "hack_accuracy_around_50": 0.62, "hack_peak_step": 50,
     "hack_final_accuracy": 0.0, "hack_final_length": 4.0, "hack_final_kl": 15.0,
     "kl005_final_accuracy": 0.75, "gold_final_accuracy": 0.80,
     # Part 3
@@ -55,8 +55,52 @@ EXPECTED = {
     "clip_high_of_positive_rare": 0.90, "clip_high_of_positive_common": 0.0,
 }
 
-#: The published numbers we could not match, with the reason (printed under them by
-#: :func:`expected_report`; the search behind them: docs/reproducibility.md, "lab19 calibration").
+def _seeds_of(values: dict, key: str) -> list[float]:
+    v = values.get(key, [])
+    return [float(x) for x in (v if isinstance(v, (list, tuple)) else [v])]
+
+
+def _hack_note(values: dict) -> str | None:
+    """Under the hack's end: how many seeds completed it, computed from the numbers printed above it."""
+    length, acc = _seeds_of(values, "hack_final_length"), _seeds_of(values, "hack_final_accuracy")
+    kl = _seeds_of(values, "hack_final_kl")
+    if len(length) < 2 or len(length) != len(acc):
+        return None  # one number (a mean over seeds, or one run) cannot say how many runs completed it
+    done = [i for i, (n, a) in enumerate(zip(length, acc)) if n >= HACK_DONE["length"] and a <= HACK_DONE["accuracy"]]
+    if len(done) == len(length):
+        return (f"every seed completed the hack within 300 steps (length {min(length):.2f}-{max(length):.2f}, "
+                f"accuracy at most {max(acc):.2f}, KL {min(kl):.1f}-{max(kl):.1f} nats), as in the published run")
+    rest = [i for i in range(len(length)) if i not in done]
+    return (f"the complete hack (length >= {HACK_DONE['length']}, accuracy <= {HACK_DONE['accuracy']} over the last "
+            f"20 steps) came in {len(done)} of {len(length)} runs; the others still pad part of the way at step 300 "
+            f"(length {min(length[i] for i in rest):.2f}-{max(length[i] for i in rest):.2f}, accuracy "
+            f"{min(acc[i] for i in rest):.2f}-{max(acc[i] for i in rest):.2f}): the published statement is one run's")
+
+
+def _entropy_note(values: dict) -> str | None:
+    """Under the entropies: whether they reached the published levels, from the numbers above."""
+    clipped, free = _seeds_of(values, "entropy_end_clipped"), _seeds_of(values, "entropy_end_no_upper")
+    if not clipped:
+        return None
+    m, m_free = float(np.mean(clipped)), float(np.mean(free)) if free else float("nan")
+    if abs(m - EXPECTED["entropy_end_clipped"]) <= 0.03 and (not free or abs(m_free - EXPECTED["entropy_end_no_upper"]) <= 0.03):
+        return None
+    return (f"after 120 steps the clipped runs' entropy is {m:.3f} and without an upper clip {m_free:.3f}, against "
+            "the published ~0.15 and ~0.19: on this model the entropy falls more slowly per step (no candidate "
+            "of the search for the sft model reached 0.15 +- 0.03 at lab19's settings: docs/lab19-calibration.md)")
+
+
+def _clip_note(values: dict) -> str | None:
+    rare = _seeds_of(values, "clip_high_of_positive_rare")
+    if not rare or float(np.mean(rare)) > EXPECTED["clip_high_of_positive_rare"]:
+        return None
+    return (f"{float(np.mean(rare)):.2f} of the rare positive-advantage tokens, below the published 'over 0.90' "
+            "(counted in epochs 2-4 of the second half of the run, where clipping is possible)")
+
+
+#: Notes printed under the numbers by :func:`expected_report`: a text, or a function of the values
+#: printed (so that a note can only say what the numbers above it show), None when there is nothing
+#: to note.
 NOTES = {
     "exact_gold_gain_n3000": (
         "differs from the published +0.10. A pool of 200,000 is a fair sample at n = 3000: over pool "
@@ -64,21 +108,9 @@ NOTES = {
         "cannot both hold in the mean over seeds. The pool model is calibrated to the pool's value, the "
         "peak at best-of-10 and the fit (alpha 1.1 and beta 0.47 themselves give -0.38 at n = 3000); no "
         "candidate of the search put the exact value near +0.10 with the peak at best-of-10."),
-    "hack_final_kl": (
-        "the last three numbers differ from the published 0, 4 and ~15: the complete hack (every response "
-        "at 4 characters, accuracy 0, KL ~16 nats) comes by step 300 in only some seeds (2 of seeds 0-4: "
-        "0 and 3); the others still pad one digit there (length 3.0, KL 4-5 nats, accuracy 0.4-0.5). A higher "
-        "learning rate completes it in 3 of 5 seeds, not all, and pulls the early accuracy below the "
-        "published 0.52 (7e-4: 0.47, 1e-3: 0.34), so the learning rate stays 5e-4."),
-    "entropy_end_no_upper": (
-        "the last two entropies differ from the published ~0.15 and ~0.19: on this TinyLM the entropy "
-        "levels off near 0.21 within 120 steps (0.26 without an upper clip), about 0.12 below its start. "
-        "Other learning rates (3e-4, 7e-4, 1e-3), std-normalised advantages and sampling at temperature "
-        "0.8 all ended the symmetric run at 0.21-0.25, so the settings stay."),
-    "clip_high_of_positive_rare": (
-        "differs from the published 'over 0.90': about 0.85 here (epochs 2-4, second half of the run). A "
-        "higher learning rate raises it to 0.87 but also the common tokens' share (0.06-0.08, no longer "
-        "'almost none') and costs accuracy; a lower one (3e-4) drops it to 0.72."),
+    "hack_final_kl": _hack_note,
+    "entropy_end_no_upper": _entropy_note,
+    "clip_high_of_positive_rare": _clip_note,
 }
 
 #: Settings of the reward-hacking runs (SFT TinyLM, 16 prompts x 8 samples, mean-centred advantages).
@@ -193,21 +225,49 @@ def _draw(ax, run, name: str, window: int, label: str, color, **line):
         seed_band(ax, x, ys, label, color=color, ls=line.get("ls", "-"))
 
 
+#: Steps (first, last; 1-based, inclusive) of the window "around step 50" where the published run's
+#: accuracy stood at its rise (about 0.62): a fixed window, so that a run is measured where the
+#: published one was, not at the best of its own noisy windows.
+MID_WINDOW = (41, 60)
+
+
 def hack_summary(run, window: int = 10) -> dict[str, float]:
-    """Start / peak / final accuracy, final length and KL of a hacking run (means over ``window`` steps)."""
+    """A hacking run's numbers (means over ``window`` steps unless said otherwise):
+
+    ``accuracy_start`` (the first ``window`` steps), ``accuracy_mid`` and ``proxy_mid`` (steps
+    :data:`MID_WINDOW`, around step 50), ``accuracy_peak`` and ``peak_step`` (the best ``window``-step
+    mean and the last step of its window: a description of one run's curve, biased upwards as the
+    best of many noisy windows, so no claim rests on its value), and the end: ``final_accuracy``,
+    ``final_length``, ``final_kl`` and ``final_proxy`` over the last ``2 * window`` steps."""
     s = as_series(run)
     acc = _arr(s, "sampled_accuracy")
+    proxy = _arr(s, "reward_mean")
     roll = _rolling(acc, window)
     i = int(np.argmax(roll))
+    lo, hi = MID_WINDOW
+    mid = slice(lo - 1, hi) if len(acc) >= hi else slice(max(0, len(acc) - (hi - lo + 1)), len(acc))
     return {
         "accuracy_start": float(np.mean(acc[:window])),
+        "accuracy_mid": float(np.mean(acc[mid])),
+        "proxy_mid": float(np.mean(proxy[mid])),
         "accuracy_peak": float(roll[i]),
         "peak_step": i + window,  # last step of the best window
         "final_accuracy": float(np.mean(acc[-2 * window:])),
         "final_length": float(np.mean(_arr(s, "completion_chars_mean")[-2 * window:])),
         "final_kl": float(np.mean(_arr(s, "kl_to_reference_k1_sum_nats")[-2 * window:])),
-        "final_proxy": float(np.mean(_arr(s, "reward_mean")[-2 * window:])),
+        "final_proxy": float(np.mean(proxy[-2 * window:])),
     }
+
+
+#: A no-KL hacking run has *completed* the hack when its last 20 steps write the 4-character maximum
+#: (mean length at least this) at an accuracy of at most ``HACK_DONE["accuracy"]`` (published: length
+#: 4, accuracy 0).
+HACK_DONE = {"length": 3.9, "accuracy": 0.05}
+
+
+def hack_completed(summary: dict) -> bool:
+    """Whether a :func:`hack_summary` shows the complete hack (:data:`HACK_DONE`)."""
+    return summary["final_length"] >= HACK_DONE["length"] and summary["final_accuracy"] <= HACK_DONE["accuracy"]
 
 
 # ----------------------------------------------------------------------------------- part 3
@@ -471,7 +531,8 @@ def part2_values(reference: dict | None = None) -> dict[str, list[float]]:
     hs = ref.get("hacking_seeds") or {k: [v] for k, v in ref["hacking"].items()}
     h, k, g = ([hack_summary(r) for r in hs[arm]] for arm in ("0", "0.05", "gold"))
     out = {f"hack_{name}": [x[name] for x in h] for name in
-           ("accuracy_start", "accuracy_peak", "peak_step", "final_accuracy", "final_length", "final_kl")}
+           ("accuracy_start", "peak_step", "final_accuracy", "final_length", "final_kl")}
+    out["hack_accuracy_around_50"] = [x["accuracy_mid"] for x in h]
     out["kl005_final_accuracy"] = [x["final_accuracy"] for x in k]
     out["gold_final_accuracy"] = [x["final_accuracy"] for x in g]
     return out
@@ -530,8 +591,10 @@ def expected_report(values: dict, keys=None, notes: dict | None = NOTES) -> str:
         else:
             text = f"{ours!s:>8}"
         lines.append(f"{k:32s} ours {text}   published {theirs!s:>8}")
-        if k in (notes or {}):
-            lines.extend("    " + part for part in textwrap.wrap("note: " + notes[k], 96))
+        note = (notes or {}).get(k)
+        note = note(values) if callable(note) else note
+        if note:
+            lines.extend("    " + part for part in textwrap.wrap("note: " + note, 96))
     return "\n".join(lines)
 
 
@@ -551,7 +614,7 @@ def bon_figure(b: float = 1.0, sigma: float = 1.0, pool: dict | None = None, pat
         ax.plot(pool["d"], pool["gold_gain"], "o", ms=3, color="C3", label="gold (finite pool)")
     pk = overopt.peak(e)
     where = "never turns down" if pk["n"] == e["n"][-1] else f"peaks at best-of-{pk['n']} ({pk['gold_gain']:+.2f})"
-    ax.set_title(f"b = {b:g}, sigma = {sigma:g}: gold {where}", fontsize=10)
+    ax.set_title(rf"$b$ = {b:g}, $\sigma$ = {sigma:g}: gold {where}", fontsize=10)
     _align(ax, pax, e)
     save(fig, path)
     return fig
@@ -567,6 +630,11 @@ def _align(ax, pax, curves, gold_top: float = 2.0):
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = pax.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
+
+
+#: The titles of Part 1's two panels (the notebook's keys for them).
+PANEL_BIASED = r"length-biased proxy: $b$ = 1, $\sigma$ = 1"
+PANEL_NOISY = r"noise-only proxy: $b$ = 0, $\sigma$ = 1"
 
 
 def overopt_figure(panels: dict, path=None, seeds: dict | None = None):
@@ -630,10 +698,10 @@ def plot_hacking(runs: dict, path=None, live: dict | None = None, title: str = "
     import matplotlib.pyplot as plt
 
     colors = colors or {}
-    fig, axes = plt.subplots(1, 4, figsize=(15, 3.4))
+    fig, axes = plt.subplots(1, 4, figsize=(15, 3.9))
     panels = [("sampled_accuracy", "exact-match accuracy"), ("reward_mean", "training reward"),
-              ("completion_chars_mean", "response length (chars)"),
-              ("kl_to_reference_k1_sum_nats", "KL to SFT (nats, k1 summed per response)")]
+              ("completion_chars_mean", "response length (characters)"),
+              ("kl_to_reference_k1_sum_nats", "KL to the SFT model\n(nats per response, k1 summed)")]
     for i, (label, run) in enumerate(runs.items()):
         for ax, (k, name) in zip(axes, panels):
             _draw(ax, run, k, window, label, colors.get(label, f"C{i}"))
@@ -642,10 +710,12 @@ def plot_hacking(runs: dict, path=None, live: dict | None = None, title: str = "
     for label, run in (live or {}).items():
         for ax, (k, _) in zip(axes, panels):
             _draw(ax, run, k, window, label, "k", ls="--", lw=1.2)
-    axes[0].legend(fontsize=8)
+    # one legend under the panels: inside one, it would cover a run that falls there
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=max(1, len(labels)), fontsize=9, frameon=False)
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     save(fig, path)
     return fig
 
@@ -703,7 +773,9 @@ def plot_entropy(runs: dict, path=None, live: dict | None = None, window: int = 
     one seed or several, as in :func:`plot_hacking`: several are drawn as mean, band and seeds)."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))
+    from matplotlib.lines import Line2D
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.3))
     for i, (label, run) in enumerate(runs.items()):
         _draw(axes[0], run, "entropy_token_mean_nats", window, label, f"C{i}")
         _draw(axes[1], run, "sampled_accuracy", window, label, f"C{i}")
@@ -720,8 +792,14 @@ def plot_entropy(runs: dict, path=None, live: dict | None = None, window: int = 
     axes[2].set_ylim(-0.03, 1.03)
     for ax in axes:
         ax.set_xlabel("step")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+    # the legends go under the panels: inside, they cover a band (no upper clip's accuracy, clip-higher's share)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower left", bbox_to_anchor=(0.02, 0.0), ncol=max(1, len(labels)), fontsize=9,
+               frameon=False)
+    style = [Line2D([], [], color="0.3", ls="-"), Line2D([], [], color="0.3", ls="--")]
+    fig.legend(style, ["right panel: rare tokens (p < 0.5 when sampled)", "common tokens"], loc="lower right",
+               bbox_to_anchor=(0.98, 0.0), ncol=2, fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     save(fig, path)
     return fig
 

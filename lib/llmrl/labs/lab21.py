@@ -57,7 +57,7 @@ from ..utils import check_float, check_int, mean_sd
 
 __all__ = ["EXPECTED", "PROJECTS", "PROJECT0_ARMS", "PROJECT1_ARMS", "PROJECT2_ARMS", "PROJECT3_ARMS",
            "PROJECT4_ARMS", "PROJECT5_ARMS", "CLIP_BOUNDS", "TRAINED_WEIGHTS", "BucketSampler", "Project",
-           "crossing_k", "describe_setup", "final", "honest_vs_pad", "load_results", "load_student", "load_teacher", "main",
+           "crossing_k", "describe_setup", "final", "honest_vs_pad", "small_sum_accuracy", "load_results", "load_student", "load_teacher", "main",
            "pad_share_small_sums", "pass_curves", "project0", "project1", "project2", "project3", "project4",
            "project5", "rubric_for", "rubric_weight_figure", "rubric_weight_widget", "run", "seed_spread", "start_value",
            "stylish_runs", "summary_table"]
@@ -302,6 +302,16 @@ def _arm2(arm, seeds, steps=200, n_prompts=16, group_size=8, lr=None, reward_fns
                    reward=getattr(reward, "__name__", repr(reward)))
 
 
+def small_sum_accuracy(student=None, n_problems: int = 400, n_samples: int = 4, seed: int = 0) -> float:
+    """The student's sampled (T = 1) accuracy on 2-digit + 2-digit problems whose sum is below 100:
+    the p of :func:`honest_vs_pad`, where padding starts to pay (``n_problems`` fixed problems,
+    ``n_samples`` each; the default student is lab21's)."""
+    model = _student(student)
+    probs = eval_problems(check_int("n_problems", n_problems, minimum=1), ["2d+2d_lt100"], seed=12345)
+    r = generate(model, probs, check_int("n_samples", n_samples, minimum=1), 1.0, seed)
+    return float(is_correct(r.responses, r.answers).float().mean())
+
+
 @lru_cache(maxsize=1)
 def two_digit_share_large() -> float:
     """The share of 2-digit + 2-digit training problems whose sum has 3 digits (20,000 drawn with
@@ -419,6 +429,11 @@ class BucketSampler:
 
 
 
+def _eval_seed(seed: int, evaluation: int, bucket: int) -> int:
+    """Project 3's sampling seed for one evaluation of one bucket (distinct for every triple)."""
+    return 1_000_003 * evaluation + 1_009 * bucket + seed
+
+
 @seeds_together
 def _arm3(arm, seeds, steps=200, n_prompts=16, group_size=8, lr=None, rare_group=1, temperature=0.1,
           eval_per_bucket=100, eval_every=None, student=None, progress=False):
@@ -444,10 +459,16 @@ def _arm3(arm, seeds, steps=200, n_prompts=16, group_size=8, lr=None, rare_group
 
         return {"prompt_sampler": sampler, "advantage_fn": sampler.advantages, "hooks": Hooks(after_score=bandit)}
 
+    calls: dict[int, int] = {}
+
     def eval_fn(m, seed):
+        """One sample per problem of each bucket's fixed set, drawn afresh at every evaluation (a
+        generator seed of its own for each seed, evaluation and bucket): a model that did not change
+        shows the evaluation's noise, not the same numbers again."""
+        i = calls[seed] = calls.get(seed, -1) + 1
         out = {}
-        for b, p in eval_sets.items():
-            r = generate(m, p, 1, 1.0, seed)
+        for j, (b, p) in enumerate(eval_sets.items()):
+            r = generate(m, p, 1, 1.0, _eval_seed(seed, i, j))
             out[f"sampled_accuracy_{b}"] = float(is_correct(r.responses, r.answers).float().mean())
         return out
 
