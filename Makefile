@@ -203,11 +203,14 @@ hub-remove:
 	$(SUDO) $(PY) -m hub.deploy remove --dir $(HUB_DIR)
 
 # The whole course cycle against a hub the tests start (accounts llmrl-t-*, ports 8550-8599, folder
-# /srv/llmrl-hub-test), then in chromium; everything is removed afterwards, here too if pytest was killed.
+# /srv/llmrl-hub-test), then in chromium; LTI 1.3 logins from an LMS the test plays (hub/tests/test_lti.py:
+# llmrl-l-*, ports 8600-8649, /srv/llmrl-hub-lti-test); everything is removed afterwards, here too if
+# pytest was killed.
 # About 3 minutes (2026-12-01); not in `make test` (root only, and make test's 40 minutes are spoken for).
 test-hub: $(HUB_STAMP) $(BROWSER_STAMP) chromium
 	@status=0; $(SUDO) env LLMRL_HUB_TESTS=1 $(PYTEST) -q hub/tests || status=$$?; \
-	  $(SUDO) $(PY) -m hub.deploy remove --dir /srv/llmrl-hub-test || true; exit $$status
+	  $(SUDO) $(PY) -m hub.deploy remove --dir /srv/llmrl-hub-test || true; \
+	  $(SUDO) $(PY) -m hub.deploy remove --dir /srv/llmrl-hub-lti-test || true; exit $$status
 
 # Every published claim (lib/llmrl/reproduce.py) with seeds 0,1,2 -> docs/reproduction.md, with its wall
 # time. Each experiment's results are cached per seed under artifacts/reproduce/, so a rerun computes
