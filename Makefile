@@ -239,7 +239,8 @@ lab: $(STAMP)
 	$(BIN)/jupyter lab
 
 clean:
-	rm -rf submitted autograded feedback gradebook.db gradebook.db-journal grades.csv batch_grades.csv build/demo-course
+	rm -rf submitted autograded feedback gradebook.db gradebook.db-journal grades.csv batch_grades.csv build/demo-course \
+	       roster.json downloaded grades-canvas.csv grades-moodle.csv build/lms-sample
 	find . -path ./$(VENV) -prune -o \( -name artifacts -o -name __pycache__ -o -name .ipynb_checkpoints \) -type d -print0 | xargs -0 rm -rf
 
 distclean: clean
