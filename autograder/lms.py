@@ -602,7 +602,8 @@ def lms_table(root: Path, lms: str, totals_only: bool = False, assignments: list
             rows.append({"First name": p.first_name, "Last name": p.last_name, "ID number": p.id_number,
                          "Institution": "", "Department": "", "Email address": p.email, **values,
                          **{f"Feedback: {a}": notes[a] for a in names}})
-    return header, rows, report
+    head = [r for r in report if r.startswith("in the gradebook but not")]
+    return header, rows, head + sorted(r for r in report if r not in head)
 
 
 def export(root: Path, lms: str, out: Path | None = None, totals_only: bool = False,
@@ -683,30 +684,30 @@ def write_sample(lms: str, out: Path, assignments: list[str] | None = None, root
                 for sid, first, last, uid, sis in SAMPLE_PEOPLE]
     files.write_csv(roster_path, header, rows)
     written.append(roster_path)
-    people = {sid: (first, last, uid) for sid, first, last, uid, _ in SAMPLE_PEOPLE}
+    people = {sid: (n, first, last, uid) for n, (sid, first, last, uid, _) in enumerate(SAMPLE_PEOPLE, start=1)}
     for a in course.assignments(labs):
         target = out / f"{lms}-{a}-submissions.zip"
         with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as z:
-            k = 0
             for lab in (lab for lab in labs if lab.assignment == a):
                 for sid, nb in course.sample_submissions(lab).items():
                     if sid not in people:
                         continue
-                    first, last, uid = people[sid]
-                    k += 1
+                    n, first, last, uid = people[sid]  # one submission (and number) per student
                     data = nbformat.writes(nb).encode()
                     if lms == "canvas":
                         late = "_LATE" if sid == "untouched" else ""
-                        z.writestr(f"{(last + first).lower()}{late}_{uid}_{700000 + k}_{lab.name}.ipynb", data)
+                        z.writestr(f"{(last + first).lower()}{late}_{uid}_{700000 + n}_{lab.name}.ipynb", data)
                     else:
-                        z.writestr(f"{first} {last}_{880000 + k}_assignsubmission_file_/{lab.name}.ipynb", data)
-                dropped = course.sample_submissions(lab)["reference"]
-                if lms == "canvas":
-                    z.writestr(f"turingalan_40199_{700900 + k}_{lab.name}.ipynb", nbformat.writes(dropped))
-                    z.writestr(f"lovelaceada_40101_{700000 + 1}_notes.pdf", b"%PDF-1.4\n% a PDF, not a notebook\n")
+                        z.writestr(f"{first} {last}_{880000 + n}_assignsubmission_file_/{lab.name}.ipynb", data)
+                dropped = nbformat.writes(course.sample_submissions(lab)["reference"])
+                if lms == "canvas":  # a student who dropped the course, and a PDF beside a notebook
+                    z.writestr(f"turingalan_40199_700099_{lab.name}.ipynb", dropped)
                 else:
-                    z.writestr(f"Alan Turing_889999_assignsubmission_file_/{lab.name}.ipynb", nbformat.writes(dropped))
-                    z.writestr("Ada Lovelace_880001_assignsubmission_file_/notes.pdf", b"%PDF-1.4\n")
+                    z.writestr(f"Alan Turing_889999_assignsubmission_file_/{lab.name}.ipynb", dropped)
+            if lms == "canvas":
+                z.writestr("lovelaceada_40101_700001_notes.pdf", b"%PDF-1.4\n% a PDF, not a notebook\n")
+            else:
+                z.writestr("Ada Lovelace_880001_assignsubmission_file_/notes.pdf", b"%PDF-1.4\n")
         written.append(target)
     return written
 
