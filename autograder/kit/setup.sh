@@ -30,14 +30,13 @@ find_python() {
     return 1
 }
 
-# Does URL answer within 5 s? (a 4xx answer counts: the server is there)
+# Does the index page URL answer within 5 s? (only a page counts, not a proxy's error page)
 answers() {
     "$PY" - "$1" <<'EOF' >/dev/null 2>&1
-import sys, urllib.error, urllib.request
+import sys, urllib.request
 try:
-    urllib.request.urlopen(urllib.request.Request(sys.argv[1], method="HEAD"), timeout=5)
-except urllib.error.HTTPError as e:
-    sys.exit(0 if e.code < 500 else 1)
+    with urllib.request.urlopen(sys.argv[1], timeout=5) as r:
+        sys.exit(0 if r.status == 200 else 1)
 except Exception:
     sys.exit(1)
 EOF
