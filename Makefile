@@ -240,10 +240,14 @@ test-fast: $(STAMP)
 # The sample students are graded in a course folder of their own (build/demo-course/, recreated on
 # every run): the instructor's gradebook.db and submitted/ are never touched.
 demo: $(STAMP)
-	$(COURSE) build $(A)
-	$(COURSE) execute $(A)
-	$(COURSE) release $(A)
-	$(COURSE) demo $(A)
+	@echo "== 1/4 build: notebooks/<assignment>/*.py -> source/ (nbgrader's instructor notebooks)"
+	@$(COURSE) build $(A)
+	@echo "== 2/4 execute: run every source notebook, keeping its outputs (a few minutes)"
+	@$(COURSE) execute $(A)
+	@echo "== 3/4 release: the student versions -> release/"
+	@$(COURSE) release $(A)
+	@echo "== 4/4 grade the sample students (autograder/samples) in build/demo-course/"
+	@$(COURSE) demo $(A)
 	@echo
 	@echo "Student notebooks: release/<assignment>/*.ipynb   reference runs: source/<assignment>/*.ipynb"
 	@echo "Plots:"; found=$$(find . -path ./$(VENV) -prune -o -path '*artifacts/*' -name '*.png' -print | sort); \

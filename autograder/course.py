@@ -430,7 +430,6 @@ def record_assignment(assignment: str, root: Path, release_dir: Path | None = No
 def nbgrader(*args: str, cwd: Path = ROOT, quiet: bool = False) -> None:
     """Run one nbgrader command line in the course directory (its nbgrader_config.py loads ours)."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "nbgrader", *args]
-    print("+ nbgrader " + " ".join(args), flush=True)
     proc = subprocess.run(cmd, cwd=cwd, text=True, capture_output=quiet)
     if proc.returncode != 0:
         detail = (proc.stderr or "").strip().splitlines()[-20:] if quiet else []
