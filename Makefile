@@ -26,34 +26,48 @@ unexport NBGRADER_EXECUTION
         test test-lib test-pipeline test-fast test-kit student-kit browser chromium warm demo lab clean \
         distclean hub hub-install hub-remove test-hub catch-rates test-other-cpu reproduce
 
+# Every target with what it does and about how long it takes on a 2-core machine (measured
+# 2026-12-01..05; on a loaded shared machine allow up to twice). A test checks that every target is here.
 help:
-	@echo "make demo        environment, build, execute, release, grade the sample students in build/demo-course/"
-	@echo "make test        every check (library tests, pipeline tests, validate, strict nbval)"
-	@echo "make venv        create/refresh .venv (pip install -e '.[dev,hf,trl,modal]'); fast when nothing changed"
-	@echo "make build       notebooks/A/x.py -> source/A/x.ipynb (checks the nbgrader metadata)"
-	@echo "make execute     run the source notebooks in place, storing outputs (the nbval reference)"
-	@echo "make release     nbgrader generate_assignment -> release/A/x.ipynb"
-	@echo "make validate    sources pass every test; unmodified releases fail every graded test cell"
-	@echo "make submissions write the sample submissions (autograder/samples) into build/demo-course/submitted/"
-	@echo "make autograde   grade submitted/ (sandboxed batch): gradebook.db, feedback/, grades.csv, score table"
-	@echo "make feedback    feedback/ from the gradebook after manual grading (FORCE=1: release ungraded ones too)"
-	@echo "make scores      the score table (automatic, manual, pending, missing) and grades.csv from gradebook.db"
-	@echo "make nbval       strict nbval on the executed source notebooks"
-	@echo "make test-other-cpu  calibration, a GRPO run and lab11's nbval as another CPU computes them"
-	@echo "make grade-all   the batch grader alone (autograder/batch.py; make autograde runs it)"
-	@echo "make corpus      grade the submission corpus (autograder/corpus) and print entry, expected, got"
-	@echo "make catch-rates how many corpus and hold-out wrong answers the visible tests catch, and visible + hidden, by concern (about a minute)"
-	@echo "make browser     the labs in a real JupyterLab in chromium (screenshots in artifacts/browser/)"
-	@echo "make student-kit what a student receives: build/student-kit/ (notebooks, library wheel, setup.sh)"
-	@echo "make test-kit    install the student kit into a new venv outside the repository and run it"
-	@echo "make hub         the course on a JupyterHub at 127.0.0.1:8500 (root: creates llmrl-* accounts); Ctrl-C stops it"
-	@echo "make hub-remove  stop that hub, delete its accounts, the course folder and $(HUB_DIR)"
-	@echo "make test-hub    the whole course cycle on a hub started by the test, and in chromium (root; CI runs it)"
-	@echo "make reproduce   every published claim of the four assignments, with seeds -> docs/reproduction.md"
-	@echo "                 (cached in artifacts/reproduce/; ARGS='--only lab19 --seeds 0,1,2,3,4', '--fast', '--fresh')"
-	@echo "make lab         JupyterLab on this folder"
-	@echo "make clean       remove grading output, plots and caches (keeps .venv)"
-	@echo "Restrict to one assignment with A=lab11 (build, execute, release, validate, autograde, nbval)."
+	@echo "Start here:"
+	@printf '  %-19s %-82s %s\n' 'make demo' 'environment, build, run the labs, release, grade the sample students' '[8 min fresh; 4 min after]'
+	@printf '  %-19s %-82s %s\n' 'make test' 'every check, two at a time (what CI runs; README)' '[40 min]'
+	@printf '  %-19s %-82s %s\n' 'make help' 'this list of every target' '[instant]'
+	@echo "The course, step by step (A=lab11 restricts to one assignment):"
+	@printf '  %-19s %-82s %s\n' 'make venv' 'create/refresh .venv (pip install -e '\''.[dev,hf,trl,modal]'\'')' '[4 min first; 1 s after]'
+	@printf '  %-19s %-82s %s\n' 'make build' 'notebooks/A/x.py -> source/A/x.ipynb (checks the nbgrader metadata)' '[2 s]'
+	@printf '  %-19s %-82s %s\n' 'make execute' 'run the source notebooks in place, storing outputs (nbval'\''s reference)' '[3 min]'
+	@printf '  %-19s %-82s %s\n' 'make release' 'nbgrader generate_assignment -> release/A/x.ipynb' '[6 s]'
+	@printf '  %-19s %-82s %s\n' 'make validate' 'sources pass every test; unmodified releases fail every graded test cell' '[3 min]'
+	@printf '  %-19s %-82s %s\n' 'make warm' 'check the shipped models (sha256 against their manifest)' '[2 s]'
+	@printf '  %-19s %-82s %s\n' 'make lab' 'JupyterLab on this folder' '[starts in 5 s]'
+	@echo "Grading (docs/instructors.md; Canvas and Moodle: docs/lms.md, autograder/lms):"
+	@printf '  %-19s %-82s %s\n' 'make submissions' 'the sample submissions into build/demo-course/submitted/ (no grading)' '[10 s]'
+	@printf '  %-19s %-82s %s\n' 'make autograde' 'grade submitted/ (sandboxed batch): gradebook.db, feedback/, grades.csv' '[20 s per notebook per core]'
+	@printf '  %-19s %-82s %s\n' 'make grade-all' 'the batch grader alone (autograder/batch.py; make autograde runs it)' '[as autograde]'
+	@printf '  %-19s %-82s %s\n' 'make feedback' 'feedback/ from the gradebook after manual grading (FORCE=1: ungraded too)' '[10 s]'
+	@printf '  %-19s %-82s %s\n' 'make scores' 'the score table (automatic, manual, pending, missing) and grades.csv' '[3 s]'
+	@printf '  %-19s %-82s %s\n' 'make corpus' 'grade the submission corpus (autograder/corpus): entry, expected, got' '[35 min]'
+	@printf '  %-19s %-82s %s\n' 'make catch-rates' 'corpus and hold-out wrong answers caught by the visible and all tests, by concern' '[1 min]'
+	@printf '  %-19s %-82s %s\n' 'make student-kit' 'what a student receives: build/student-kit/ (notebooks, wheel, setup.sh)' '[5 s]'
+	@echo "Checks (make test runs the first seven, with validate and warm):"
+	@printf '  %-19s %-82s %s\n' 'make test-pipeline' 'the grading pipeline'\''s tests (autograder/tests), corpus included' '[31 min]'
+	@printf '  %-19s %-82s %s\n' 'make test-lib' 'the library'\''s tests (lib/tests)' '[11 min]'
+	@printf '  %-19s %-82s %s\n' 'make nbval' 'strict nbval on the executed source notebooks' '[14 min]'
+	@printf '  %-19s %-82s %s\n' 'make browser' 'the labs in a real JupyterLab in chromium (screenshots: artifacts/browser)' '[5 min]'
+	@printf '  %-19s %-82s %s\n' 'make test-kit' 'install the student kit in a new venv outside the repository and run it' '[3 min]'
+	@printf '  %-19s %-82s %s\n' 'make test-other-cpu' 'calibration, a GRPO run and lab11'\''s nbval as another CPU computes them' '[1 min]'
+	@printf '  %-19s %-82s %s\n' 'make chromium' 'install Debian'\''s chromium with apt when it is missing (sudo)' '[1 min once]'
+	@printf '  %-19s %-82s %s\n' 'make test-fast' 'the quick loop while writing code: no nbval, no slow tests' '[8 min]'
+	@printf '  %-19s %-82s %s\n' 'make reproduce' 'every published claim with seeds -> docs/reproduction.md (ARGS='\''--fast'\'')' '[hours; --fast 1 min]'
+	@echo "The course on a JupyterHub (root; docs/hub.md):"
+	@printf '  %-19s %-82s %s\n' 'make hub-install' 'the hub extra (pip) and its proxy (npm ci in hub/)' '[30 s]'
+	@printf '  %-19s %-82s %s\n' 'make hub' 'the course on a JupyterHub at 127.0.0.1:$(HUB_PORT); Ctrl-C stops it' '[1 min to start]'
+	@printf '  %-19s %-82s %s\n' 'make hub-remove' 'stop that hub, delete its llmrl-* accounts, the course folder, $(HUB_DIR)' '[5 s]'
+	@printf '  %-19s %-82s %s\n' 'make test-hub' 'the course cycle, chromium and LTI logins on hubs the tests start (CI)' '[6 min]'
+	@echo "Cleaning:"
+	@printf '  %-19s %-82s %s\n' 'make clean' 'remove grading output, the gradebook, LMS files, plots and caches' '[2 s]'
+	@printf '  %-19s %-82s %s\n' 'make distclean' 'clean, and remove .venv and hub/node_modules' '[5 s]'
 
 venv: $(STAMP)
 
@@ -205,11 +219,14 @@ hub-remove:
 
 # The whole course cycle against a hub the tests start (accounts llmrl-t-*, ports 8550-8553, folder
 # /srv/llmrl-hub-test), a hostile class's attacks, then in chromium (a hostile submission on Manual
-# Grading too); everything is removed afterwards (accounts, the students' filesystems, cgroups), here too
-# if pytest was killed. Not in `make test` (root only, and make test's 40 minutes are spoken for).
+# Grading too); LTI 1.3 logins from an LMS the test plays (hub/tests/test_lti.py: llmrl-l-*, ports
+# 8600-8649, /srv/llmrl-hub-lti-test); everything is removed afterwards (accounts, the students'
+# filesystems, cgroups), here too if pytest was killed. Not in `make test` (root only, and make test's
+# 40 minutes are spoken for).
 test-hub: $(HUB_STAMP) $(BROWSER_STAMP) chromium
 	@status=0; $(SUDO) env LLMRL_HUB_TESTS=1 $(PYTEST) -q hub/tests || status=$$?; \
-	  $(SUDO) $(PY) -m hub.deploy remove --dir /srv/llmrl-hub-test || true; exit $$status
+	  $(SUDO) $(PY) -m hub.deploy remove --dir /srv/llmrl-hub-test || true; \
+	  $(SUDO) $(PY) -m hub.deploy remove --dir /srv/llmrl-hub-lti-test || true; exit $$status
 
 # Every published claim (lib/llmrl/reproduce.py) with seeds 0,1,2 -> docs/reproduction.md, with its wall
 # time. Each experiment's results are cached per seed under artifacts/reproduce/, so a rerun computes
@@ -225,10 +242,14 @@ test-fast: $(STAMP)
 # The sample students are graded in a course folder of their own (build/demo-course/, recreated on
 # every run): the instructor's gradebook.db and submitted/ are never touched.
 demo: $(STAMP)
-	$(COURSE) build $(A)
-	$(COURSE) execute $(A)
-	$(COURSE) release $(A)
-	$(COURSE) demo $(A)
+	@echo "== 1/4 build: notebooks/<assignment>/*.py -> source/ (nbgrader's instructor notebooks)"
+	@$(COURSE) build $(A)
+	@echo "== 2/4 execute: run every source notebook, keeping its outputs (a few minutes)"
+	@$(COURSE) execute $(A)
+	@echo "== 3/4 release: the student versions -> release/"
+	@$(COURSE) release $(A)
+	@echo "== 4/4 grade the sample students (autograder/samples) in build/demo-course/"
+	@$(COURSE) demo $(A)
 	@echo
 	@echo "Student notebooks: release/<assignment>/*.ipynb   reference runs: source/<assignment>/*.ipynb"
 	@echo "Plots:"; found=$$(find . -path ./$(VENV) -prune -o -path '*artifacts/*' -name '*.png' -print | sort); \
@@ -238,7 +259,8 @@ lab: $(STAMP)
 	$(BIN)/jupyter lab
 
 clean:
-	rm -rf submitted autograded feedback gradebook.db gradebook.db-journal grades.csv batch_grades.csv build/demo-course
+	rm -rf submitted autograded feedback gradebook.db gradebook.db-journal grades.csv batch_grades.csv build/demo-course \
+	       roster.json downloaded grades-canvas.csv grades-moodle.csv build/lms-sample
 	find . -path ./$(VENV) -prune -o \( -name artifacts -o -name __pycache__ -o -name .ipynb_checkpoints \) -type d -print0 | xargs -0 rm -rf
 
 distclean: clean

@@ -343,9 +343,18 @@ def execute_one(path: str, timeout: int = 3600) -> str:
     os.environ.pop("NBGRADER_EXECUTION", None)  # the full experiments, not the graded shortcut
     p = Path(path)
     nb = nbformat.read(p, as_version=4)
+    import tempfile
+
+    from traitlets.config import Config
+
+    # The kernel talks over unix sockets in a private folder, not TCP: nothing on the machine's ports,
+    # and no "Kernel is running over TCP without encryption" warning per notebook. (An absolute socket
+    # path: the kernel runs in the notebook's folder, the client here.)
+    sockets = Path(tempfile.mkdtemp(prefix="llmrl-execute-"))
     client = NotebookClient(
         nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(p.parent)}},
         record_timing=False, store_widget_state=False,
+        config=Config({"KernelManager": {"transport": "ipc", "ip": str(sockets / "kernel")}}),
     )
     try:
         client.execute()
@@ -355,6 +364,8 @@ def execute_one(path: str, timeout: int = 3600) -> str:
         where = f" (cell {index + 1})" if index is not None else ""
         last = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
         raise PipelineError(f"{rel(p)}{where} failed while executing: {last}") from None
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
     nbformat.write(nb, p)
     return rel(p)
 
@@ -419,7 +430,6 @@ def record_assignment(assignment: str, root: Path, release_dir: Path | None = No
 def nbgrader(*args: str, cwd: Path = ROOT, quiet: bool = False) -> None:
     """Run one nbgrader command line in the course directory (its nbgrader_config.py loads ours)."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "nbgrader", *args]
-    print("+ nbgrader " + " ".join(args), flush=True)
     proc = subprocess.run(cmd, cwd=cwd, text=True, capture_output=quiet)
     if proc.returncode != 0:
         detail = (proc.stderr or "").strip().splitlines()[-20:] if quiet else []

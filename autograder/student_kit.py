@@ -13,7 +13,7 @@ writes
         LICENSE, LICENSE-TEXT.md                  the licences: code MIT, course text CC BY 4.0
         MANIFEST.txt                              every file above with its size and sha256
     build/student-kit/llmrl-course-kit.tar.gz    the same, as archives (one top folder,
-    build/student-kit/llmrl-course-kit.zip       reproducible: fixed times and owners)
+    build/student-kit/llmrl-course-kit.zip       reproducible: the same sources give the same bytes)
 
 The kit holds no solution, no hidden test, no source notebook and nothing of autograder/: the release
 notebooks are nbgrader's student versions, and the wheel holds lib/llmrl only (its .py files,
@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import tomllib
 import zipfile
 from dataclasses import dataclass
@@ -50,8 +51,8 @@ STUDENT_TOOLS = ("jupyterlab", "jupyter_server", "ipykernel")
 SCRIPTS = ("setup.sh", "lab.sh")
 # The licence files (code: MIT; course text: CC BY 4.0) travel with the kit and inside the wheel.
 LICENSES = ("LICENSE", "LICENSE-TEXT.md")
-# Zip and tar entries get this time (2000-01-01) so that the same sources give the same archives.
-EPOCH = 946684800
+# The earliest time a zip file can hold (1980-01-01): a kit time is never before it.
+ZIP_EPOCH = 315532800
 PIN = re.compile(r"^([A-Za-z0-9_.\-]+)==([A-Za-z0-9_.+\-]+)$")
 
 
@@ -65,6 +66,29 @@ class Kit:
     wheel: Path
     archives: tuple[Path, ...]
     notebooks: tuple[Path, ...]
+    time: int  # the modification time of every file in the archives (kit_time)
+
+
+def kit_time(notebooks: list[tuple[str, str, Path]]) -> int:
+    """The time the kit's files carry in its archives: SOURCE_DATE_EPOCH when it is set (a reproducible
+    build's convention), else the newest modification time of what goes into the kit (the release
+    notebooks, the library, the kit's templates, pyproject.toml). The same sources give the same
+    archives, and a student's JupyterLab shows when the course last changed them, not a made-up date."""
+    if os.environ.get("SOURCE_DATE_EPOCH", "").isdigit():
+        return _even(int(os.environ["SOURCE_DATE_EPOCH"]))
+    inputs = [p for _, _, p in notebooks] + [ROOT / "pyproject.toml", *(ROOT / n for n in LICENSES)]
+    inputs += [p for p in (ROOT / "lib" / "llmrl").rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    inputs += [p for p in TEMPLATES.iterdir() if p.is_file()]
+    return _even(max(int(p.stat().st_mtime) for p in inputs))
+
+
+def _even(t: int) -> int:
+    """Zip files keep times in steps of 2 s: an even second reads back the same from every archive."""
+    return max(t - t % 2, ZIP_EPOCH)
+
+
+def _newest(folder: Path) -> int:
+    return _even(max((int(p.stat().st_mtime) for p in folder.rglob("*") if p.is_file()), default=ZIP_EPOCH))
 
 
 def _norm(name: str) -> str:
@@ -122,7 +146,7 @@ def _copy_library(dest: Path) -> None:
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".ipynb_checkpoints"))
 
 
-def build_wheel(out_dir: Path, readme: str) -> Path:
+def build_wheel(out_dir: Path, readme: str, stamp: int) -> Path:
     """The course library as a wheel, built offline with this environment's setuptools.
 
     The build runs in a scratch copy holding pyproject.toml and lib/llmrl only, so nothing else of the
@@ -139,7 +163,7 @@ def build_wheel(out_dir: Path, readme: str) -> Path:
         (stage / "README.md").write_text(readme, encoding="utf-8")
         _copy_library(stage)
         before = set(out_dir.glob("*.whl"))
-        env = {**os.environ, "SOURCE_DATE_EPOCH": str(EPOCH), "PIP_NO_INDEX": "1"}
+        env = {**os.environ, "SOURCE_DATE_EPOCH": str(stamp), "PIP_NO_INDEX": "1"}
         proc = subprocess.run(
             [sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check", "--no-deps",
              "--no-build-isolation", "--no-index", "--wheel-dir", str(out_dir), str(stage)],
@@ -219,31 +243,33 @@ def _mode(p: Path) -> int:
     return 0o755 if os.access(p, os.X_OK) else 0o644
 
 
-def write_tar(folder: Path, target: Path) -> Path:
+def write_tar(folder: Path, target: Path, stamp: int | None = None) -> Path:
+    stamp = _newest(folder) if stamp is None else stamp
     tmp = target.with_suffix(".part")
     with open(tmp, "wb") as raw:
         import gzip
-        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=EPOCH) as gz:
+        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=stamp) as gz:
             with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
                 dirs = sorted({str(Path(name).parent) for name, _ in _entries(folder)})
                 for d in dirs:
                     info = tarfile.TarInfo(d)
-                    info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, EPOCH
+                    info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, stamp
                     tar.addfile(info)
                 for name, p in _entries(folder):
                     info = tarfile.TarInfo(name)
                     data = p.read_bytes()
-                    info.size, info.mode, info.mtime = len(data), _mode(p), EPOCH
+                    info.size, info.mode, info.mtime = len(data), _mode(p), stamp
                     tar.addfile(info, io.BytesIO(data))
     tmp.replace(target)
     return target
 
 
-def write_zip(folder: Path, target: Path) -> Path:
+def write_zip(folder: Path, target: Path, stamp: int | None = None) -> Path:
+    stamp = _newest(folder) if stamp is None else stamp
     tmp = target.with_suffix(".part")
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as z:
         for name, p in _entries(folder):
-            info = zipfile.ZipInfo(name, date_time=(2000, 1, 1, 0, 0, 0))
+            info = zipfile.ZipInfo(name, date_time=time.localtime(stamp)[:6])  # zip keeps local time
             info.external_attr = (stat.S_IFREG | _mode(p)) << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(info, p.read_bytes())
@@ -262,12 +288,13 @@ def build(out: Path = DEFAULT_OUT) -> Kit:
     version = project()["version"]
     wheel_name = f"llmrl-{version}-py3-none-any.whl"
     readme = student_readme(notebooks, reqs, wheel_name)
+    stamp = kit_time(notebooks)
     out.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".kit-", dir=out))
     try:
         folder = staging / KIT_NAME
         (folder / "wheels").mkdir(parents=True)
-        wheel = build_wheel(folder / "wheels", readme)
+        wheel = build_wheel(folder / "wheels", readme, stamp)
         (folder / "README.md").write_text(readme, encoding="utf-8")
         (folder / "requirements.txt").write_text(
             "# The course's pinned packages (./setup.sh installs them with the wheel in wheels/).\n"
@@ -288,7 +315,10 @@ def build(out: Path = DEFAULT_OUT) -> Kit:
         if final.exists():
             shutil.rmtree(final)
         folder.replace(final)
-        archives = (write_tar(final, out / f"{KIT_NAME}.tar.gz"), write_zip(final, out / f"{KIT_NAME}.zip"))
+        for p in sorted(final.rglob("*"), reverse=True):  # the folder as the archives have it
+            os.utime(p, (stamp, stamp), follow_symlinks=False)
+        archives = (write_tar(final, out / f"{KIT_NAME}.tar.gz", stamp),
+                    write_zip(final, out / f"{KIT_NAME}.zip", stamp))
         problems = leaks([final, *archives])
         if problems:  # never leave a kit that gives answers away where someone could hand it out
             shutil.rmtree(final, ignore_errors=True)
@@ -299,7 +329,7 @@ def build(out: Path = DEFAULT_OUT) -> Kit:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return Kit(folder=final, wheel=final / "wheels" / wheel.name, archives=archives,
-               notebooks=tuple(final / p.relative_to(folder) for p in copied))
+               notebooks=tuple(final / p.relative_to(folder) for p in copied), time=stamp)
 
 
 # ----------------------------------------------------------------------------- what must never be in it

@@ -60,6 +60,12 @@ c.JupyterHub.load_roles = [
         "scopes": [f"access:services!service={COURSE}", "list:services", f"read:services!service={COURSE}"],
     },
 ]
+# Logging in from the LMS (LTI 1.3) instead of PAM when the hub's folder holds lti.json: hub/lti.py,
+# docs/hub.md "Logging in from Canvas or Moodle" (groups then follow the LMS's roles at each login).
+if (STATE.parent / "lti.json").exists():
+    from lti import configure as configure_lti  # noqa: E402
+
+    configure_lti(c, STATE.parent / "lti.json", S)
 # The hub's tests drive it as a service with this token (set only by them).
 if os.environ.get("LLMRL_HUB_DRIVER_TOKEN"):
     c.JupyterHub.services = [{"name": "llmrl-test-driver", "api_token": os.environ["LLMRL_HUB_DRIVER_TOKEN"]}]

@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import tarfile
+import time
 import tomllib
 import zipfile
 from pathlib import Path
@@ -84,11 +85,22 @@ def test_both_archives_hold_the_kit_folder_byte_for_byte_with_runnable_scripts(k
         assert {m: t.extractfile(members[m]).read() for m in members} == folder
         for script in student_kit.SCRIPTS:
             assert members[f"{student_kit.KIT_NAME}/{script}"].mode == 0o755
-        assert all(m.uid == 0 and m.mtime == student_kit.EPOCH for m in members.values())
+        assert all(m.uid == 0 and m.mtime == kit.time for m in members.values())
     with zipfile.ZipFile(zip_path) as z:
         assert {n: z.read(n) for n in z.namelist()} == folder
         for script in student_kit.SCRIPTS:
             assert (z.getinfo(f"{student_kit.KIT_NAME}/{script}").external_attr >> 16) & 0o777 == 0o755
+
+
+def test_the_files_carry_the_time_the_course_last_changed_them(kit):
+    """Not a made-up date (JupyterLab said "Modified 26y ago" of every file): the newest modification
+    time of the notebooks, library and templates the kit is made of, in the archives and the folder."""
+    newest = max(int(lab.release.stat().st_mtime) for lab in course.discover())
+    assert kit.time >= newest - 1 and kit.time > 1735689600  # zip's 2 s steps; after 2025-01-01
+    assert kit.time <= time.time() + 1
+    with zipfile.ZipFile(kit.archives[1]) as z:
+        assert {z.getinfo(n).date_time for n in z.namelist()} == {time.localtime(kit.time)[:6]}
+    assert {int(p.stat().st_mtime) for p in kit.folder.rglob("*")} == {kit.time}
 
 
 def test_building_twice_gives_the_same_archives(kit, tmp_path):

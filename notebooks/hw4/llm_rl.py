@@ -15,8 +15,8 @@
 #
 # > **Before you start.** 37 points: 24 for the eight functions (graded automatically) and 13 for
 # > the report (graded by hand). Plan on about 4 hours for the functions and 2 for the report; the
-# > training runs of Part 5 (each with three seeds) take about 3 minutes on a laptop CPU (the first
-# > time on a machine, pretraining the base model adds a few minutes).
+# > training runs of Part 5 (each with three seeds) take about 3 minutes on a laptop CPU (the base
+# > model comes pretrained with the course library).
 # >
 # > | task | you write | points | about |
 # > |---|---|---|---|
@@ -1118,8 +1118,8 @@ assert isinstance(_l, torch.Tensor) and _l.ndim == 0 and _l.dtype == torch.float
 # with seeds 0, 1 and 2 (one after another): a single run's curve mixes what the algorithm does
 # with the luck of its samples, and only the spread over seeds tells the two apart. The tables give
 # the mean over the seeds, its standard deviation and every seed's value; the plots draw every seed
-# as a thin line and the mean as a thick one. The first cell loads the base model (the first time
-# on a machine, it pretrains it: a few minutes).
+# as a thin line and the mean as a thick one. The first cell loads the base model, which comes
+# pretrained with the course library.
 #
 # Debug on `format_copy` first: if your functions are right, its reward climbs from where the
 # base model starts to the maximum of 1.3 within these steps (the run prints where it passes

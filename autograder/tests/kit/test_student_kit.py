@@ -98,7 +98,9 @@ def installed(kit, env, figures):
     proc = subprocess.run(["./setup.sh"], cwd=kit, env=env, text=True, capture_output=True, timeout=1800)
     took = time.monotonic() - start
     assert proc.returncode == 0, f"./setup.sh failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    assert "Done. Start JupyterLab with:  ./lab.sh" in proc.stdout
+    assert "Start JupyterLab with:  ./lab.sh" in proc.stdout
+    for step in ("1/4 creating the environment", "2/4 PyTorch", "3/4 installing the course library", "4/4 checking"):
+        assert step in proc.stdout, f"setup.sh did not say {step!r}:\n{proc.stdout}"
     venv_size = sum(p.stat().st_size for p in (kit / ".venv").rglob("*") if p.is_file() and not p.is_symlink())
     figures["./setup.sh in a new venv"] = (f"{took:.0f} s (load average after: {_loadavg()}), "
                                            f"environment {venv_size / 1e9:.2f} GB")
@@ -138,6 +140,26 @@ def test_setup_run_again_keeps_the_environment(installed, env, figures):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "creating the environment" not in proc.stdout
     assert (installed / ".venv" / "pyvenv.cfg").stat().st_mtime_ns == before
+
+
+def test_setup_skips_a_pytorch_index_it_cannot_reach(installed, env, figures):
+    """On Linux setup.sh tries PyTorch's CPU index first; one that does not answer within seconds is left
+    for pip's own index instead of costing pip's minute of retries (here: an address that never answers)."""
+    if os.uname().sysname != "Linux":
+        pytest.skip("the CPU index is tried on Linux only")
+    py = venv_python(installed)
+    subprocess.run([py, "-m", "pip", "uninstall", "--quiet", "--yes", "torch"], env=env, check=True)
+    run_env = {k: v for k, v in env.items() if k != "TORCH_INDEX"}
+    # private and unrouted: the connection hangs (or a proxy on the way answers with an error page)
+    run_env["TORCH_CPU_INDEX"] = "http://10.255.255.1/whl/cpu"
+    start = time.monotonic()
+    proc = subprocess.run(["./setup.sh"], cwd=installed, env=run_env, text=True, capture_output=True, timeout=900)
+    figures["./setup.sh with an unreachable PyTorch index (torch again)"] = f"{time.monotonic() - start:.0f} s"
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "does not answer from here: PyTorch comes from pip's index instead" in proc.stdout, proc.stdout
+    version = subprocess.run([py, "-c", "import torch; print(torch.__version__)"], env=env, text=True,
+                             capture_output=True, check=True).stdout.strip()
+    assert version.split("+")[0] == "2.13.0", version
 
 
 def _expected_stop(nb: dict) -> tuple[list[str], dict]:
@@ -218,6 +240,15 @@ def test_lab_sh_opens_jupyterlab_on_the_assignments(installed, env, work, figure
         assert specs["default"] == "python3" and python3["spec"]["display_name"] != "Python 3 (old course)", \
             "JupyterLab would start the student's stale kernel from another course"
         assert "<title>JupyterLab</title>" in get("/lab")
+        # no "official Jupyter news" pop-up over the notebook (setup.sh's settings overrides)
+        # (the overrides become the defaults the settings API reports; the student may still change them)
+        notes = json.loads(get("/lab/api/settings/@jupyterlab/apputils-extension:notification"))["schema"]
+        defaults = {k: notes["properties"][k]["default"] for k in ("fetchNews", "checkForUpdates")}
+        assert defaults == {"fetchNews": "false", "checkForUpdates": False}, defaults
+        # the files show when the course last changed them, not "Modified 26y ago" (a made-up 2000-01-01)
+        nb = get("/api/contents/lab11/llm_as_policy.ipynb?content=0")
+        year = int(nb["last_modified"][:4])
+        assert year >= 2025, nb["last_modified"]
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # lab.sh exec'd jupyter lab: its own process group
         try:
