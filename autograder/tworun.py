@@ -492,8 +492,26 @@ def exec_expression(code: str, label: str) -> str:
             f"or 'ok'")
 
 
+# What the notebook's errors keep alive is let go before the grader's modules load. A failed cell's
+# traceback holds every frame of the failed call with its locals, and IPython keeps it in several
+# places (sys.last_traceback, its traceback formatter, the cell's ExecutionResult); a free cell that
+# filled memory up to the limit inside a function would otherwise leave too little address space to
+# load numpy's extension modules for the graded calls. Clearing the frames of every traceback still
+# alive drops those locals wherever the traceback is kept (a frame still running is left alone).
+_RELEASE = ("import sys as _s, gc as _g, types as _ty\n"
+            "_s.last_type = _s.last_value = _s.last_traceback = None\n"
+            "for _o in _g.get_objects():\n"
+            "    while isinstance(_o, _ty.TracebackType):\n"
+            "        try:\n"
+            "            _o.tb_frame.clear()\n"
+            "        except RuntimeError:\n"
+            "            pass\n"
+            "        _o = _o.tb_next\n"
+            "_o = None\n_g.collect()\ndel _s, _g, _ty, _o\n")
+
+
 async def _inject(kernel: kernels.Kernel, extra: str = "", watch: str | None = None) -> bool:
-    code = (kernels.inject_module("_llmrl_wire", (HERE / "wire.py").read_text()) +
+    code = (_RELEASE + kernels.inject_module("_llmrl_wire", (HERE / "wire.py").read_text()) +
             kernels.inject_module("_llmrl_remote", (HERE / "remote.py").read_text()) +
             (kernels.inject_module("_llmrl_watch", watch) if watch else "") + extra)
     status, text = await kernel.expression(exec_expression(code, "llmrl grader"), timeout=120)

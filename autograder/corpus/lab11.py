@@ -272,7 +272,8 @@ FREE_CELL_ABUSE = [
         def _hog():
             chunks = []
             while True:
-                chunks.append(np.ones(2 ** 25))   # 256 MB at a time until the memory limit says no
+                chunks.append(np.ones(2 ** 21))   # 16 MB at a time until the memory limit says no: the
+                #                                   kernel is left with less than 16 MB of address space
         _hog()
     ''', after="start"),
     insert("for _ in range(300):\n    print('x' * 100_000)", after="start"),  # 30 MB of output
