@@ -493,21 +493,40 @@ def exec_expression(code: str, label: str) -> str:
 
 
 # What the notebook's errors keep alive is let go before the grader's modules load. A failed cell's
-# traceback holds every frame of the failed call with its locals, and IPython keeps it in several
-# places (sys.last_traceback, its traceback formatter, the cell's ExecutionResult); a free cell that
-# filled memory up to the limit inside a function would otherwise leave too little address space to
-# load numpy's extension modules for the graded calls. Clearing the frames of every traceback still
-# alive drops those locals wherever the traceback is kept (a frame still running is left alone).
-_RELEASE = ("import sys as _s, gc as _g, types as _ty\n"
-            "_s.last_type = _s.last_value = _s.last_traceback = None\n"
-            "for _o in _g.get_objects():\n"
-            "    while isinstance(_o, _ty.TracebackType):\n"
-            "        try:\n"
-            "            _o.tb_frame.clear()\n"
-            "        except RuntimeError:\n"
-            "            pass\n"
-            "        _o = _o.tb_next\n"
-            "_o = None\n_g.collect()\ndel _s, _g, _ty, _o\n")
+# traceback holds every frame of the failed call with its locals, and IPython keeps it (sys.last_*,
+# its traceback formatter, the cell's ExecutionResult); a free cell that filled memory up to the limit
+# inside a function would otherwise leave too little address space to load numpy's extension modules
+# for the graded calls. First the cheap steps that need no memory (drop IPython's references, collect
+# the traceback-frame cycles), then, for tracebacks kept anywhere else, the frames of every traceback
+# still alive are cleared (a frame still running is left alone); that walk needs memory, so it comes
+# second and may fail without harm.
+_RELEASE = ("import sys as _llmrl_sys, gc as _llmrl_gc\n"
+            "_llmrl_sys.last_type = _llmrl_sys.last_value = _llmrl_sys.last_traceback = None\n"
+            "try:\n"
+            "    get_ipython().InteractiveTB.tb = None\n"
+            "except Exception:\n"
+            "    pass\n"
+            "_llmrl_gc.collect()\n"
+            "try:\n"
+            "    for _llmrl_o in _llmrl_gc.get_objects():\n"
+            "        while type(_llmrl_o).__name__ == 'traceback':\n"
+            "            try:\n"
+            "                _llmrl_o.tb_frame.clear()\n"
+            "            except RuntimeError:\n"
+            "                pass\n"
+            "            _llmrl_o = _llmrl_o.tb_next\n"
+            "except MemoryError:\n"
+            "    pass\n"
+            "_llmrl_o = None\n_llmrl_gc.collect()\ndel _llmrl_sys, _llmrl_gc, _llmrl_o\n"
+            # What the graded calls' code imports lazily is imported now: a kernel without the address
+            # space left to load it (freed heap memory stays in the address space) fails here, and the
+            # calls go to a fresh kernel instead of failing one by one.
+            # (through __import__, and with the grader's own _llmrl_ names: no global of the student's is
+            # bound, replaced or deleted)
+            "for _llmrl_o in ('json', 'socket', 'struct', 'random', 'array', 'io', 'pickle', 'types', 'base64',\n"
+            "           'contextlib') + (('numpy.random',) if 'numpy' in __import__('sys').modules else ()):\n"
+            "    __import__(_llmrl_o)\n"
+            "del _llmrl_o\n")
 
 
 async def _inject(kernel: kernels.Kernel, extra: str = "", watch: str | None = None) -> bool:
