@@ -143,9 +143,9 @@ test-kit: $(STAMP)
 
 # Check the course's shipped models (TinyLM's teacher, student and sft, hw4's character model:
 # lib/llmrl/models/, sha256 against their manifest); nothing is trained. Instructors rebuild them
-# with `$(PY) -m llmrl.cache --rebuild-shipped` (docs/library.md, "The course's models").
+# with `$(PY) -m llmrl.tools.cache --rebuild-shipped` (docs/library.md, "The course's models").
 warm: $(STAMP)
-	$(PY) -m llmrl.cache
+	$(PY) -m llmrl.tools.cache
 
 # The course's numbers as another CPU computes them (docs/reproducibility.md): torch's portable
 # kernels instead of AVX2 / AVX-512, MKL's code path for any x86-64 and numpy without its AVX
@@ -228,12 +228,12 @@ test-hub: $(HUB_STAMP) $(BROWSER_STAMP) chromium
 	  $(SUDO) $(PY) -m hub.deploy remove --dir /srv/llmrl-hub-test || true; \
 	  $(SUDO) $(PY) -m hub.deploy remove --dir /srv/llmrl-hub-lti-test || true; exit $$status
 
-# Every published claim (lib/llmrl/reproduce.py) with seeds 0,1,2 -> docs/reproduction.md, with its wall
+# Every published claim (lib/llmrl/tools/reproduce.py) with seeds 0,1,2 -> docs/reproduction.md, with its wall
 # time. Each experiment's results are cached per seed under artifacts/reproduce/, so a rerun computes
 # only what is missing; ARGS passes options (--only LAB, --seeds 0,1,2,3,4, --workers 2, --fresh, --fast).
 # The fast subset runs in make test (lib/tests/test_reproduce.py).
 reproduce: $(STAMP)
-	$(PY) -m llmrl.reproduce $(ARGS)
+	$(PY) -m llmrl.tools.reproduce $(ARGS)
 
 # Quick loop while writing code: no nbval, no slow library tests.
 test-fast: $(STAMP)

@@ -176,7 +176,7 @@ TASKS: tuple[Task, ...] = (
           Lean("llmrl.labs.lab11.reference_kl_estimators", "does part of this task: the per-token k3 estimate")),
          "(R(2, 4), R(2, 4), M(2, 4)), {}"),
     Task("hw4", "llm_rl", "task4_iter_minibatches", "test_task4_iter_minibatches_values", "iter_minibatches",
-         (Lean("llmrl.trainer.minibatches", THIS),), "({'a': torch.arange(6), 'b': torch.arange(12).view(6, 2)}, 4, G()), {}"),
+         (Lean("llmrl.rl.step.minibatches", THIS),), "({'a': torch.arange(6), 'b': torch.arange(12).view(6, 2)}, 4, G()), {}"),
     Task("hw4", "llm_rl", "task5_group_advantages", "test_task5_group_advantages_values", "compute_group_advantages",
          (Lean("llmrl.advantages.group_advantages", 'does this task (kind="std")'),),
          "(torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0]), 3), {}"),

@@ -60,7 +60,7 @@ def _start_checks(argv: list[str]):
     sandbox's import probe runs in two other processes while this one imports nbgrader."""
     if __name__ != "__main__" or "--no-warm" in argv:
         return None, None
-    warm = subprocess.Popen([sys.executable, "-m", "llmrl.cache"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    warm = subprocess.Popen([sys.executable, "-m", "llmrl.tools.cache"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     probe = subprocess.Popen([sys.executable, str(HERE / "sandbox.py"), "--probe"], stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
@@ -298,11 +298,11 @@ def _warm_model_cache() -> None:
     the process started at import, or build them in this process."""
     global _WARMING
     if _WARMING is None:
-        from llmrl.cache import warm
+        from llmrl.tools.cache import warm
         warm()
         return
     proc, _WARMING = _WARMING, None
-    _wait(proc, "building the cached models (python -m llmrl.cache) failed")
+    _wait(proc, "building the cached models (python -m llmrl.tools.cache) failed")
 
 
 def check_environment(course_roots: list[Path] | None = None) -> None:

@@ -103,7 +103,7 @@ def bwrap_status() -> str:
 
 
 def cache_dir() -> Path:
-    """The course's model cache, as llmrl.checkpoints finds it."""
+    """The course's model cache, as llmrl.sft.checkpoints finds it."""
     return Path(os.environ.get("LLMRL_CACHE") or Path.home() / ".cache" / "llmrl").resolve()
 
 

@@ -528,8 +528,8 @@ def make_cache(cfg: HubConfig) -> None:
     chown_tree(cfg.cache, cfg.instructor)
     for p in [cfg.cache, *cfg.cache.rglob("*")]:
         p.chmod(0o755 if p.is_dir() else 0o644)
-    # builds whatever is missing (python -m llmrl.cache), as the instructor: students only read it
-    run_as(cfg.instructor, [str(env_dir(cfg) / "bin" / "python"), "-m", "llmrl.cache"], cfg, timeout=1800)
+    # builds whatever is missing (python -m llmrl.tools.cache), as the instructor: students only read it
+    run_as(cfg.instructor, [str(env_dir(cfg) / "bin" / "python"), "-m", "llmrl.tools.cache"], cfg, timeout=1800)
 
 
 def make_course(cfg: HubConfig, assignments: list[str]) -> None:

@@ -144,9 +144,9 @@ LEANS = {
                 def compute_per_token_logprobs(logits, input_ids, _gather=llmrl.sampling.gather_logprobs):
                     return _gather(logits[:, :-1].float(), input_ids[:, 1:])
             ''')], review=True),
-        Entry("lean-getattr", HW4, "4 hands the split to llmrl.trainer.minibatches (getattr with a built name)", [
+        Entry("lean-getattr", HW4, "4 hands the split to llmrl.rl.step.minibatches (getattr with a built name)", [
             solve("task4_iter_minibatches", '''
-                import llmrl.trainer as _loop
+                import llmrl.rl.step as _loop
 
                 def iter_minibatches(batch, minibatch_size, generator=None):
                     sizes = {k: v.shape[0] for k, v in batch.items()}
@@ -193,7 +193,7 @@ NOTES = {
     ("lab21", "lean-importlib"): ("task5_maxrl_advantages", "llmrl.advantages.group_advantages"),
     ("lab21", "lean-class"): ("task3_full_vocab_reverse_kl", "llmrl.losses.full_vocab_kl"),
     ("hw4", "lean-default-arg"): ("task1_per_token_logprobs", "llmrl.sampling.gather_logprobs"),
-    ("hw4", "lean-getattr"): ("task4_iter_minibatches", "llmrl.trainer.minibatches"),
+    ("hw4", "lean-getattr"): ("task4_iter_minibatches", "llmrl.rl.step.minibatches"),
     ("hw4", "lean-exec"): ("task5_group_advantages", "llmrl.advantages.group_advantages"),
     ("hw4", "lean-reference"): ("task8_grpo_loss", "llmrl.hw4.impl.load_impl"),
 }

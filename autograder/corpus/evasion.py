@@ -332,7 +332,7 @@ def _hw4() -> list[Entry]:
         Entry("evade-probe-b", HW4, "a profile function set in a free cell (sys.setprofile, threading.setprofile); "
               "approx_kl_from_logprobs sleeps through interrupts when probed and is right otherwise; "
               "iter_minibatches kills the kernel (SIGSEGV) when probed and hands the tests' calls to "
-              "llmrl.trainer.minibatches (unpickled)", [
+              "llmrl.rl.step.minibatches (unpickled)", [
                   insert(SPY_PROFILE, after="start"),
                   then("task3_approx_kl", UNDER_PROBE + _code('''
                       _honest_kl = approx_kl_from_logprobs
@@ -347,7 +347,7 @@ def _hw4() -> list[Entry]:
                   solve("task4_iter_minibatches", UNDER_PROBE + _code(f'''
                       import pickle
 
-                      _split = pickle.loads({_pickled_reference("llmrl.trainer", "minibatches")!r})
+                      _split = pickle.loads({_pickled_reference("llmrl.rl.step", "minibatches")!r})
 
                       def iter_minibatches(batch, minibatch_size, generator=None):
                           if _under_probe():
@@ -364,7 +364,7 @@ def _hw4() -> list[Entry]:
                        "yet answered",
                        "task4_iter_minibatches: iter_minibatches killed the student's kernel when the answer-key probe "
                        "called it",
-                       "task4_iter_minibatches: iter_minibatches ran llmrl.trainer.minibatches",
+                       "task4_iter_minibatches: iter_minibatches ran llmrl.rl.step.minibatches",
                        "task4_iter_minibatches: iter_minibatches uses unpickling (pickle.loads)")),
     ]
 

@@ -76,7 +76,7 @@ def test_the_library_index_follows_re_exports_and_aliases():
     lib = ak.library()
     assert lib.canonical("llmrl.evaluation.full_vocab_kl") == "llmrl.losses.full_vocab_kl"
     assert lib.canonical("llmrl.labs.lab11._sampling.gather_logprobs") == "llmrl.sampling.gather_logprobs"
-    assert lib.canonical("llmrl.trainer.group_advantages") == "llmrl.advantages.group_advantages"
+    assert lib.canonical("llmrl.rl.step.group_advantages") == "llmrl.advantages.group_advantages"
     assert "llmrl.losses.kl_estimate" in lib.reach("llmrl.labs.lab11.reference_kl_estimators")
     assert "llmrl.losses.clipped_pg_loss" in lib.reach("llmrl.losses.BUILTIN_LOSSES")
     assert "sampling" in lib.public_names("llmrl") and "kl_estimate" in lib.public_names("llmrl.losses")
@@ -175,7 +175,7 @@ EVASIONS = {
                             (T1A, SIG + "    return sampling.gather_logprobs" + BODY)],
     "from llmrl.sampling import *": ["from llmrl.sampling import *", (T1A, SIG + "    return gather_logprobs" + BODY)],
     # llmrl.labs.lab11 imports llmrl.sampling as _sampling: the module re-exported through another
-    # (llmrl.trainer used to re-export gather_logprobs itself; since issue 17 it no longer imports it)
+    # (llmrl.trainer, now llmrl.rl, used to re-export gather_logprobs itself; since issue 17 it no longer imports it)
     "re-export through another module": ["from llmrl.labs.lab11 import _sampling as S",
                                          (T1A, SIG + "    return S.gather_logprobs" + BODY)],
     "private alias inside the library": ["from llmrl.labs import lab11",

@@ -308,7 +308,7 @@ def test_lab19_plots_the_students_own_runs():
 
 def test_lab21_describes_the_student_checkpoint_as_it_measures():
     from llmrl.addition import TWO_DIGIT, eval_problems
-    from llmrl.checkpoints import load_checkpoint
+    from llmrl.sft.checkpoints import load_checkpoint
     from llmrl.evaluation import accuracy
 
     text = "\n".join(c.source for c in _jupytext_cells(_lab("lab21", "tasks")) if c.cell_type == "markdown")

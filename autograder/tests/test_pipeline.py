@@ -249,7 +249,7 @@ def test_grade_rejects_a_file_that_is_not_json(tmp_path):
 
 
 def test_grade_needs_no_writable_model_cache_since_the_models_ship_with_the_library(tmp_path):
-    """The course's models ship inside the library (llmrl.shipped); the grader checks them against
+    """The course's models ship inside the library (llmrl.store.shipped); the grader checks them against
     their manifest before any kernel starts and trains nothing, so a model cache that cannot be made
     (here a file where the folder would be) does not stop grading. A damaged shipped file is an
     error, not a rebuild (lib/tests/test_shipped.py)."""

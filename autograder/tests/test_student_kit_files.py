@@ -41,7 +41,7 @@ def files_of(folder: Path) -> dict[str, bytes]:
 
 def library_files() -> list[str]:
     """What the wheel must hold of lib/llmrl: its tracked .py files, lab19's stored runs and the
-    course's trained models with their manifest (llmrl.shipped)."""
+    course's trained models with their manifest (llmrl.store.shipped)."""
     try:
         out = subprocess.run(["git", "ls-files", "lib/llmrl"], cwd=ROOT, text=True, capture_output=True, check=True)
         tracked = out.stdout.split()

@@ -19,7 +19,7 @@ The result schema, plain JSON::
      "extra": {...},                                          # what the experiment adds (pass@k curves, ...)
      "key": "..."}                                            # optional: a hash of what determines the numbers
 
-:func:`result_from_history` makes one from a :class:`llmrl.trainer.History`: training metrics go to
+:func:`result_from_history` makes one from a :class:`llmrl.rl.run.History`: training metrics go to
 ``curve``, evaluation metrics (``eval_<name>``) to ``evals`` under ``<name>``. Metric names:
 :data:`llmrl.metrics.METRICS`.
 """

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import json
 
-from llmrl import bench, trainer
+from llmrl.tools import bench
+from llmrl.rl import run, step
 from llmrl.tinylm import TinyLM
 
 
 def test_stage_profile_covers_the_step_and_puts_everything_back():
-    before = {name: getattr(trainer, name) for name in ("collect", "score", "update", "step_metrics", "task_score")}
+    before = {name: getattr(step, name) for name in ("collect", "score", "update", "step_metrics", "task_score")}
     prof = bench.stage_ms(TinyLM(), steps=2)
-    assert {name: getattr(trainer, name) for name in before} == before  # the patched functions are restored
-    assert trainer.PolicyOptimizer.step.__name__ == "step"
+    assert {name: getattr(step, name) for name in before} == before  # the patched functions are restored
+    assert run.PolicyOptimizer.step.__name__ == "step"
     stages = ("collect", "score", "advantages", "update", "step_metrics")
     assert set(prof) == {label for label, *_ in bench.PROFILED} | {"step", "step_wall"}
     assert all(prof[k] >= 0 for k in prof)
@@ -54,7 +55,7 @@ def test_against_runs_each_library_in_its_own_process(tmp_path):
     never the installed one; a worker that imports another library is refused."""
     from pathlib import Path
 
-    here = Path(bench.__file__).resolve().parents[1]
+    here = Path(bench.__file__).resolve().parents[2]
     assert bench.library_at(str(here), tmp_path) == here  # a folder holding llmrl/
     got = bench.step_in_process(here, 1, [2])
     assert set(got) == {2} and got[2][0] > 0 and got[2][1] > 0

@@ -1,4 +1,4 @@
-"""The shipped models' calibration (llmrl.shipped), on fixed problems and seeds.
+"""The shipped models' calibration (llmrl.store.shipped), on fixed problems and seeds.
 
 Targets (handouts): teacher about 100% greedy; student about 50% greedy and 30% sampled at T=1,
 about 2% on 1d+1d, 30-50% on the 2-digit buckets, about 0% on 3d+1d, and Project 0 starts at
@@ -22,11 +22,13 @@ Two kinds of bound:
 
 import pytest
 
-from llmrl import checkpoints, shipped
+from llmrl.sft import checkpoints
+from llmrl.store import shipped
+from llmrl.tools import rebuild_models
 from llmrl.addition import BUCKETS, eval_problems
-from llmrl.checkpoints import load_checkpoint
+from llmrl.sft.checkpoints import load_checkpoint
 from llmrl.evaluation import accuracy
-from llmrl.trainer import rl_train
+from llmrl.rl.train import rl_train
 
 pytestmark = pytest.mark.slow
 EVAL = eval_problems(1000)
@@ -41,7 +43,7 @@ def models():
 @pytest.fixture(scope="module")
 def measured(models):
     # the KL and Project 0's start belong to lab21's student (the sft model is no teacher's student)
-    return {name: shipped.calibration(models[name], models["teacher"] if name == "student" else None)
+    return {name: rebuild_models.calibration(models[name], models["teacher"] if name == "student" else None)
             for name in shipped.TINYLM_NAMES}
 
 
@@ -66,7 +68,7 @@ def test_student_is_half_right(models, measured):
     # Project 0's start (100 problems x 8 samples, s.e. ~0.03): handout pass@1 0.31, KL 1.98
     assert abs(cal["project0_pass@1"] - 0.31) <= 0.06
     assert abs(cal["kl_to_teacher"] - 1.98) <= 0.2    # ours 1.94
-    assert s.config.activation == "gelu"                 # lab21's pair (llmrl.checkpoints.LAB21_SFT)
+    assert s.config.activation == "gelu"                 # lab21's pair (llmrl.sft.checkpoints.LAB21_SFT)
     rate = {b: accuracy(s, eval_problems(300, [b], 1), 1.0, 4, 0) for b in BUCKETS}
     assert rate["1d+1d"] <= 0.08                          # about 2%: rare in SFT (1,200 samples, SE ~0.5 pt)
     two = [rate[b] for b in ("2d+2d_nocarry", "2d+2d_carry", "2d+2d_ge100")]

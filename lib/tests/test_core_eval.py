@@ -138,7 +138,7 @@ def test_rewards():
 
 
 def test_distinct_answers_bounds():
-    from llmrl.checkpoints import load_checkpoint
+    from llmrl.sft.checkpoints import load_checkpoint
 
     p = A.sample_problems(5, generator=0)
     # an untrained model writes no well-formed answer at all (a malformed sample is no answer)

@@ -5,13 +5,15 @@ import copy
 import pytest
 import torch
 
-from llmrl import checkpoints as C
+from llmrl.sft import checkpoints as C
 from llmrl import metrics
 from llmrl.addition import PromptSampler, eval_problems
 from llmrl.evaluation import accuracy
 from llmrl.rewards import exact_match
 from llmrl.tinylm import TinyLM
-from llmrl.trainer import Hooks, RLConfig, rl_train
+from llmrl.rl.run import Hooks
+from llmrl.rl.config import RLConfig
+from llmrl.rl.train import rl_train
 
 TINY = C.SFTConfig(steps=30, batch_size=16, warmup=5)
 TINY_SNAPS = {"early": C.Snapshot(10), "last": C.Snapshot(30)}

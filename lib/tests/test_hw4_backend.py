@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from llmrl.hw4 import charlm
-from llmrl.hw4.backend import PolicyBackend, RolloutBatch
+from llmrl.backends.protocol import PolicyBackend
+from llmrl.sampling import Rollout as RolloutBatch
 from llmrl.hw4.char_backend import CharBackend, make_backend, top_p_filter
 from llmrl.tinylm import TinyLM
 

@@ -1,4 +1,4 @@
-"""hw4's trainer data-parallel (llmrl.distributed): shares of every batch, the gradient all-reduce
+"""hw4's trainer data-parallel (llmrl.rl.data_parallel): shares of every batch, the gradient all-reduce
 before clipping, rank-0 files, resume, and the equivalence of a 2-process run with a 1-process run.
 
 The fast tests check the pieces in one process. The slow ones start real processes on this machine
@@ -37,8 +37,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from llmrl import distributed as dp
-from llmrl.distributed import Group, Shares
+from llmrl.rl import data_parallel as dp
+from llmrl.rl.data_parallel import Group, Shares
 from llmrl.hw4 import charlm
 from llmrl.hw4.char_backend import CharBackend
 from llmrl.hw4.impl import load_impl
@@ -46,7 +46,7 @@ from llmrl.hw4.tasks import Example, FormatCopyTask
 from llmrl.hw4.trainer import HW4Config, data_parallel_config, default_config, read_jsonl, train
 from llmrl.losses import LossBatch, clip_stats
 from llmrl.sampling import Rollout
-from llmrl.trainer import minibatches
+from llmrl.rl.step import minibatches
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -130,9 +130,9 @@ def test_where_launchers_put_a_process(monkeypatch):
 
 
 def test_train_command_prints_the_seconds_the_benchmark_reads(capsys, tmp_path):
-    """``python -m llmrl.bench --only-dp`` reads the training seconds and each process's CPU
+    """``python -m llmrl.tools.bench --only-dp`` reads the training seconds and each process's CPU
     seconds from the train command's last line (one process here: one CPU figure)."""
-    from llmrl.bench import train_timing
+    from llmrl.tools.bench import train_timing
     from llmrl.hw4.__main__ import main
 
     assert main(["train", "--task", "format_copy", "--algo", "grpo", "--steps", "1", "--run-dir", str(tmp_path),
@@ -360,8 +360,8 @@ def test_gradients_are_averaged_before_clipping_on_two_processes(tmp_path):
     script = tmp_path / "opt.py"
     script.write_text('''
 import json, sys, torch
-from llmrl import distributed as dp
-from llmrl.trainer import PolicyOptimizer
+from llmrl.rl import data_parallel as dp
+from llmrl.rl.run import PolicyOptimizer
 group = dp.process_group()
 grads = [torch.tensor([3.0, 0.0, -1.0], dtype=torch.float64), torch.tensor([1.0, 4.0, 1.0], dtype=torch.float64)]
 p = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
@@ -401,7 +401,7 @@ def test_shutdown_frees_a_group_that_torch_captured_in_default_arguments(tmp_pat
     script = tmp_path / "captured.py"
     script.write_text('''
 import json, sys, torch.distributed as dist
-from llmrl import distributed as dp
+from llmrl.rl import data_parallel as dp
 dist.init_process_group("gloo", store=dist.FileStore(sys.argv[1] + "/store", 1), rank=0, world_size=1)
 import torch.distributed.nn.functional as F   # after the group exists: its defaults hold it
 held = sum(d is dist.group.WORLD for d in F.all_reduce.__defaults__)

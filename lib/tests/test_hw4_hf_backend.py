@@ -9,7 +9,8 @@ pytest.importorskip("peft", reason="the hf extra is not installed (pip install -
 
 import torch  # noqa: E402
 
-from llmrl.hw4.backend import PolicyBackend, RolloutBatch  # noqa: E402
+from llmrl.backends.protocol import PolicyBackend  # noqa: E402
+from llmrl.sampling import Rollout as RolloutBatch  # noqa: E402
 from llmrl.hw4.hf_backend import (  # noqa: E402
     LORA_TARGETS, HFBackend, char_tokenizer, load_pretrained, lora_targets, tiny_random_model)
 

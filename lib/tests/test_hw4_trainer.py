@@ -177,7 +177,7 @@ def test_cli_overrides_and_errors(capsys):
 @pytest.mark.slow
 def test_grpo_fixes_format_copy_on_a_tiny_budget(impl, tmp_path):
     """The pretrained base model answers "Answer: N" greedily (exact match ~0); 15 GRPO steps at the
-    default settings must make the tag win. Measured from the shipped model (llmrl.shipped): eval
+    default settings must make the tag win. Measured from the shipped model (llmrl.store.shipped): eval
     1.0 at step 15 (and from step 5 on in a 40-step run), rollout reward 0.655 at steps 1-2 and 1.026
     at steps 12-15. The thresholds leave room for other seeds and machines (8 x 6 rollouts per step
     are noisy, and a CPU that rounds differently takes another path through them; the emulated CPUs

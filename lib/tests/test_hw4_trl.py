@@ -436,7 +436,7 @@ def test_docs_tables_follow_the_code():
     # every course metric the RL step writes has a row, under its name in the library's vocabulary
     import inspect
 
-    import llmrl.trainer as spine
+    import llmrl.rl.train as spine
     from llmrl import losses, metrics
 
     src = inspect.getsource(spine) + inspect.getsource(losses.clip_stats)

@@ -11,7 +11,7 @@ import torch
 
 from llmrl import toylm
 from llmrl.addition import EOS, PROMPT_LEN, Problems, eval_problems
-from llmrl.checkpoints import load_checkpoint
+from llmrl.sft.checkpoints import load_checkpoint
 from llmrl.labs import lab11
 from llmrl.sampling import generate
 
@@ -335,7 +335,7 @@ def test_beta_view_and_figure():
 
 
 def test_widgets_redraw_when_a_slider_moves(sft):
-    # how fast they redraw is a benchmark figure (python -m llmrl.bench), not a timed test
+    # how fast they redraw is a benchmark figure (python -m llmrl.tools.bench), not a timed test
     tw = lab11.temperature_widget(sft, eval_problems(100))
     before = tw.html.value
     for v in (2.0, 0.0, 1.5):

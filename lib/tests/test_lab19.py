@@ -169,7 +169,7 @@ def test_late_clip_stats_skip_the_first_epoch():
 
 
 def test_entropy_inputs_mask_matches_library():
-    from llmrl.checkpoints import load_checkpoint
+    from llmrl.sft.checkpoints import load_checkpoint
 
     model = load_checkpoint("sft", progress=False)
     logits, mask, roll = lab19.entropy_inputs(model, n_prompts=16)

@@ -1,4 +1,4 @@
-"""The search that chose lab11 and lab19's sft model (llmrl.labs.lab19_calibration): its rule, its
+"""The search that chose lab11 and lab19's sft model (llmrl.tools.lab19_calibration): its rule, its
 committed record and report, and that the shipped model is the rule's choice."""
 
 from __future__ import annotations
@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from llmrl import checkpoints, shipped
-from llmrl.labs import lab19_calibration as C
+from llmrl.sft import checkpoints
+from llmrl.store import shipped
+from llmrl.tools import lab19_calibration as C
 
 
 def _row(act="gelu", seed=0, step=400, gates=(True, True, True), held=20, numeric=10, dist=1.0):

@@ -1,4 +1,4 @@
-"""Tests of lab21's projects (llmrl.labs.lab21, also reachable as llmrl.experiments): every project
+"""Tests of lab21's projects (llmrl.labs.lab21, also reachable as llmrl.labs.lab21): every project
 runs end to end on a tiny budget, results are deterministic and round-trip through JSON, they are
 found from any working directory, the helpers compute what they say, and (slow) Project 0's ordering
 and numbers match the handout within stated tolerances; Project 2's rubric-weight figure and widget
@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from llmrl import experiments, runner
+from llmrl.labs import lab21 as experiments
+from llmrl import runner
 from llmrl.labs import lab21 as E
 from llmrl.addition import BUCKETS
 from llmrl.rewards import RubricItem
@@ -393,7 +394,7 @@ def test_notebooks_run_the_published_budgets_with_seeds():
 
 
 def test_load_student_default_is_the_shipped_checkpoint_and_bad_thresholds_raise():
-    from llmrl.checkpoints import load_checkpoint
+    from llmrl.sft.checkpoints import load_checkpoint
 
     a, b = E.load_student(), load_checkpoint("student", progress=False)
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
@@ -431,7 +432,7 @@ def test_project0_keeps_the_published_learning_rate_and_projects_use_project_lr(
 
 
 def test_calibration_rules_prefer_qualitative_then_held_then_the_calibration_or_the_current_split():
-    from llmrl.labs import lab21_calibration as C
+    from llmrl.tools import lab21_calibration as C
 
     def run(act, seed, held, qual=15, dist=1.0, judged=True):
         return {"activation": act, "seed": seed, "held": held, "qualitative_held": qual, "qualitative": 15,
@@ -466,7 +467,7 @@ def test_the_calibration_report_is_written_from_the_committed_records(tmp_path, 
     """docs/lab21-calibration.md comes from docs/lab21-calibration/*.json alone (the trained runs stay on the
     machine that ran them): every judged run's counts and claim cells are in it, and the committed report is
     what the committed records give."""
-    from llmrl.labs import lab21_calibration as C
+    from llmrl.tools import lab21_calibration as C
 
     rows = json.loads((C.RECORD / "runs.json").read_text())
     best = C.choose_run(rows)
@@ -479,7 +480,7 @@ def test_the_calibration_report_is_written_from_the_committed_records(tmp_path, 
             assert f"{r['held']}/{r['total']}" in text
     chosen = next(line for line in text.splitlines() if "(chosen)" in line and line.startswith(f"| {best['activation']}"))
     assert f"| {best['seed']} | {best['step']} |" in chosen
-    from llmrl import shipped
+    from llmrl.store import shipped
     assert shipped.manifest()["models"]["student"]["step"] == best["step"]  # the chosen run's student ships
     monkeypatch.setattr(C, "RECORD", tmp_path / "none")
     C.write_report(out)
@@ -515,7 +516,7 @@ def test_more_temperatures_evaluate_the_same_runs_without_changing_them(monkeypa
 def test_every_seed_spread_is_the_sample_standard_deviation():
     """The notebooks' tables (runner.final / summary_table), lab21's and lab19's spreads, hw4's plots and
     docs/reproduction.md give one convention: the sample standard deviation over seeds (ddof 1)."""
-    from llmrl import reproduce as R
+    from llmrl.tools import reproduce as R
     from llmrl.hw4.plots import seeds_text
     from llmrl.labs import lab19
     from llmrl.utils import mean_sd

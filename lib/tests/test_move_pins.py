@@ -39,7 +39,7 @@ def _sft() -> dict:
     try:
         from llmrl.sft.train import SFTConfig, Snapshot, sft_train
     except ImportError:  # TEMP: recording on the code before the move
-        from llmrl.checkpoints import SFTConfig, Snapshot, sft_train
+        from llmrl.sft.train import SFTConfig, Snapshot, sft_train
 
     _, taken, losses = sft_train(SFTConfig(seed=1, steps=30, warmup=5), {"early": Snapshot(10)})
     step, state = taken["early"]

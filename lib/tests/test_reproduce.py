@@ -1,6 +1,6 @@
-"""Tests of llmrl.reproduce: the claims as data, the verdicts, the cache, and the fast subset run for real.
+"""Tests of llmrl.tools.reproduce: the claims as data, the verdicts, the cache, and the fast subset run for real.
 
-The fast subset (``python -m llmrl.reproduce --fast``: the claims on cheap experiments, about half a
+The fast subset (``python -m llmrl.tools.reproduce --fast``: the claims on cheap experiments, about half a
 minute of CPU) runs here into a temporary folder; the full run is ``make reproduce``.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llmrl import reproduce as R
+from llmrl.tools import reproduce as R
 from llmrl.hw4.plots import reward_rise
 
 ROOT = Path(__file__).resolve().parents[2]

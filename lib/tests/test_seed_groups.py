@@ -19,9 +19,9 @@ import math
 import pytest
 import torch
 
-from llmrl import trainer
+from llmrl.rl import train as trainer
 from llmrl.addition import EOS, MAX_ANSWER_CHARS, PAD, sample_problems
-from llmrl.checkpoints import load_checkpoint
+from llmrl.sft.checkpoints import load_checkpoint
 from llmrl.labs import lab19, lab21
 from llmrl.stacked import TinyLMStack
 

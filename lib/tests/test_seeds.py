@@ -25,13 +25,15 @@ import torch
 
 from llmrl.addition import EOS, MAX_ANSWER_CHARS, PAD, sample_problems
 from llmrl.advantages import group_advantages
-from llmrl.checkpoints import load_checkpoint
+from llmrl.sft.checkpoints import load_checkpoint
 from llmrl.rewards import make_proxy_reward
 from llmrl.runner import run_arms, seeds_together
 from llmrl.sampling import response_logits, sample_completions
 from llmrl.stacked import TinyLMStack, canonical_rows, log_softmax
 from llmrl.tinylm import TinyLM
-from llmrl.trainer import Hooks, PolicyOptimizer, RLConfig, SeedHistories, rl_train
+from llmrl.rl.run import Hooks, PolicyOptimizer
+from llmrl.rl.config import RLConfig
+from llmrl.rl.train import SeedHistories, rl_train
 
 STEP_TOL = 1e-5  # step-by-step, short runs (see the module docstring)
 

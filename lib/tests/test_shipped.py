@@ -1,4 +1,4 @@
-"""The course's models ship with the library (llmrl.shipped): loaded from the package, checked by
+"""The course's models ship with the library (llmrl.store.shipped): loaded from the package, checked by
 sha256, never trained behind the user's back (other configurations still go through the cache:
 test_core_train)."""
 
@@ -10,8 +10,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from llmrl import checkpoints, shipped
-from llmrl.checkpoints import COURSE_SFT, COURSE_SNAPSHOTS, LAB21_SFT, LAB21_SNAPSHOTS, SHIPPED_RUNS, Snapshot, load_checkpoint
+from llmrl.sft import checkpoints
+from llmrl.store import shipped
+from llmrl.tools import rebuild_models
+from llmrl.sft.checkpoints import COURSE_SFT, COURSE_SNAPSHOTS, LAB21_SFT, LAB21_SNAPSHOTS, SHIPPED_RUNS, load_checkpoint
+from llmrl.sft.train import Snapshot
 from llmrl.hw4 import charlm
 
 
@@ -43,10 +46,10 @@ def test_the_shipped_models_are_the_course_recipe():
         assert SHIPPED_RUNS[name][0] == cfg
         assert m[name]["recipe"] == recipe and m[name]["recipe_key"] == shipped.recipe_key(cfg), (
             f"{name} was trained with another SFT recipe than {recipe}: rebuild the shipped models "
-            "(python -m llmrl.cache --rebuild-shipped)")
+            "(python -m llmrl.tools.cache --rebuild-shipped)")
     assert m["hw4-charlm"]["recipe_key"] == shipped.recipe_key(charlm.DEFAULT_PRETRAIN), (
         "hw4-charlm was pretrained with another configuration or corpus than hw4.charlm.DEFAULT_PRETRAIN: rebuild "
-        "the shipped models (python -m llmrl.cache --rebuild-shipped)")
+        "the shipped models (python -m llmrl.tools.cache --rebuild-shipped)")
     assert {n: m[n]["step"] for n in shipped.TINYLM_NAMES} == {
         "teacher": LAB21_SFT.steps, "student": checkpoints.STUDENT_STEP, "sft": checkpoints.SFT_STEP}
     assert COURSE_SNAPSHOTS == {"sft": Snapshot(checkpoints.SFT_STEP)}
@@ -104,17 +107,17 @@ def test_choose_takes_the_snapshot_closest_to_the_published_calibration():
             {"step": 360, "greedy": 0.90, "sampled_T1": 0.57, "sampled_T2": 0.24},
             {"step": 375, "greedy": 0.80, "sampled_T1": 0.57, "sampled_T2": 0.26},
             {"step": 380, "greedy": 0.80, "sampled_T1": 0.55, "sampled_T2": 0.29}]  # too close to "below 30% at T=2"
-    assert shipped.choose(rows, "student")["step"] == 285
-    assert shipped.choose(rows, "sft")["step"] == 375
+    assert rebuild_models.choose(rows, "student")["step"] == 285
+    assert rebuild_models.choose(rows, "sft")["step"] == 375
     with pytest.raises(ValueError, match="no scanned snapshot"):
-        shipped.choose([{"step": 1, "greedy": 0.5}], "student")
+        rebuild_models.choose([{"step": 1, "greedy": 0.5}], "student")
 
 
 def test_the_manifest_records_where_and_how_the_models_were_chosen():
     m = shipped.manifest()
     assert {"torch", "cpu_capability", "date"} <= set(m["built"])
     scans = {"sft": {r["step"]: r for r in m["scan"]}, "student": {r["step"]: r for r in m["lab21_scan"]}}
-    assert shipped.choose(m["lab21_scan"], "student")["step"] == m["models"]["student"]["step"]  # the rule's choice
+    assert rebuild_models.choose(m["lab21_scan"], "student")["step"] == m["models"]["student"]["step"]  # the rule's choice
     # the sft model: the step of lab19's search (test_lab19_calibration checks it is the rule's choice),
     # one of the snapshots its run's scan measured
     assert m["models"]["sft"]["step"] == checkpoints.SFT_STEP and "sft_lab19_tried" not in m
@@ -125,7 +128,7 @@ def test_the_manifest_records_where_and_how_the_models_were_chosen():
 
 
 def test_command_line_checks_the_shipped_models(capsys):
-    from llmrl.cache import main
+    from llmrl.tools.cache import main
 
     assert main([]) == 0
     out = capsys.readouterr().out
@@ -141,6 +144,6 @@ def test_command_line_checks_the_shipped_models(capsys):
 
 def test_a_partial_rebuild_needs_a_manifest_to_keep_the_other_entries_from(tmp_path):
     with pytest.raises(ValueError, match="no manifest"):
-        shipped.rebuild(tmp_path / "empty", progress=False, parts=("lab21",))
+        rebuild_models.rebuild(tmp_path / "empty", progress=False, parts=("lab21",))
     with pytest.raises(ValueError, match="parts must be some of"):
-        shipped.rebuild(tmp_path, progress=False, parts=("teacher",))
+        rebuild_models.rebuild(tmp_path, progress=False, parts=("teacher",))

@@ -2,7 +2,7 @@
 
 Numbers pinned in ``data/spine_equivalence.json``, recorded with the code before the move
 (commit 6a2e7fd: ``rl_train`` and hw4's ``train`` as two separate loops; the library of 2eb9f9d,
-run again on the shipped models of llmrl.shipped when they began to ship, the weights handed to it
+run again on the shipped models of llmrl.store.shipped when they began to ship, the weights handed to it
 through its cache folder under its own keys), same seeds:
 
 * lab19: a reward-hacking run (proxy reward, KL penalty 0.05 folded into the reward) and an
@@ -35,7 +35,7 @@ lab21's Project 0 was recorded again on 2026-12-02, with the step's code unchang
 teacher and student became the GELU TinyLMs of ``checkpoints.LAB21_SFT``: its numbers pin the same
 step on the new models. The lab19 runs were recorded again on 2026-12-05, with the step's code unchanged,
 when lab11 and lab19's sft model became step 395 of the ReLU run of seed 1 (``checkpoints.COURSE_SFT``,
-chosen by ``llmrl.labs.lab19_calibration``); the hw4 runs still carry the numbers of the code before the
+chosen by ``llmrl.tools.lab19_calibration``); the hw4 runs still carry the numbers of the code before the
 move.
 """
 

@@ -59,7 +59,7 @@ import torch
 from IPython.display import display
 
 from llmrl import live_checks, toylm
-from llmrl.checkpoints import load_checkpoint
+from llmrl.sft.checkpoints import load_checkpoint
 from llmrl.labs import lab11
 from llmrl.labs.lab11 import EXPECTED
 from llmrl.utils import grading_mode, set_threads

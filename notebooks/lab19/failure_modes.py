@@ -896,7 +896,7 @@ _h = -(_p * _p.log()).sum(-1)
 _want = _h[_mask].mean()
 assert abs(float(token_entropy(_logits, _mask)) - float(_want)) < 1e-5, f"expected {float(_want):.4f} (mean over response positions of the whole batch)"
 # The SFT model on its own samples, against the library's measurement.
-from llmrl.checkpoints import load_checkpoint
+from llmrl.sft.checkpoints import load_checkpoint
 _yours, _lib = lab19.policy_entropy(load_checkpoint("sft", progress=False), token_entropy, n_prompts=32)
 assert abs(_yours - _lib) < 1e-5, f"SFT model: your entropy {_yours:.4f}, the library's {_lib:.4f}"
 ### END HIDDEN TESTS

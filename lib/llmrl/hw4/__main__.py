@@ -142,7 +142,7 @@ def main(argv=None) -> int:
     if args.command == "train":
         cfg = config_from_args(args)
         run_dir = Path(args.run_dir or f"artifacts/hw4/runs/{cfg.task}-{cfg.algo}-seed{cfg.seed}")
-        from .. import distributed
+        from ..rl import data_parallel as distributed
         from .trainer import data_parallel_config, train
         try:
             group = distributed.process_group()  # torchrun / accelerate launch / mpirun: the processes of one run

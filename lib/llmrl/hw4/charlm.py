@@ -22,7 +22,7 @@ The pretraining corpus is deliberately imperfect, so that RL has something to fi
   the first character, so it carries over to held-out problems), not new arithmetic.
 
 The pretrained model of the course's configuration (``DEFAULT_PRETRAIN``) ships with the library
-(:mod:`llmrl.shipped`, ``models/hw4-charlm.pt``): pretraining it on another CPU would give another
+(:mod:`llmrl.store.shipped`, ``models/hw4-charlm.pt``): pretraining it on another CPU would give another
 model and other hw4 numbers. Any other configuration is pretrained on first use and cached like
 llmrl's SFT checkpoints (file keyed by a hash of the whole configuration, atomic writes, checksum,
 rebuilt when stale or corrupted).
@@ -37,7 +37,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 import torch.nn.functional as F
 
-from ..checkpoints import FORMAT_VERSION, ScheduleConfig, cache_dir, load_state, save_state, supervised_train
+from ..store.checkpoint_files import FORMAT_VERSION, cache_dir, load_state, save_state
+from ..sft.train import ScheduleConfig, supervised_train
 from ..tinylm import TinyLM, TinyLMConfig
 
 from .tasks import MATH_FAMILIES, FormatCopyTask, MathToyTask
@@ -162,6 +163,10 @@ class PretrainConfig(ScheduleConfig):
         if self.model.vocab_size != VOCAB_SIZE or self.model.max_len < MAX_LEN:
             raise ValueError(f"model must have vocab_size={VOCAB_SIZE} and max_len >= {MAX_LEN}")
 
+    def recipe_extra(self) -> dict:
+        """What defines the corpus besides these fields (part of the shipped model's recipe key)."""
+        return {"easy": EASY_CORRECT, "corpus": CORPUS_VERSION, "vocab": VOCAB, "width": PROMPT_WIDTH}
+
     def key(self) -> str:
         blob = json.dumps({"cfg": asdict(self), "v": FORMAT_VERSION, "torch": torch.__version__,
                            "easy": EASY_CORRECT, "corpus": CORPUS_VERSION, "vocab": VOCAB, "width": PROMPT_WIDTH}, sort_keys=True, default=str)
@@ -207,7 +212,7 @@ def pretrain(cfg: PretrainConfig = PretrainConfig(), progress: bool = False) -> 
                             fused=None, progress=progress, desc="pretraining the character model")
 
 
-# The pretraining seed of the shipped model (llmrl.shipped.choose_charlm): of seeds 0-3 on the
+# The pretraining seed of the shipped model (llmrl.tools.rebuild_models.choose_charlm): of seeds 0-3 on the
 # instructors' machine, seeds 1 and 2 copy all 64 format_copy eval numbers (seed 0: 55, seed 3: 58),
 # and seed 2 ends with the lower loss. Its GRPO run reaches exact match 1.0 by step 5 there.
 CHARLM_SEED = 2
@@ -220,7 +225,7 @@ def load_base_model(cfg: PretrainConfig = DEFAULT_PRETRAIN, progress: bool = Tru
     if not isinstance(cfg, PretrainConfig):
         raise TypeError(f"cfg must be a PretrainConfig, got {type(cfg).__name__}")
     if cfg == DEFAULT_PRETRAIN:
-        from .. import shipped
+        from ..store import shipped
         state = shipped.load_state(shipped.CHARLM_NAME)[1]
     else:
         state = _cached(cfg, progress)

@@ -27,7 +27,8 @@ from typing import Sequence
 import torch
 
 from ..utils import check_int, make_generator
-from .tasks import Example, last_boxed
+from ..task_protocol import Example
+from .answers import last_boxed
 
 try:
     import datasets

@@ -1,7 +1,7 @@
 """The tasks of hw4: prompts, a fixed evaluation set and a verifiable reward, by name.
 
 A task is anything with the members of :class:`Task` (the per-completion form of the library's
-task protocol, :mod:`llmrl.tasks`). The trainer only calls those, so a task written elsewhere plugs
+task protocol, :mod:`llmrl.task_protocol`). The trainer only calls those, so a task written elsewhere plugs
 in with :func:`register_task` (``math_hard`` does this lazily: its module,
 ``llmrl.hw4.math_data``, is imported the first time someone asks for it).
 
@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import importlib
 import re
-from fractions import Fraction
 from typing import Callable, Protocol, Sequence, runtime_checkable
 
 import torch
 
-from ..tasks import Example, score  # noqa: F401  (the one task protocol; score() batches per-completion rewards)
+from ..task_protocol import Example, score  # noqa: F401  (the one task protocol; score() batches per-completion rewards)
 from ..utils import check_int, make_generator
+from .answers import _INT, _answer_value, last_boxed, last_number, parse_number  # noqa: F401  (hw4's names for them)
 
 
 @runtime_checkable
@@ -55,53 +55,6 @@ class Task(Protocol):
 
 
 # ----------------------------------------------------------------------------- number parsing
-
-_INT = re.compile(r"[+-]?\d+")
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:/\d+)?")
-
-
-def parse_number(text: str) -> Fraction | None:
-    """'85', '-3', ' 0.5 ', '3/4', '1,024', '$12$' -> an exact Fraction; anything else -> None."""
-    if not isinstance(text, str):
-        return None
-    s = text.strip().strip("$").strip().replace(",", "")
-    if s.startswith("+"):
-        s = s[1:]
-    if not s or not _NUMBER.fullmatch(s):
-        return None
-    try:
-        return Fraction(s)
-    except (ValueError, ZeroDivisionError):
-        return None
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (braces balanced), or None when there is none or it is unclosed."""
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    i, depth = start + len("\\boxed{"), 1
-    for j in range(i, len(text)):
-        if text[j] == "{":
-            depth += 1
-        elif text[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[i:j]
-    return None
-
-
-def last_number(text: str) -> Fraction | None:
-    found = _NUMBER.findall(text)
-    return parse_number(found[-1]) if found else None
-
-
-def _answer_value(answer: str, who: str) -> Fraction:
-    value = parse_number(answer)
-    if value is None:
-        raise ValueError(f"{who}: answer must be a number as text, got {answer!r}")
-    return value
-
 
 # ----------------------------------------------------------------------------- format_copy
 

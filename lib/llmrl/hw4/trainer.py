@@ -1,5 +1,5 @@
 """hw4's trainer: GR-REINFORCE and GRPO on any PolicyBackend and any Task, as a run manager around
-the library's one RL step (:func:`llmrl.trainer.rl_step`).
+the library's one RL step (:func:`llmrl.rl.step.rl_step`).
 
 The step is the labs' step; hw4 plugs the student's functions (``impl``) into its pieces:
 
@@ -24,7 +24,7 @@ twice and none is lost); WandB (offline by default) when ``wandb=True``.
 
 Started by ``torchrun`` or ``accelerate launch`` the run is data-parallel: each process samples
 and trains on its shares of every batch, gradients are averaged before clipping, the first process
-writes the files (:mod:`llmrl.distributed`, docs/hw4_gpu.md). ``shares`` fixes the numbers, so a
+writes the files (:mod:`llmrl.rl.data_parallel`, docs/hw4_gpu.md). ``shares`` fixes the numbers, so a
 1-process run with ``shares=2`` reproduces a 2-process run.
 """
 
@@ -39,10 +39,13 @@ from pathlib import Path
 
 import torch
 
-from .. import distributed as dp
-from ..backend import PolicyBackend, make_backend
-from ..distributed import SINGLE, Group
-from ..trainer import History, PolicyOptimizer, RLConfig, RLRun, train_loop
+from ..rl import data_parallel as dp
+from ..backends.protocol import PolicyBackend
+from ..backends.registry import make_backend
+from ..rl.data_parallel import SINGLE, Group
+from ..rl.run import History, PolicyOptimizer, RLRun
+from ..rl.config import RLConfig
+from ..rl.train import train_loop
 from ..utils import check_fields, set_threads
 from .impl import Impl
 from .tasks import Task, make_task, score
@@ -391,11 +394,11 @@ def train(config: HW4Config, impl: Impl, *, run_dir=None, backend: PolicyBackend
     ``callback(record)`` is called after every step (raise from it to stop the run).
 
     Data parallel (``group``, default: the processes ``torchrun`` / ``accelerate launch`` started,
-    :func:`llmrl.distributed.process_group`): each process samples and trains on its shares of
+    :func:`llmrl.rl.data_parallel.process_group`): each process samples and trains on its shares of
     every batch (``config.shares``, set to the number of processes when 1), the gradients are
     averaged before clipping, and the first process writes the logs and checkpoints; every process
     returns (and passes to ``callback``) the records reduced over the processes. A 1-process run
-    with the same ``shares`` gives the same numbers (:mod:`llmrl.distributed`).
+    with the same ``shares`` gives the same numbers (:mod:`llmrl.rl.data_parallel`).
     """
     if not isinstance(config, HW4Config):
         raise TypeError(f"config must be an HW4Config, got {type(config).__name__}")
@@ -414,7 +417,7 @@ def train(config: HW4Config, impl: Impl, *, run_dir=None, backend: PolicyBackend
                 scorer=StudentScorer(backend, impl, cfg.minibatch_size), loss_fn=student_loss(impl, cfg),
                 advantage_fn=student_advantages(impl, cfg),
                 minibatches=lambda fields, g: impl.iter_minibatches(fields, cfg.minibatch_size, g))
-    if cfg.shares > 1:  # the shares of every batch (llmrl.distributed): the same numbers on any number of processes
+    if cfg.shares > 1:  # the shares of every batch (llmrl.rl.data_parallel): the same numbers on any number of processes
         shares = dp.Shares(cfg.shares, group)
         run.task, run.policy = dp.ShareTask(task, shares), dp.ShareSampler(backend, shares)
         run.minibatches = dp.share_minibatches(impl.iter_minibatches, shares, cfg.minibatch_size)

@@ -142,10 +142,11 @@ def hacking_run(beta: float = 0.0, *, reward: str | Callable = "proxy", length_b
     rebuild tries its candidates). ``overrides`` replace :data:`HACK_SETTINGS` or other RLConfig
     fields. Returns a History; with ``seeds=[0, 1, 2, 3, 4]`` every seed trains its own copy of the
     checkpoint, all seeds as one computation, and the result is one History per seed
-    (:class:`llmrl.trainer.SeedHistories`).
+    (:class:`llmrl.rl.train.SeedHistories`).
     """
-    from ..checkpoints import load_checkpoint
-    from ..trainer import RLConfig, rl_train
+    from ..sft.checkpoints import load_checkpoint
+    from ..rl.config import RLConfig
+    from ..rl.train import rl_train
 
     beta = check_float("beta", beta, minimum=0.0)
     if callable(reward):
@@ -190,8 +191,8 @@ def _arr(series: dict, name: str) -> np.ndarray:
 
 def seed_runs(run) -> list[dict]:
     """A run's seeds as a list of series: a series dict or a History (one seed), or a list of them
-    / a :class:`llmrl.trainer.SeedHistories` (several seeds)."""
-    from ..trainer import History
+    / a :class:`llmrl.rl.train.SeedHistories` (several seeds)."""
+    from ..rl.run import History
 
     if isinstance(run, (dict, History)):
         return [as_series(run)]
@@ -294,8 +295,10 @@ def entropy_run(arm: str = "symmetric", *, policy_loss_fn: Callable | None = Non
     is trained in place. Returns a History; with ``seeds=[...]`` one History per seed, every seed
     training its own copy of ``policy``, all as one computation.
     """
-    from ..checkpoints import load_checkpoint
-    from ..trainer import Hooks, RLConfig, rl_train
+    from ..sft.checkpoints import load_checkpoint
+    from ..rl.run import Hooks
+    from ..rl.config import RLConfig
+    from ..rl.train import rl_train
 
     if arm not in CLIP_ARMS:
         raise ValueError(f"arm must be one of {list(CLIP_ARMS)}, got {arm!r}")
@@ -477,8 +480,8 @@ def compute_reference(path: Path | str | None = REFERENCE_PATH, progress: bool =
 
 def start_checkpoint() -> dict:
     """Which SFT checkpoint the runs start from: its SFT step and the sha256 of its shipped file
-    (llmrl.shipped). When the shipped models are rebuilt, the stored runs must be rebuilt too."""
-    from ..checkpoints import load_checkpoint
+    (llmrl.store.shipped). When the shipped models are rebuilt, the stored runs must be rebuilt too."""
+    from ..sft.checkpoints import load_checkpoint
 
     _, meta = load_checkpoint("sft", progress=False, with_meta=True)
     return {"name": "sft", "step": meta.get("step"), "sha256": meta.get("sha256")}

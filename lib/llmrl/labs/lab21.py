@@ -1,11 +1,11 @@
 """Lab 21 (the frontier): Project 0 (on-policy distillation) and Projects 1-5, their widgets and a CLI.
 
 Every project is a set of *arms* (the things compared) run for one or more *seeds*. One job is
-(project, arm, seed): it starts from a fresh checkpoint, trains with :func:`llmrl.trainer.rl_train`
+(project, arm, seed): it starts from a fresh checkpoint, trains with :func:`llmrl.rl.train.rl_train`
 and returns one result of the runner's schema (:mod:`llmrl.runner`): ``config``, ``curve`` (every
 training step), ``evals`` (step 0, every ``eval_every`` steps, the last step) and ``extra``
 (project-specific: pass@k curves, usage). What a project looks at during training reaches it
-through the step's hooks (:class:`llmrl.trainer.Hooks`): Project 2's share of padded answers and
+through the step's hooks (:class:`llmrl.rl.run.Hooks`): Project 2's share of padded answers and
 Project 3's bandit, which learns from each step's successes.
 
 :func:`run` runs a project's jobs (in parallel processes when ``workers > 1``), writes each job to
@@ -17,7 +17,7 @@ the command line, for long sweeps a notebook cell then loads and plots::
     python -m llmrl.labs.lab21 project5 --steps 1000 --seeds 0 1 2 --workers 3
     python -m llmrl.labs.lab21 project2 --arms stylish_w0.25 stylish_w0.5 stylish_w1 stylish_w2
 
-(``python -m llmrl.experiments`` is the same command under its former name.) Callables (the
+(``python -m llmrl.labs.lab21`` is the same command under its former name.) Callables (the
 student's loss, advantage or reward functions) can be passed to every project; with
 ``workers > 1`` the jobs run in forked processes, so even a lambda defined in a notebook works.
 ``EXPECTED`` holds the published numbers (seed 0, full budgets) for printing beside measured ones.
@@ -45,14 +45,17 @@ import torch
 
 from .. import plotting
 from ..addition import BUCKETS, TWO_DIGIT, Problems, eval_problems, is_correct, sample_problems
-from ..checkpoints import LAB21_SFT, Snapshot, load_checkpoint
+from ..sft.checkpoints import LAB21_SFT, load_checkpoint
+from ..sft.train import Snapshot
 from ..evaluation import evaluate, pass_at_k, pass_at_k_per_problem
 from ..plotting import figure_png
 from ..rewards import Rubric, RubricItem, binary_rubric, looks_thorough, partial_credit_rubric, stylish_rubric
 from ..runner import final, load_results as _load_results, result_from_history, results_dir, run_arms, \
     seeds_together, start_value, summary_table
 from ..sampling import generate
-from ..trainer import Hooks, RLConfig, config_dict, rl_train
+from ..rl.run import Hooks
+from ..rl.config import RLConfig, config_dict
+from ..rl.train import rl_train
 from ..utils import check_float, check_int, mean_sd
 
 __all__ = ["EXPECTED", "PROJECTS", "PROJECT0_ARMS", "PROJECT1_ARMS", "PROJECT2_ARMS", "PROJECT3_ARMS",
@@ -170,7 +173,7 @@ def _train_seeds(seeds: Sequence[int], cfg: RLConfig, student, eval_fn: Callable
                  per_seed: Callable | None = None, **rl_kwargs):
     """``rl_train`` of one fresh student per seed, all seeds stepping together (:mod:`llmrl.stacked`):
     each seed's numbers are those of a run of that seed alone. ``eval_fn(model, seed)``; ``per_seed(seed)``
-    gives a seed's own stateful pieces (see :func:`llmrl.trainer.rl_train`)."""
+    gives a seed's own stateful pieces (see :func:`llmrl.rl.train.rl_train`)."""
     def pieces(seed):
         own = dict(per_seed(seed)) if per_seed is not None else {}
         if eval_fn is not None:

@@ -1,12 +1,12 @@
 """The course's models: check the shipped ones, or rebuild them (instructors).
 
-    python -m llmrl.cache                      check the shipped models against their manifest
+    python -m llmrl.tools.cache                      check the shipped models against their manifest
                                                (``make warm``; seconds: nothing is trained)
-    python -m llmrl.cache --rebuild-shipped [--parts sft lab21 charlm] [--out DIR] [--progress]
+    python -m llmrl.tools.cache --rebuild-shipped [--parts sft lab21 charlm] [--out DIR] [--progress]
                                                train them again and write them with a new manifest
 
 The labs' TinyLM checkpoints (teacher, student, sft) and hw4's character model ship with the
-library (:mod:`llmrl.shipped`): the labs and the grader's kernels read them from the installed
+library (:mod:`llmrl.store.shipped`): the labs and the grader's kernels read them from the installed
 package, so nothing needs to be built before a kernel starts. Only other configurations (lab21's
 students of another width or a weaker snapshot) are trained on first use into the cache
 (``$LLMRL_CACHE`` or ``~/.cache/llmrl``).
@@ -14,7 +14,7 @@ students of another width or a weaker snapshot) are trained on first use into th
 ``--rebuild-shipped`` runs the two SFT recipes (the course's for the sft model, lab21's for its
 teacher and student) and the character model's pretraining (a few minutes on one core), scans the
 SFT snapshots, picks the student and the sft model closest to the published calibration
-(:func:`llmrl.shipped.choose`) and writes the four files and ``MANIFEST.json`` into ``--out``
+(:func:`llmrl.tools.rebuild_models.choose`) and writes the four files and ``MANIFEST.json`` into ``--out``
 (default: the package's ``models/`` folder); ``--parts`` rebuilds some of them and keeps the
 others' manifest entries. It prints the calibration of what it wrote. The result is another
 release of the models: on another CPU the bits and possibly the chosen steps differ, so commit it
@@ -31,7 +31,7 @@ from pathlib import Path
 
 def warm(progress: bool = False) -> None:
     """Check every shipped model (sha256 against the manifest); raises ShippedModelError."""
-    from .shipped import verify
+    from ..store.shipped import verify
 
     verify()
 
@@ -45,7 +45,7 @@ def _table(blob: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m llmrl.cache", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m llmrl.tools.cache", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rebuild-shipped", action="store_true", help="train the shipped models again")
     parser.add_argument("--out", type=Path, default=None, help="where --rebuild-shipped writes (default: the package)")
@@ -54,7 +54,9 @@ def main(argv: list[str] | None = None) -> int:
                              "and student), charlm (hw4's model); the others keep their files and entries")
     parser.add_argument("--progress", action="store_true", help="show progress bars")
     args = parser.parse_args(argv)
-    from . import checkpoints, shipped
+    from ..sft import checkpoints
+    from ..store import shipped
+    from . import rebuild_models
 
     if not args.rebuild_shipped:
         if args.out is not None or args.parts is not None:
@@ -66,18 +68,18 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(_table(shipped.manifest()))
         return 0
-    parts = tuple(args.parts or shipped.PARTS)
-    unknown = [p for p in parts if p not in shipped.PARTS]
+    parts = tuple(args.parts or rebuild_models.PARTS)
+    unknown = [p for p in parts if p not in rebuild_models.PARTS]
     if unknown:
-        parser.error(f"--parts: unknown {', '.join(unknown)} (choose from {', '.join(shipped.PARTS)})")
-    blob = shipped.rebuild(args.out, progress=args.progress, parts=parts)
+        parser.error(f"--parts: unknown {', '.join(unknown)} (choose from {', '.join(rebuild_models.PARTS)})")
+    blob = rebuild_models.rebuild(args.out, progress=args.progress, parts=parts)
     print(_table(blob))
     print(f"built with torch {blob['built']['torch']} on {blob['built']['cpu_capability']}; "
           f"written to {args.out or shipped.MODELS_DIR}")
     steps = {"student": blob["models"]["student"]["step"], "sft": blob["models"]["sft"]["step"]}
     if steps != {"student": checkpoints.STUDENT_STEP, "sft": checkpoints.SFT_STEP}:
         print(f"the chosen steps moved: set STUDENT_STEP = {steps['student']} and SFT_STEP = {steps['sft']} in "
-              "lib/llmrl/checkpoints.py (lib/tests/test_calibration.py checks that they agree)")
+              "lib/llmrl/sft/checkpoints.py (lib/tests/test_calibration.py checks that they agree)")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""TRL's GRPOTrainer on a model of TinyLM's size, for ``python -m llmrl.bench`` (optional ``trl`` extra).
+"""TRL's GRPOTrainer on a model of TinyLM's size, for ``python -m llmrl.tools.bench`` (optional ``trl`` extra).
 
 A Llama with ~100k parameters and a character tokenizer, both built offline from config objects,
 trained with GRPO on the same prompts and the same exact-match reward as ``rl_train`` (16 prompts
@@ -21,7 +21,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from trl import GRPOConfig, GRPOTrainer
 
-from .addition import PromptSampler
+from ..addition import PromptSampler
 
 CHARS = list("0123456789+=")
 

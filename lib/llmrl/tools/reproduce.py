@@ -13,10 +13,10 @@ source fingerprint, and the report marks results computed by other code: rerun w
 
 Command line::
 
-    python -m llmrl.reproduce                     # every claim, seeds 0,1,2 -> docs/reproduction.md
-    python -m llmrl.reproduce --fast              # the claims on cheap experiments only (~1 minute)
-    python -m llmrl.reproduce --only lab19 --seeds 0,1,2,3,4
-    python -m llmrl.reproduce --report-only       # rewrite the report from the cache, run nothing
+    python -m llmrl.tools.reproduce                     # every claim, seeds 0,1,2 -> docs/reproduction.md
+    python -m llmrl.tools.reproduce --fast              # the claims on cheap experiments only (~1 minute)
+    python -m llmrl.tools.reproduce --only lab19 --seeds 0,1,2,3,4
+    python -m llmrl.tools.reproduce --report-only       # rewrite the report from the cache, run nothing
 
 A claim's verdict: ``holds`` (a qualitative claim true of the mean over seeds, or an exact value
 within its rounding), ``within about`` (a number within the published "about"), ``differs`` (with
@@ -42,7 +42,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .utils import mean_sd, repo_root
+from ..utils import mean_sd, repo_root
 
 CACHE_VERSION = 1
 DEFAULT_SEEDS = (0, 1, 2)
@@ -186,8 +186,8 @@ def _curve(res: dict, arm: str, metric: str) -> np.ndarray:
 
 
 def _claims() -> list[Claim]:
-    from .hw4.plots import reward_rise
-    from .labs.lab19 import MID_WINDOW, hack_completed
+    from ..hw4.plots import reward_rise
+    from ..labs.lab19 import MID_WINDOW, hack_completed
 
     C = []
 
@@ -649,12 +649,12 @@ def per_seed(fn: Callable) -> Callable[[Sequence[int], Options], dict]:
 
 
 def _tiny(name: str):
-    from .checkpoints import load_checkpoint
+    from ..sft.checkpoints import load_checkpoint
     return load_checkpoint(name, progress=False)
 
 
 def _exp_lab11_sweep(seed: int) -> dict:
-    from .labs import lab11
+    from ..labs import lab11
 
     s = lab11.temperature_sweep(_tiny("sft"), seed=seed)
     key = lambda T: f"{T:g}"  # noqa: E731
@@ -664,15 +664,15 @@ def _exp_lab11_sweep(seed: int) -> dict:
 
 
 def _exp_lab11_kl(seed: int) -> dict:
-    from .labs import lab11
+    from ..labs import lab11
 
     checks = lab11.kl_checks(lab11.kl_estimates(_tiny("sft"), seed=seed))
     return {f"{T:g}": row for T, row in checks.items()}
 
 
 def _exp_lab11_frontier(seed: int) -> dict:
-    from . import toylm
-    from .labs import lab11
+    from .. import toylm
+    from ..labs import lab11
 
     d = lab11.frontier_data()
     gaps = [float(lab11.temperature_gap(d, n).min()) for n in d if len(lab11.temperature_gap(d, n))]
@@ -691,7 +691,7 @@ def _exp_lab11_frontier(seed: int) -> dict:
 
 
 def _exp_lab19_overopt(seed: int) -> dict:
-    from . import overopt
+    from .. import overopt
 
     pool = overopt.pool_curves(overopt.make_pool(seed=seed))
     pk = overopt.peak(pool)
@@ -717,7 +717,7 @@ def _steps(opts: "Options", full: int | None) -> dict:
 def _lab19_arm(arm: str, seeds: Sequence[int], steps: int | None = None, progress: bool = False) -> list[dict]:
     """One lab19 run (``hacking/<beta>``, ``hacking/gold`` or ``entropy/<clip arm>``) for every seed of
     ``seeds`` trained together (lab19's ``seeds=``: one computation), as one per-step series per seed."""
-    from .labs import lab19
+    from ..labs import lab19
 
     kind, _, name = arm.partition("/")
     over = {} if steps is None else {"steps": steps}
@@ -738,8 +738,8 @@ _lab19_arm.seeds_together = True  # llmrl.runner.seeds_together: run_arms hands 
 
 def _lab19_runs(kind: str, arms: Sequence[str]):
     def run(seeds: Sequence[int], opts: "Options") -> dict[int, dict]:
-        from .labs import lab19
-        from .runner import run_arms
+        from ..labs import lab19
+        from ..runner import run_arms
 
         res = run_arms(f"reproduce/lab19/{kind}", _lab19_arm, [f"{kind}/{a}" for a in arms], seeds,
                        workers=opts.workers, progress=False, steps=SMOKE_STEPS if opts.smoke else None)
@@ -755,8 +755,8 @@ def _lab19_runs(kind: str, arms: Sequence[str]):
 
 
 def _exp_lab21_models(seed: int) -> dict:
-    from .addition import TWO_DIGIT, eval_problems
-    from .evaluation import accuracy
+    from ..addition import TWO_DIGIT, eval_problems
+    from ..evaluation import accuracy
 
     probs = eval_problems(200, TWO_DIGIT)
     student, teacher = _tiny("student"), _tiny("teacher")
@@ -770,7 +770,7 @@ LAB21_ARMS = {"project2": ("binary", "partial", "stylish_w2", "stylish_w1")}
 
 def _lab21_project(project: str, arms: Sequence[str] | None = None):
     def run(seeds: Sequence[int], opts: "Options") -> dict[int, dict]:
-        from .labs import lab21
+        from ..labs import lab21
 
         res = lab21.run(project, arms, seeds=list(seeds), workers=opts.workers, progress=False,
                         **_steps(opts, None))
@@ -781,9 +781,9 @@ def _lab21_project(project: str, arms: Sequence[str] | None = None):
 
 def _hw4_runs(task: str, steps: int | None):
     def run(seed: int, opts: "Options") -> dict:
-        from .hw4.ablation import summary
-        from .hw4.impl import load_impl
-        from .hw4.trainer import default_config, train
+        from ..hw4.ablation import summary
+        from ..hw4.impl import load_impl
+        from ..hw4.trainer import default_config, train
 
         impl = load_impl("reference")
         out = {}
@@ -803,9 +803,9 @@ def _experiments(lr: float | dict | None = None) -> dict[str, Experiment]:
     """The experiments; ``lr``: lab21 Projects 1-5's learning rates, {project: lr} or one for all (default
     ``lab21.PROJECT_LR``). They and Projects 4-5's evaluation temperatures are in the settings, so that a
     new one recomputes them."""
-    from . import overopt
-    from .labs.lab19 import CLIP_ARMS
-    from .labs.lab21 import EVAL_TEMPERATURE, PROJECT_LR
+    from .. import overopt
+    from ..labs.lab19 import CLIP_ARMS
+    from ..labs.lab21 import EVAL_TEMPERATURE, PROJECT_LR
 
     lrs = dict(PROJECT_LR) if lr is None else dict(lr) if isinstance(lr, dict) else {p: lr for p in PROJECT_LR}
 
@@ -862,7 +862,7 @@ def model_fingerprint(name: str) -> str:
     import torch
 
     if name == "hw4-charlm":
-        from .hw4.charlm import load_base_model
+        from ..hw4.charlm import load_base_model
         model = load_base_model(progress=False)
     else:
         model = _tiny(name)
@@ -876,7 +876,7 @@ def model_fingerprint(name: str) -> str:
 def code_fingerprint() -> str:
     """A short hash of the library's sources (this module excluded)."""
     h = hashlib.sha256()
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[1]  # the whole package (llmrl/)
     for f in sorted(here.rglob("*.py")):
         if f.name != "reproduce.py":
             h.update(str(f.relative_to(here)).encode())
@@ -1170,7 +1170,7 @@ def summary_counts(outcomes: Sequence[Outcome]) -> dict[str, dict[str, int]]:
 
 def write_report(outcomes: Sequence[Outcome], info: dict, seeds: Sequence[int], path: Path | str,
                  wall_s: float | None = None, load: str | None = None, fast: bool = False,
-                 command: str = "python -m llmrl.reproduce", state: str = "complete", smoke: bool = False,
+                 command: str = "python -m llmrl.tools.reproduce", state: str = "complete", smoke: bool = False,
                  own_seeds: bool = False) -> Path:
     """docs/reproduction.md: the summary by lab, then one table per lab (claim, statement, published,
     ours, tolerance and its reason, verdict), then the experiments' cost and provenance."""
@@ -1182,7 +1182,7 @@ def write_report(outcomes: Sequence[Outcome], info: dict, seeds: Sequence[int], 
              + ("" if not own_seeds else " (" + "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in NOTEBOOK_SEEDS.items())
                 + ", the seeds their notebooks train)") + "."
              " Regenerate with `make reproduce` (the cache under `artifacts/reproduce/` makes a rerun cheap;"
-             " `--fresh` recomputes). The claims are data in `lib/llmrl/reproduce.py`; each is judged on the"
+             " `--fresh` recomputes). The claims are data in `lib/llmrl/tools/reproduce.py`; each is judged on the"
              " mean over seeds, or, where the published statement is about one run (\"the hack completes\"),"
              " on each seed with the share of seeds it needs: **holds** (a qualitative claim, or an exact value"
              " within its rounding), **within about** (a number within the published \"about\"), **differs**,"
@@ -1263,7 +1263,7 @@ def _load() -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m llmrl.reproduce", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m llmrl.tools.reproduce", description=__doc__.splitlines()[0])
     p.add_argument("--fast", action="store_true", help="only the claims whose experiments are cheap (about a minute)")
     p.add_argument("--only", action="append", default=None, metavar="LAB|CLAIM|EXPERIMENT",
                    help="restrict to a lab (lab11), a claim id prefix or an experiment (lab21/project5); repeatable")
@@ -1302,12 +1302,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{c.id:34s} {c.published:24s} {c.statement}")
         print(f"{len(claims)} claims")
         return 0
-    from .utils import set_threads
+    from ..utils import set_threads
     set_threads(1)
     opts = Options(smoke=a.smoke, workers=a.workers)
     root = Path(a.cache) if a.cache else cache_dir()
     out = Path(a.out) if a.out else (root / "smoke" / "reproduction.md" if a.smoke else default_report_path())
-    cmd = ("python -m llmrl.reproduce " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
+    cmd = ("python -m llmrl.tools.reproduce " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
     t0 = time.time()
 
     def report(outcomes, info, state):

@@ -15,14 +15,14 @@ candidate on every seed.
   rows, AdamW at 3e-3 after a 50-step warmup, cosine decay to a tenth) with the MLP's nonlinearity
   in :data:`ACTIVATIONS` and the seed in :data:`SEEDS` (:data:`RUNS`: 8 runs; ReLU seed 0 is the run
   shipped before). Each run's snapshots are scanned as the shipped models' rebuild scans them
-  (:func:`llmrl.shipped.scan_snapshots`: every 5 steps from 100, and every step near the best ones)
-  and measured on lab11's calibration (:func:`llmrl.shipped.calibration`: greedy, T = 1 and T = 2
+  (:func:`llmrl.tools.rebuild_models.scan_snapshots`: every 5 steps from 100, and every step near the best ones)
+  and measured on lab11's calibration (:func:`llmrl.tools.rebuild_models.calibration`: greedy, T = 1 and T = 2
   accuracy on 1,000 problems). A snapshot is *admissible* when its greedy accuracy is within 0.05 of
   0.80, its T = 1 accuracy within 0.05 of 0.55 and its T = 2 accuracy below 0.27 (the published
   "below 30%" with a margin of 0.03). A run's candidates are its admissible snapshots in order of
-  their distance to the calibration (:func:`llmrl.shipped.distance`), keeping the nearest
+  their distance to the calibration (:func:`llmrl.tools.rebuild_models.distance`), keeping the nearest
   :data:`PER_RUN` of them that lie at least :data:`MIN_GAP` steps apart.
-* **Judging.** A candidate replaces the shipped sft model and every claim of ``llmrl.reproduce``
+* **Judging.** A candidate replaces the shipped sft model and every claim of ``llmrl.tools.reproduce``
   that starts from that model (experiments ``lab11/sweep``, ``lab11/kl``, ``lab19/hacking``,
   ``lab19/entropy``) is judged with its own tolerance on its notebook's seeds (lab11: 0-2, lab19:
   0-4), exactly as ``make reproduce`` judges it. lab19's settings (learning rate 5e-4, 300 and 120
@@ -40,9 +40,9 @@ Every judged row is committed under ``docs/lab19-calibration/`` (JSON), so ``--r
 ``docs/lab19-calibration.md`` again on any machine; the trained runs and their states are cached
 under ``artifacts/lab19-calibration/``.
 
-    python -m llmrl.labs.lab19_calibration --runs relu:0 gelu:0 --workers 2   # some runs
-    python -m llmrl.labs.lab19_calibration --all --workers 2                  # every run of RUNS
-    python -m llmrl.labs.lab19_calibration --report-only
+    python -m llmrl.tools.lab19_calibration --runs relu:0 gelu:0 --workers 2   # some runs
+    python -m llmrl.tools.lab19_calibration --all --workers 2                  # every run of RUNS
+    python -m llmrl.tools.lab19_calibration --report-only
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ from typing import Sequence
 import torch
 
 from ..utils import repo_root
+from . import rebuild_models
 from .lab21_calibration import outcome_cell, parse_run, tally
 
 ROOT = (repo_root() or Path.cwd())
@@ -73,7 +74,7 @@ SEEDS = (0, 1, 2, 3)
 RUNS = tuple((a, s) for a in ACTIVATIONS for s in SEEDS)
 PER_RUN = 3      # candidates judged per run
 MIN_GAP = 10     # steps between two candidates of one run
-# Admissible: lab11's calibration on 1,000 problems (llmrl.shipped.calibration).
+# Admissible: lab11's calibration on 1,000 problems (llmrl.tools.rebuild_models.calibration).
 ADMISSIBLE = {"greedy": (0.80, 0.05), "sampled_T1": (0.55, 0.05)}
 T2_BELOW = 0.27
 # The experiments that start from the sft model, and the claims judged on them.
@@ -84,7 +85,7 @@ HELD = ("holds", "within about")
 
 def claims() -> list:
     """The claims a candidate is judged on: those of :data:`EXPERIMENTS`."""
-    from .. import reproduce as R
+    from . import reproduce as R
 
     return [c for c in R.CLAIMS if set(c.experiments) <= set(EXPERIMENTS)]
 
@@ -97,10 +98,9 @@ def admissible(row: dict) -> bool:
 def pick_candidates(rows: Sequence[dict], per_run: int = PER_RUN, gap: int = MIN_GAP) -> list[dict]:
     """A run's candidates: its admissible scan rows, nearest to the calibration first, at least ``gap``
     steps apart, at most ``per_run``."""
-    from .. import shipped
 
     out = []
-    for r in sorted((r for r in rows if admissible(r)), key=lambda r: (shipped.distance(r, "sft"), r["step"])):
+    for r in sorted((r for r in rows if admissible(r)), key=lambda r: (rebuild_models.distance(r, "sft"), r["step"])):
         if all(abs(r["step"] - o["step"]) >= gap for o in out):
             out.append(r)
         if len(out) == per_run:
@@ -111,7 +111,7 @@ def pick_candidates(rows: Sequence[dict], per_run: int = PER_RUN, gap: int = MIN
 # ------------------------------------------------------------------------------ runs and candidates
 def run_config(activation: str, seed: int):
     """The course's SFT recipe with this nonlinearity and seed."""
-    from ..checkpoints import COURSE_SFT
+    from ..sft.checkpoints import COURSE_SFT
 
     return replace(COURSE_SFT, seed=seed, model=replace(COURSE_SFT.model, activation=activation))
 
@@ -123,20 +123,19 @@ def _run_dir(activation: str, seed: int) -> Path:
 def scan_run(activation: str, seed: int, log=print) -> dict:
     """The run's scan (cached): {"activation", "seed", "rows", "candidates", "scan_seconds"}; each
     candidate's state is saved beside it (``step<N>.pt``)."""
-    from .. import shipped
 
     d = _run_dir(activation, seed)
     if (d / "scan.json").exists():
         return json.loads((d / "scan.json").read_text())
     t = time.time()
-    _, states, rows = shipped.scan_snapshots(run_config(activation, seed), progress=False, roles=("sft",))
+    _, states, rows = rebuild_models.scan_snapshots(run_config(activation, seed), progress=False, roles=("sft",))
     picked = pick_candidates(rows)
     d.mkdir(parents=True, exist_ok=True)
     for r in picked:
         torch.save(states[r["step"]], d / f"step{r['step']}.pt")
     out = {"activation": activation, "seed": seed, "rows": rows,
            "candidates": [{"step": r["step"], "calibration": {k: v for k, v in r.items() if k != "step"},
-                           "distance": round(shipped.distance(r, "sft"), 3)} for r in picked],
+                           "distance": round(rebuild_models.distance(r, "sft"), 3)} for r in picked],
            "admissible": sum(admissible(r) for r in rows), "scan_seconds": round(time.time() - t, 1)}
     (d / "scan.json").write_text(json.dumps(out))
     log(f"[lab19-calibration] {activation} seed {seed}: {out['admissible']} admissible snapshots, candidates "
@@ -146,7 +145,7 @@ def scan_run(activation: str, seed: int, log=print) -> dict:
 
 def _models_dir(activation: str, seed: int, step: int) -> Path:
     """A copy of the shipped models folder whose sft model is this candidate (manifest updated)."""
-    from .. import shipped
+    from ..store import shipped
 
     d = _run_dir(activation, seed)
     out = d / f"models-step{step}"
@@ -169,8 +168,9 @@ def _models_dir(activation: str, seed: int, step: int) -> Path:
 @contextlib.contextmanager
 def candidate(activation: str, seed: int, step: int):
     """Within: the library's shipped sft model is this candidate (forked workers inherit it)."""
-    from .. import checkpoints, shipped
-    from ..checkpoints import Snapshot
+    from ..sft import checkpoints
+    from ..store import shipped
+    from ..sft.train import Snapshot
 
     old = shipped.MODELS_DIR, dict(checkpoints.SHIPPED_RUNS)
     shipped.MODELS_DIR = _models_dir(activation, seed, step)
@@ -191,7 +191,7 @@ def gates(outcomes: dict) -> dict:
 def judge(activation: str, seed: int, cand: dict, workers: int = 1) -> dict:
     """One candidate's row: its scan entry, every claim of :func:`claims` judged (with each seed's
     values for the gates' claims), and the gates."""
-    from .. import reproduce as R
+    from . import reproduce as R
 
     step = cand["step"]
     t = time.time()
@@ -238,13 +238,13 @@ def _save_record(name: str, rows: list[dict], key) -> None:
 
 # ------------------------------------------------------------------------------ the report
 RULE = (
-    "The rule, committed before the first candidate was run (`lib/llmrl/labs/lab19_calibration.py`, its "
+    "The rule, committed before the first candidate was run (`lib/llmrl/tools/lab19_calibration.py`, its "
     "docstring): candidates are SFT runs of the course's recipe (`checkpoints.COURSE_SFT`: 1,200 steps of 64 "
     "rows, AdamW at 3e-3 after a 50-step warmup, cosine decay to a tenth) with nonlinearity {relu, gelu} and "
     "seed {0, 1, 2, 3}; in each run the snapshots whose 1,000-problem calibration is within 0.05 of 0.80 "
     "greedy and of 0.55 at T = 1, with T = 2 below 0.27, are admissible, and the "
     f"{PER_RUN} nearest to the calibration at least {MIN_GAP} steps apart are judged. A candidate replaces the "
-    "shipped sft model and every `llmrl.reproduce` claim of lab11's sweep and KL experiments and lab19's "
+    "shipped sft model and every `llmrl.tools.reproduce` claim of lab11's sweep and KL experiments and lab19's "
     "Parts 2-3 is judged with its own tolerance on its notebook's seeds (lab11 0-2, lab19 0-4). Gates: "
     "lab19's entropy after 120 steps within 0.15 ± 0.03 (`lab19.entropy-end`), the no-KL hack completed on at "
     "least 4 of 5 seeds (`lab19.hack-completed`), lab11's greedy accuracy within 0.80 ± 0.05. The choice: "
@@ -254,7 +254,7 @@ RULE = (
 
 def report(rows: Sequence[dict], runs: Sequence[dict]) -> list[str]:
     lines = ["# lab11 and lab19: choosing the sft model", "",
-             "Written by `python -m llmrl.labs.lab19_calibration --report-only` from the judged rows committed in "
+             "Written by `python -m llmrl.tools.lab19_calibration --report-only` from the judged rows committed in "
              "`docs/lab19-calibration/`.", "", RULE, ""]
     if runs:
         lines += ["## The runs scanned", "", "| nonlinearity | SFT seed | admissible snapshots | candidates (step: "
@@ -296,7 +296,7 @@ def write_report(path: Path = REPORT) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m llmrl.labs.lab19_calibration", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m llmrl.tools.lab19_calibration", description=__doc__.split("\n")[0])
     p.add_argument("--runs", nargs="+", default=None, metavar="ACT:SEED", help="these runs of RUNS (relu:0, gelu:2, ...)")
     p.add_argument("--all", action="store_true", help="every run of RUNS")
     p.add_argument("--workers", type=int, default=1)

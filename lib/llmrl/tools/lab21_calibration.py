@@ -11,9 +11,9 @@ evaluating at T = 1. It leaves open:
   SFT runs of the course's recipe that differ in the nonlinearity and the seed. ReLU is the course's
   first TinyLM; GELU is the nonlinearity of the plain-torch TinyLM in ``../shared/baseline``, written
   the way the published course's code is. A run's teacher is its last step and its student the
-  snapshot nearest the published calibration (:func:`llmrl.shipped.choose`). A run whose nearest
+  snapshot nearest the published calibration (:func:`llmrl.tools.rebuild_models.choose`). A run whose nearest
   snapshot is more than :data:`MAX_DISTANCE` away is recorded and not judged. A judged run trains every
-  lab21 experiment of :mod:`llmrl.reproduce` at the shipped settings, seeds 0-2 (Project 1: 0-4, its
+  lab21 experiment of :mod:`llmrl.tools.reproduce` at the shipped settings, seeds 0-2 (Project 1: 0-4, its
   notebook's), and every lab21 claim is judged with its own tolerance.
 * **how Project 0's 64 sequences a step split** into prompts x samples (``--p0-splits``), with the
   shipped student.
@@ -27,9 +27,9 @@ runs are cached under ``artifacts/lab21-calibration/``. The searches made for th
 (a snapshot step and a learning rate per project, an evaluation temperature) are kept as recorded in
 ``docs/lab21-calibration-relu.md``.
 
-    python -m llmrl.labs.lab21_calibration --runs relu:0 gelu:0 gelu:1 gelu:2 --workers 2
-    python -m llmrl.labs.lab21_calibration --p0-splits --workers 2
-    python -m llmrl.labs.lab21_calibration --report-only
+    python -m llmrl.tools.lab21_calibration --runs relu:0 gelu:0 gelu:1 gelu:2 --workers 2
+    python -m llmrl.tools.lab21_calibration --p0-splits --workers 2
+    python -m llmrl.tools.lab21_calibration --report-only
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from typing import Sequence
 import torch
 
 from ..utils import repo_root
+from . import rebuild_models
 
 ROOT = (repo_root() or Path.cwd())
 WORK = ROOT / "artifacts" / "lab21-calibration"
@@ -60,7 +61,7 @@ ACTIVATIONS = ("relu", "gelu")
 
 
 def tally(outs, numeric: bool = False) -> dict:
-    """A row's counts from :func:`llmrl.reproduce.judge_all` outcomes: claims held ("holds" or "within
+    """A row's counts from :func:`llmrl.tools.reproduce.judge_all` outcomes: claims held ("holds" or "within
     about") of all, of the qualitative ones (and of the numeric ones), and each claim's [mean, verdict]."""
     def held(subset):
         return sum(o.verdict in ("holds", "within about") for o in subset)
@@ -83,7 +84,7 @@ def outcome_cell(row: dict, claim_id: str) -> str:
 
 
 def project_claims(project: str) -> list:
-    from .. import reproduce as R
+    from . import reproduce as R
 
     return [c for c in R.select(["lab21"]) if c.experiments == (f"lab21/{project}",)]
 
@@ -112,7 +113,7 @@ def parse_run(text: str) -> tuple[str, int]:
 
 def run_config(activation: str, seed: int):
     """The course's SFT recipe with this nonlinearity and seed."""
-    from ..checkpoints import COURSE_SFT
+    from ..sft.checkpoints import COURSE_SFT
 
     return replace(COURSE_SFT, seed=seed, model=replace(COURSE_SFT.model, activation=activation))
 
@@ -124,20 +125,19 @@ def _run_dir(activation: str, seed: int) -> Path:
 def scan_run(activation: str, seed: int, log=print) -> dict:
     """The run's scan (cached): {"activation", "seed", "step", "calibration", "distance", "measured"} of its
     snapshot nearest the published calibration; its student and teacher states are saved beside it."""
-    from .. import shipped
 
     d = _run_dir(activation, seed)
     if (d / "scan.json").exists():
         return json.loads((d / "scan.json").read_text())
     t = time.time()
-    teacher, states, rows = shipped.scan_snapshots(run_config(activation, seed), progress=False, roles=("student",))
-    best = shipped.choose(rows, "student")
+    teacher, states, rows = rebuild_models.scan_snapshots(run_config(activation, seed), progress=False, roles=("student",))
+    best = rebuild_models.choose(rows, "student")
     d.mkdir(parents=True, exist_ok=True)
     torch.save(states[best["step"]], d / "student.pt")
     torch.save(teacher, d / "teacher.pt")
     out = {"activation": activation, "seed": seed, "step": best["step"],
            "calibration": {k: v for k, v in best.items() if k != "step"},
-           "distance": round(shipped.distance(best, "student"), 3), "measured": len(rows),
+           "distance": round(rebuild_models.distance(best, "student"), 3), "measured": len(rows),
            "scan_seconds": round(time.time() - t, 1)}
     (d / "scan.json").write_text(json.dumps(out))
     log(f"[lab21-calibration] {activation} seed {seed}: nearest snapshot step {best['step']}, distance "
@@ -147,7 +147,7 @@ def scan_run(activation: str, seed: int, log=print) -> dict:
 
 def _models_dir(activation: str, seed: int, step: int) -> Path:
     """A copy of the shipped models folder whose teacher and student are the run's (manifest updated)."""
-    from .. import shipped
+    from ..store import shipped
 
     d = _run_dir(activation, seed)
     out = d / "models"
@@ -171,8 +171,9 @@ def _models_dir(activation: str, seed: int, step: int) -> Path:
 @contextlib.contextmanager
 def candidate(activation: str, seed: int, step: int):
     """Within: the library's shipped teacher and student are the run's (forked workers inherit it)."""
-    from .. import checkpoints, shipped
-    from ..checkpoints import Snapshot
+    from ..sft import checkpoints
+    from ..store import shipped
+    from ..sft.train import Snapshot
 
     cfg = run_config(activation, seed)
     snaps = {"student": Snapshot(step), "teacher": Snapshot(cfg.steps)}
@@ -189,7 +190,7 @@ def candidate(activation: str, seed: int, step: int):
 
 def judge_run(activation: str, seed: int, seeds: Sequence[int], workers: int = 1, log=print) -> dict:
     """A row of the first search: the run's scan, and (within :data:`MAX_DISTANCE`) every lab21 claim judged."""
-    from .. import reproduce as R
+    from . import reproduce as R
 
     scan = scan_run(activation, seed, log)
     row = {**scan, "seeds": list(seeds), "judged": scan["distance"] <= MAX_DISTANCE}
@@ -267,7 +268,7 @@ def _split_arms(split: str) -> list[tuple[tuple[str, ...], int, int]]:
 
 
 def shipped_student_step() -> int:
-    from .. import shipped
+    from ..store import shipped
 
     return shipped.manifest()["models"]["student"]["step"]
 
@@ -275,7 +276,7 @@ def shipped_student_step() -> int:
 def split_run(split: str, seeds: Sequence[int], workers: int = 1, log=print) -> dict:
     """Project 0 at one split with the shipped student, seeds trained together (cached): {"split", "seeds",
     "student", "seconds", "results": {seed: {"lab21/project0": {"arms": ...}}}}."""
-    from .. import reproduce as R
+    from . import reproduce as R
     from . import lab21
 
     fp = R.model_fingerprint("student")
@@ -299,7 +300,7 @@ def split_run(split: str, seeds: Sequence[int], workers: int = 1, log=print) -> 
 def judge_split(blob: dict) -> dict:
     """Project 0's claims judged on one :func:`split_run`: a row with "split", "seeds", "student" and
     :func:`tally`'s counts."""
-    from .. import reproduce as R
+    from . import reproduce as R
 
     per_seed = {int(s): r for s, r in blob["results"].items()}
     outs = R.judge_all(project_claims("project0"), per_seed)
@@ -332,7 +333,7 @@ def _claims_table(rows: Sequence[dict], label) -> list[str]:
 
 
 def runs_report(rows: Sequence[dict]) -> list[str]:
-    from .. import shipped
+    from ..store import shipped
 
     if not rows:
         return []
@@ -342,12 +343,12 @@ def runs_report(rows: Sequence[dict]) -> list[str]:
              "Each candidate is an SFT run of the course's recipe (`checkpoints.COURSE_SFT`: 1,200 steps of 64 rows, "
              "AdamW at 3e-3 after a 50-step warmup, cosine decay to a tenth) with the nonlinearity and the seed of "
              "its row. Its teacher is its last step; its student the snapshot nearest the published calibration "
-             "(`llmrl.shipped.choose`: greedy 0.50, sampled 0.30 at T = 1, KL to the teacher 1.98; targets "
+             "(`llmrl.tools.rebuild_models.choose`: greedy 0.50, sampled 0.30 at T = 1, KL to the teacher 1.98; targets "
              f"{json.dumps({k: v[0] for k, v in shipped.TARGETS['student'].items()})}). A run whose nearest snapshot "
              f"is more than {MAX_DISTANCE:g} away is not judged. A judged run trains every lab21 experiment at the "
              "settings shipped when it was judged (Projects 1-5 at the published 3e-4, evaluation at T = 1, Project 0 "
              f"at {rows[0].get('p0_split', '32x2')}) on seeds {','.join(map(str, seeds))} (Project 1: 0-4, its "
-             "notebook's), and every lab21 claim of `llmrl.reproduce` is judged with its own tolerance. The rule: "
+             "notebook's), and every lab21 claim of `llmrl.tools.reproduce` is judged with its own tolerance. The rule: "
              "most claims held, then most qualitative claims held, then the student nearest the published "
              "calibration (why the count of claims comes first: the docstring of the module).", "",
              "| nonlinearity | SFT seed | student step | greedy | sampled T=1 | P0 pass@1 | KL to teacher | distance | "
@@ -360,7 +361,7 @@ def runs_report(rows: Sequence[dict]) -> list[str]:
         lines.append(f"| {r['activation']}{mark} | {r['seed']} | {r['step']} | {c['greedy']:.3f} | "
                      f"{c['sampled_T1']:.3f} | {c.get('project0_pass@1', float('nan')):.3f} | "
                      f"{c.get('kl_to_teacher', float('nan')):.3f} | {r['distance']:.2f} | {counts} |")
-    lines += ["", "Calibration columns: `llmrl.shipped.calibration` (1,000 problems; Project 0's start from 8 samples "
+    lines += ["", "Calibration columns: `llmrl.tools.rebuild_models.calibration` (1,000 problems; Project 0's start from 8 samples "
               "of 100).", ""]
     lines += [f"- {n}" for n in RUN_NOTES] + [""]
     judged = sorted((r for r in rows if r.get("judged")), key=_run_key)
@@ -396,9 +397,9 @@ def write_report(path: Path = REPORT, split_before: str | None = None) -> None:
     """docs/lab21-calibration.md from the committed records."""
     runs, splits = _record("runs"), _record("p0-splits")
     lines = ["# lab21: calibrating what the published setting leaves open", "",
-             "Written by `python -m llmrl.labs.lab21_calibration --report-only` from the judged rows committed in "
+             "Written by `python -m llmrl.tools.lab21_calibration --report-only` from the judged rows committed in "
              "`docs/lab21-calibration/` (what was searched and why: the docstring of "
-             "`lib/llmrl/labs/lab21_calibration.py`). The searches made before for the ReLU student (a snapshot "
+             "`lib/llmrl/tools/lab21_calibration.py`). The searches made before for the ReLU student (a snapshot "
              "of the course's run, a learning rate per project, Projects 4-5's evaluation temperature) are kept "
              f"as recorded in [{RELU_RECORD}]({RELU_RECORD}); their settings are no longer shipped.", ""]
     lines += runs_report(runs)
@@ -408,7 +409,7 @@ def write_report(path: Path = REPORT, split_before: str | None = None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m llmrl.labs.lab21_calibration", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m llmrl.tools.lab21_calibration", description=__doc__.split("\n")[0])
     p.add_argument("--runs", nargs="+", default=None, metavar="ACT:SEED",
                    help="the first search: these SFT runs (relu:0, gelu:2, ...), each judged on every lab21 claim")
     p.add_argument("--p0-splits", nargs="*", default=None, metavar="SPLIT",

@@ -1,6 +1,6 @@
 """The task protocol: prompts with their reference answers, and a verifiable reward.
 
-What the RL step (:func:`llmrl.trainer.rl_step`) asks of a task, and nothing more:
+What the RL step (:func:`llmrl.rl.step.rl_step`) asks of a task, and nothing more:
 
 * ``name``; ``max_new_tokens`` (the completion cap while training; None: the backend's own);
 * ``sample(n, generator)``: ``n`` problems drawn with ``generator``: an :class:`llmrl.addition.Problems`
@@ -51,7 +51,7 @@ def prompts_and_answers(problems) -> tuple[list[str], list]:
     problems = list(problems)
     if not problems or not all(isinstance(e, Example) for e in problems):
         raise TypeError("a task's sample() must return llmrl.addition.Problems or a non-empty list of "
-                        "llmrl.tasks.Example")
+                        "llmrl.task_protocol.Example")
     return [e.prompt for e in problems], [e.answer for e in problems]
 
 

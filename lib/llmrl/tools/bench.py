@@ -1,4 +1,4 @@
-"""Benchmarks: ``python -m llmrl.bench`` prints one JSON object per figure.
+"""Benchmarks: ``python -m llmrl.tools.bench`` prints one JSON object per figure.
 
 Everything is measured in the same run on one thread, and speed is reported as ratios within the
 run (the machines are shared and noisy): each timing is the best of ``--rounds`` alternated rounds
@@ -51,11 +51,12 @@ from pathlib import Path
 
 import torch
 
-from .addition import PROMPT_LEN, RESPONSE_LEN
-from .checkpoints import LAB21_SFT, LAB21_SNAPSHOTS, SFTConfig, sft_train
-from .tinylm import TinyLM
-from .trainer import rl_train
-from .utils import repo_root, set_threads
+from ..addition import PROMPT_LEN, RESPONSE_LEN
+from ..sft.checkpoints import LAB21_SFT, LAB21_SNAPSHOTS
+from ..sft.train import SFTConfig, sft_train
+from ..tinylm import TinyLM
+from ..rl.train import rl_train
+from ..utils import repo_root, set_threads
 
 BASELINE = Path("shared") / "baseline" / "quick_rl_bench.py"
 
@@ -191,7 +192,10 @@ import torch
 torch.set_num_threads(1)
 import llmrl
 from llmrl.tinylm import TinyLM
-from llmrl.trainer import rl_train
+try:
+    from llmrl.rl.train import rl_train
+except ImportError:  # a revision before the library's layers (issue 32)
+    from llmrl.trainer import rl_train
 steps, seed_counts = int(sys.argv[1]), [int(x) for x in sys.argv[2:]]
 torch.manual_seed(0)
 model, out = TinyLM(), {}
@@ -245,7 +249,7 @@ def against_main(rev: str, steps: int, rounds: int, S: int) -> list[dict]:
     """The RL step of revision ``rev`` ("before") and of this library ("after"), each in its own
     process, alternated ``rounds`` times; per library and seed count the round with the least CPU
     time. Emits both and their ratios (before / after: > 1 means this library is faster)."""
-    here = Path(__file__).resolve().parents[1]
+    here = Path(__file__).resolve().parents[2]
     counts = [1, S]
     with tempfile.TemporaryDirectory(prefix="llmrl-bench-against-") as tmp:
         before_lib = library_at(rev, Path(tmp))
@@ -275,20 +279,20 @@ def against_main(rev: str, steps: int, rounds: int, S: int) -> list[dict]:
 
 #: What ``--profile`` times: (label, owner, attribute); nested calls are listed under their stage.
 PROFILED = (
-    ("collect", "trainer", "collect"),
-    ("  generate (sampling)", "backend", "TinyLMBackend.generate"),
-    ("score", "trainer", "score"),
-    ("  task rewards + correctness", "trainer", "task_score"),
-    ("  task correctness", "trainer", "task_correct"),
-    ("  reference log-probs", "trainer", "CompletionScorer.ref_logprobs"),
-    ("advantages", "trainer", "compute_advantages"),
-    ("update", "trainer", "update"),
-    ("  forward (training)", "trainer", "CompletionScorer.forward"),
-    ("  loss + stats", "trainer", "_minibatch_loss"),
-    ("  stats", "trainer", "_minibatch_stats"),
-    ("  backward", "trainer", "PolicyOptimizer.backward"),
-    ("  clip + AdamW", "trainer", "PolicyOptimizer.step"),
-    ("step_metrics", "trainer", "step_metrics"),
+    ("collect", "rl.step", "collect"),
+    ("  generate (sampling)", "backends.tinylm", "TinyLMBackend.generate"),
+    ("score", "rl.step", "score"),
+    ("  task rewards + correctness", "rl.step", "task_score"),
+    ("  task correctness", "rl.step", "task_correct"),
+    ("  reference log-probs", "rl.run", "CompletionScorer.ref_logprobs"),
+    ("advantages", "rl.step", "compute_advantages"),
+    ("update", "rl.step", "update"),
+    ("  forward (training)", "rl.run", "CompletionScorer.forward"),
+    ("  loss + stats", "rl.step", "_minibatch_loss"),
+    ("  stats", "rl.step", "_minibatch_stats"),
+    ("  backward", "rl.run", "PolicyOptimizer.backward"),
+    ("  clip + AdamW", "rl.run", "PolicyOptimizer.step"),
+    ("step_metrics", "rl.step", "step_metrics"),
 )
 
 
@@ -389,9 +393,9 @@ def widget_update_seconds() -> dict[str, tuple[float, float]]:
     """(wall, CPU) seconds for each lab's widgets to redraw after a slider moves (the slowest of each lab's)."""
     import matplotlib.pyplot as plt
 
-    from .addition import eval_problems
-    from .checkpoints import load_checkpoint
-    from .labs import lab11, lab19, lab21
+    from ..addition import eval_problems
+    from ..sft.checkpoints import load_checkpoint
+    from ..labs import lab11, lab19, lab21
 
     out = {}
     tw = lab11.temperature_widget(load_checkpoint("sft", progress=False), eval_problems(100))
@@ -458,7 +462,7 @@ def data_parallel_ratio(steps: int = 20, repeats: int = 1, port: int = 8790) -> 
     ``cpu_ratio``: the CPU seconds of training of the busier of the 2 processes against the 1-process
     run's. On two otherwise idle cores the wall ratio would be about this (waits for the other
     process aside); unlike wall times on a shared machine it hardly moves with the load."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     common = ["-m", "llmrl.hw4", "train", "--task", "format_copy", "--algo", "grpo", "--steps", str(steps),
               "--fresh", "--no-progress"]
@@ -493,7 +497,7 @@ def data_parallel_ratio(steps: int = 20, repeats: int = 1, port: int = 8790) -> 
 
 
 def main(argv=None) -> list[dict]:
-    ap = argparse.ArgumentParser(prog="python -m llmrl.bench", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m llmrl.tools.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--rl-steps", type=int, default=30, help="timed RL steps per round (default 30)")
     ap.add_argument("--rounds", type=int, default=2, help="alternated rounds; the best is reported (default 2)")
     ap.add_argument("--seeds", type=int, default=5, help="seeds stepping together in the seeds figures (default 5)")
@@ -567,7 +571,7 @@ def main(argv=None) -> list[dict]:
         out.append(emit("baseline_rl_step_ms", None, "ms", note="../shared/baseline/quick_rl_bench.py not found"))
     out.append(emit("sft_step_ms", round(time_sft_steps(args.sft_steps), 2), "ms", batch=64))
     if not args.skip_labs:
-        from .labs import lab19, lab21
+        from ..labs import lab19, lab21
 
         for seeds in ([0], list(range(S))):
             with Clock() as c:

@@ -4,7 +4,7 @@ A run launched by ``torchrun --nproc_per_node N`` or ``accelerate launch`` (whic
 processes through torchrun, or through mpirun for ``distributed_type: MULTI_CPU`` with
 ``--mpirun_hostfile``) finds its place in the environment (``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK`` or MPI's equivalents, ``MASTER_ADDR``/``MASTER_PORT``); :func:`process_group` joins
-the processes (gloo on CPUs, nccl on GPUs). The RL step itself (:func:`llmrl.trainer.rl_step`) is not changed:
+the processes (gloo on CPUs, nccl on GPUs). The RL step itself (:func:`llmrl.rl.step.rl_step`) is not changed:
 a data-parallel run plugs these wrappers into its seams.
 
 **Shares.** A run's batch of ``n_prompts`` prompt groups is split into ``S`` shares of whole groups
@@ -41,8 +41,9 @@ from typing import Callable, Sequence
 
 import torch
 
-from .losses import LossBatch, clip_stats
-from .sampling import Rollout
+from ..losses import LossBatch, clip_stats
+from ..sampling import Rollout
+from .run import Hooks
 
 # ----------------------------------------------------------------------------- the process group
 
@@ -305,7 +306,7 @@ def average_gradients(params: Sequence[torch.nn.Parameter], group: Group) -> Non
 
 
 class DataParallelOptimizer:
-    """The update stage's optimizer (:class:`llmrl.trainer.PolicyOptimizer`, or anything with its
+    """The update stage's optimizer (:class:`llmrl.rl.run.PolicyOptimizer`, or anything with its
     ``zero_grad`` / ``backward`` / ``step`` / ``state_dict`` protocol) in a data-parallel run:
     ``step`` averages the gradients over the processes, then lets the wrapped optimizer clip and
     step. Clipping therefore sees the gradient of the whole minibatch, and every process takes the
@@ -468,7 +469,7 @@ def gathered_advantages(advantage_fn: Callable, group: Group) -> Callable:
 def share_minibatches(iter_minibatches: Callable, shares: Shares, minibatch_size: int) -> Callable:
     """The update stage's minibatch iterator ``(fields, generator) -> [dict]`` of a shared batch.
 
-    ``iter_minibatches(fields, size, generator)`` (the student's, or :func:`llmrl.trainer.minibatches`)
+    ``iter_minibatches(fields, size, generator)`` (the student's, or :func:`llmrl.rl.step.minibatches`)
     draws one permutation of the whole batch's rows per epoch (the same draw a 1-process run makes);
     each share takes its rows in that order, and minibatch i holds rows i * m .. (i + 1) * m - 1 of
     every share, m = ``minibatch_size / shares`` (a whole share when the minibatch is the batch)."""
@@ -578,7 +579,7 @@ def reduce_records(records: Sequence[dict]) -> dict:
 
 
 class ReducingHooks:
-    """The :class:`llmrl.trainer.Hooks` of a data-parallel run, around an experiment's own
+    """The :class:`llmrl.rl.run.Hooks` of a data-parallel run, around an experiment's own
     (``inner``): ``after_minibatch`` keeps each minibatch's statistics; ``after_step`` gathers every
     process's record and statistics (one collective per step), and replaces the record, in place,
     by its reduction (:func:`reduce_records`), each loss statistic being the mean over minibatches
@@ -586,12 +587,10 @@ class ReducingHooks:
     minibatch. The run manager then logs the reduced record."""
 
     def __init__(self, group: Group, inner=None):
-        from .trainer import Hooks
         self.group, self.inner = group, inner if inner is not None else Hooks()
         self._stats: list[dict] = []
 
     def hooks(self):
-        from .trainer import Hooks
         return Hooks(after_score=self.inner.after_score, after_minibatch=self.after_minibatch,
                      after_step=self.after_step)
 

@@ -1,41 +1,9 @@
-"""The course's trained models, shipped inside the library (``lib/llmrl/models/``).
+"""Rebuilding the course's shipped models (instructors; ``python -m llmrl.tools.cache --rebuild-shipped``).
 
-Why they ship instead of being trained on first use: training is deterministic on one machine but
-not across machines. Two CPUs that pick different kernels (AVX-512 against AVX2, MKL's code paths)
-round the last bits of a matmul or a softmax differently; over an SFT run those bits decide at
-which step accuracy jumps, so the same code and seed gave a student at SFT step 435 on one machine
-and at step 285 on another, with other numbers in every lab. The four files below were trained
-once, on the instructors' machine, and frozen: every laptop, CI runner and grader now starts from
-the same weights, so the labs' numbers differ between machines by rounding only.
-
-=================  =====================================================================
-``teacher``        lab21's GELU TinyLM after its whole SFT run (1,200 steps): about 100%
-                   greedy (lab21)
-``student``        the same run early on: about 50% greedy, 30% at T = 1, KL to the
-                   teacher about 1.98 nats per token (lab21)
-``sft``            lab11 and lab19's TinyLM, about 80% greedy, 55% at T = 1, below 30% at
-                   T = 2; its run and step chosen by lab19's recorded search
-                   (:mod:`llmrl.labs.lab19_calibration`)
-``hw4-charlm``     hw4's character model after its pretraining (1,500 steps), the pretraining
-                   seed whose model copies every format_copy number (RL then only has to
-                   teach the tag, as in the published run)
-=================  =====================================================================
-
-``models/MANIFEST.json`` records each file's sha256, size, SFT step, the recipe it was trained
-with (a hash of its configuration) and its calibration measured when it was frozen, with the
-machine it was built on. Loading checks the sha256 and fails with a clear error on a changed or
-missing file; it never trains a replacement behind the user's back.
-
-Instructors rebuild them with ``python -m llmrl.cache --rebuild-shipped`` (minutes): the two SFT
-runs of :data:`llmrl.checkpoints.SHIPPED_RUNS` (the course's for the sft model, lab21's for the
-teacher and the student), a scan of each one's snapshots every ``SCAN_EVERY`` steps, the student
-chosen by :func:`choose` (closest to the published calibration, :data:`TARGETS`), the sft model at
-the step lab19's search chose (``checkpoints.SFT_STEP``: docs/lab19-calibration.md, which judged
-its candidates on every lab11 and lab19 claim), the character model pretrained with each of
-``CHARLM_SEEDS`` and chosen by
-:func:`choose_charlm`, all written with a new manifest (``--parts`` rebuilds some of them). On another CPU a rebuild gives
-other bits and possibly other steps: that is a new release of the models, to be committed with the
-notebooks and stored runs regenerated on top of it (docs/library.md, "The course's models").
+The two SFT runs of :data:`llmrl.sft.checkpoints.SHIPPED_RUNS` and the character model's
+pretraining, a scan of the snapshots, the choice of each model by its calibration against
+:data:`llmrl.store.shipped.TARGETS`, and the files written with a new manifest. The loader that the
+labs use is :mod:`llmrl.store.shipped`; this module is the only one that trains them.
 """
 
 from __future__ import annotations
@@ -44,91 +12,13 @@ import hashlib
 import io
 import json
 import platform
-from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
-MODELS_DIR = Path(__file__).with_name("models")
-MANIFEST_NAME = "MANIFEST.json"
-MANIFEST_FORMAT = 1
-TINYLM_NAMES = ("teacher", "student", "sft")
-CHARLM_NAME = "hw4-charlm"
-FILES = {"teacher": "tinylm-teacher.pt", "student": "tinylm-student.pt", "sft": "tinylm-sft.pt",
-         CHARLM_NAME: "hw4-charlm.pt"}
-
-# The published calibration each snapshot is chosen for (lab21's student, lab11's SFT model) and
-# the scale of a miss that counts as one unit in choose()'s distance: about two binomial standard
-# errors of the 1,000-problem evaluation for rates, 0.1 nats for the KL.
-TARGETS = {
-    "student": {"greedy": (0.50, 0.03), "sampled_T1": (0.30, 0.03), "kl_to_teacher": (1.98, 0.10)},
-    "sft": {"greedy": (0.80, 0.03), "sampled_T1": (0.55, 0.03)},
-}
-SFT_T2_BELOW = 0.30      # lab11: "below 30% at T = 2", a hard bound (with a margin in choose())
-SCAN_FROM, SCAN_EVERY = 100, 5
-# hw4's character model: the pretraining seeds tried, and the base model's published math score
-# (hw4's EXPECTED["math_base_eval"]; format_copy's base exact match is 0 by design).
-CHARLM_SEEDS = (0, 1, 2, 3)
-CHARLM_MATH_BASE = 0.27
-
-
-class ShippedModelError(RuntimeError):
-    """A shipped model file is missing or is not the file the manifest describes."""
-
-
-def recipe_key(cfg) -> str:
-    """A hash of a training configuration (an SFTConfig or PretrainConfig), without the torch
-    version: the shipped weights are plain tensors, valid for any torch that loads them."""
-    from .checkpoints import FORMAT_VERSION
-
-    extra = {}
-    if type(cfg).__name__ == "PretrainConfig":
-        from .hw4 import charlm
-        extra = {"easy": charlm.EASY_CORRECT, "corpus": charlm.CORPUS_VERSION, "vocab": charlm.VOCAB,
-                 "width": charlm.PROMPT_WIDTH}
-    blob = json.dumps({"cfg": asdict(cfg), "v": FORMAT_VERSION, **extra}, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def manifest(models_dir: Path | None = None) -> dict:
-    """The manifest of the shipped models (raises ShippedModelError when it is missing)."""
-    path = Path(models_dir or MODELS_DIR) / MANIFEST_NAME
-    try:
-        blob = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ShippedModelError(f"{path} is missing: the llmrl package was installed without its models "
-                                "(reinstall it, or rebuild them: python -m llmrl.cache --rebuild-shipped)") from None
-    if blob.get("format") != MANIFEST_FORMAT:
-        raise ShippedModelError(f"{path} has format {blob.get('format')!r}, this llmrl reads {MANIFEST_FORMAT}")
-    return blob
-
-
-def load_state(name: str, models_dir: Path | None = None) -> tuple[dict, dict]:
-    """(manifest entry, state dict) of a shipped model, after checking its sha256."""
-    models_dir = Path(models_dir or MODELS_DIR)
-    entries = manifest(models_dir)["models"]
-    if name not in entries:
-        raise ShippedModelError(f"no shipped model {name!r}; the manifest lists {sorted(entries)}")
-    entry = entries[name]
-    path = models_dir / entry["file"]
-    try:
-        payload = path.read_bytes()
-    except FileNotFoundError:
-        raise ShippedModelError(f"{path} is missing (shipped model {name!r}): reinstall llmrl, or rebuild "
-                                "the models with python -m llmrl.cache --rebuild-shipped") from None
-    digest = hashlib.sha256(payload).hexdigest()
-    if digest != entry["sha256"]:
-        raise ShippedModelError(f"{path} is not the shipped model {name!r}: its sha256 is {digest[:16]}..., the "
-                                f"manifest says {entry['sha256'][:16]}... (a damaged or replaced file; reinstall "
-                                "llmrl, or rebuild with python -m llmrl.cache --rebuild-shipped)")
-    return dict(entry, name=name), torch.load(io.BytesIO(payload), weights_only=True)
-
-
-def verify(models_dir: Path | None = None) -> dict:
-    """Check every shipped file against the manifest; {name: sha256}. Raises ShippedModelError."""
-    return {name: load_state(name, models_dir)[0]["sha256"] for name in manifest(models_dir)["models"]}
-
+from ..store.shipped import (CHARLM_MATH_BASE, CHARLM_NAME, CHARLM_SEEDS, FILES, MANIFEST_FORMAT, MANIFEST_NAME,
+                             MODELS_DIR, SCAN_EVERY, SCAN_FROM, SFT_T2_BELOW, TARGETS, manifest, recipe_key)
 
 # ------------------------------------------------------------------------------ calibration
 
@@ -137,8 +27,8 @@ def calibration(model, teacher=None) -> dict:
     lib/tests/test_calibration.py checks): greedy, T = 1 and T = 2 accuracy on 1,000 two-digit
     problems, and, given a teacher, lab21 Project 0's starting point (pass@1 from 8 samples of 100
     problems and the exact per-token KL to the teacher on them)."""
-    from .addition import TWO_DIGIT, eval_problems
-    from .evaluation import accuracy, evaluate
+    from ..addition import TWO_DIGIT, eval_problems
+    from ..evaluation import accuracy, evaluate
 
     probs = eval_problems(1000)
     out = {"greedy": accuracy(model, probs, 0.0), "sampled_T1": accuracy(model, probs, 1.0, 1, 0),
@@ -168,7 +58,7 @@ def choose(scan: list[dict], role: str) -> dict:
 
 def train_keeping(cfg, keep, progress: bool = True) -> tuple[dict, dict]:
     """One SFT run of ``cfg``: (final state, {step: state} for every step in ``keep``)."""
-    from .checkpoints import sft_train
+    from ..sft.train import sft_train
 
     keep, states = set(keep), {}
 
@@ -183,7 +73,7 @@ def train_keeping(cfg, keep, progress: bool = True) -> tuple[dict, dict]:
 def measure(cfg, states: dict, teacher_state: dict, progress: bool = True) -> list[dict]:
     """A scan row per snapshot: its step and :func:`calibration` (with the KL to the teacher, the
     slowest measurement, only where greedy accuracy is within 0.15 of the student's target)."""
-    from .tinylm import TinyLM
+    from ..tinylm import TinyLM
 
     teacher, model = TinyLM(cfg.model), TinyLM(cfg.model)
     teacher.load_state_dict(teacher_state)
@@ -212,7 +102,7 @@ def scan_snapshots(cfg=None, progress: bool = True, roles=tuple(TARGETS)):
     :data:`TARGETS`). Returns (the run's final state, which the KL measurements take as the
     teacher; {step: state} of every measured snapshot; rows sorted by step).
     """
-    from .checkpoints import COURSE_SFT
+    from ..sft.checkpoints import COURSE_SFT
 
     cfg = cfg or COURSE_SFT
     coarse = set(range(SCAN_FROM, cfg.steps + 1, SCAN_EVERY))
@@ -265,8 +155,8 @@ def rebuild(out_dir: Path | None = None, progress: bool = True, parts=PARTS) -> 
     """Train, choose and write the shipped models of ``parts`` (:data:`PARTS`) and the manifest into
     ``out_dir`` (the package's models folder by default); the entries of the other parts are kept
     from the manifest already there. Returns the new manifest."""
-    from .checkpoints import COURSE_SFT, LAB21_SFT, SFT_STEP
-    from .tinylm import TinyLM
+    from ..sft.checkpoints import COURSE_SFT, LAB21_SFT, SFT_STEP
+    from ..tinylm import TinyLM
 
     parts = tuple(parts)
     if not parts or any(p not in PARTS for p in parts):
@@ -332,9 +222,9 @@ def charlm_calibration(model) -> dict:
     (0: the base model answers "Answer: N" without the tag), the share of those answers whose number
     is right whatever the format (what RL cannot teach in a few dozen steps: the copying itself),
     and exact match on math_toy."""
-    from .hw4.char_backend import CharBackend
-    from .hw4.tasks import last_number, make_task, parse_number
-    from .hw4.trainer import evaluate
+    from ..hw4.char_backend import CharBackend
+    from ..hw4.tasks import last_number, make_task, parse_number
+    from ..hw4.trainer import evaluate
 
     backend, out = CharBackend(model), {}
     for name in ("format_copy", "math_toy"):
@@ -354,7 +244,7 @@ def choose_charlm(seeds=None, progress: bool = True):
     state, calibration, one row per seed)."""
     from dataclasses import replace
 
-    from .hw4 import charlm
+    from ..hw4 import charlm
 
     rows, best = [], None
     for seed in (CHARLM_SEEDS if seeds is None else seeds):

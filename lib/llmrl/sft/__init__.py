@@ -1,0 +1,1 @@
+"""The SFT layer: supervised training of TinyLM and the checkpoints every lab starts from."""
