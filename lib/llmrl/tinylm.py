@@ -28,14 +28,19 @@ ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}  # name -> the MLP's nonlinearity
 @dataclass(frozen=True)
 class TinyLMConfig:
     vocab_size: int = 15
+    """tokens in the vocabulary (15: the addition task's digits, signs and specials)"""
     d: int = 64
+    """width of the residual stream"""
     n_layers: int = 2
+    """transformer blocks"""
     n_heads: int = 4
-    d_ff: int | None = None  # defaults to 4 * d
+    """attention heads per block (d must be a multiple)"""
+    d_ff: int | None = None
+    """width of the MLP's hidden layer (None: 4 * d)"""
     max_len: int = 16
-    # the MLP's nonlinearity: "relu" (the course's first TinyLM, lab11 and lab19's model, hw4's
-    # character model) or "gelu" (exact, erf form: lab21's teacher and student)
+    """longest sequence (prompt and completion) the position embedding covers"""
     activation: str = "relu"
+    """the MLP's nonlinearity: 'relu' (lab11, lab19, hw4) or 'gelu' (exact erf form: lab21)"""
 
     def __post_init__(self):
         for name in ("vocab_size", "d", "n_layers", "n_heads", "max_len"):

@@ -116,3 +116,27 @@ def check_tensor(name: str, t, ndim: int | None = None, dtype=None, shape=None) 
             if want is not None and want != got:
                 raise ValueError(f"{name} must have shape {tuple(shape)} (None = any), got {tuple(t.shape)}")
     return t
+
+
+def field_docs(cls) -> dict[str, str]:
+    """{field: its one-line doc} of a config dataclass: a field's ``metadata["doc"]``, else the string
+    literal written right under the field in the class body (an attribute docstring); a field that a
+    subclass redeclares without a doc keeps its base class's. A field with neither maps to ""."""
+    import ast
+    import dataclasses
+    import inspect
+    import textwrap
+
+    written: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass) or klass is object:
+            continue
+        try:
+            body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0].body
+        except (OSError, TypeError):
+            continue
+        for node, nxt in zip(body, body[1:]):
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(nxt, ast.Expr)
+                    and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
+                written[node.target.id] = " ".join(nxt.value.value.split())
+    return {f.name: f.metadata.get("doc") or written.get(f.name, "") for f in dataclasses.fields(cls)}

@@ -60,7 +60,7 @@ def test_against_runs_each_library_in_its_own_process(tmp_path):
     got = bench.step_in_process(here, 1, [2])
     assert set(got) == {2} and got[2][0] > 0 and got[2][1] > 0
     lib = bench.library_at("HEAD", tmp_path)  # a revision, extracted with git archive
-    assert (lib / "llmrl" / "trainer.py").is_file() and lib != here
+    assert (lib / "llmrl" / "rl" / "train.py").is_file() and lib != here
     fake = tmp_path / "fake"
     (fake / "llmrl").mkdir(parents=True)
     (fake / "llmrl" / "__init__.py").write_text("")  # no trainer in it: the worker fails with the reason

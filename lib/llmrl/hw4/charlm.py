@@ -149,12 +149,18 @@ class PretrainConfig(ScheduleConfig):
     """The character model's pretraining: SFT's schedule and loop on this module's corpus."""
 
     steps: int = 1500
+    """optimizer steps of the pretraining"""
     batch_size: int = 32
+    """rows per batch"""
     copy_fraction: float = 0.35
+    """share of rows from the format_copy corpus (the rest: arithmetic)"""
     hard_correct: float = HARD_CORRECT
-    drill_fraction: float = 0.3      # math rows that are bare facts ("Compute 7*8" -> "7*8=56")
+    """how often the corpus answers a hard math family right"""
+    drill_fraction: float = 0.3
+    """share of math rows that are bare facts ('Compute 7*8' -> '7*8=56')"""
     model: TinyLMConfig = field(default_factory=lambda: TinyLMConfig(
         vocab_size=VOCAB_SIZE, d=64, n_layers=2, n_heads=4, max_len=MAX_LEN))
+    """the character TinyLM (vocabulary and length fixed by the tokenizer)"""
 
     def __post_init__(self):
         super().__post_init__()

@@ -56,36 +56,67 @@ ALGOS = ("grpo", "reinforce")
 @dataclass(frozen=True)
 class HW4Config:
     task: str = "format_copy"
+    """the task by name: 'format_copy', 'math_toy', 'math_hard' or a registered one"""
     algo: str = "grpo"
-    steps: int = 50                  # optimizer-facing RL steps (rollout batches); eval also at step 0
+    """'grpo' (clipped, several epochs, KL penalty) or 'reinforce' (GR-REINFORCE: one plain pass)"""
+    steps: int = 50
+    """RL steps (rollout batches); the evaluation also runs at step 0"""
     n_prompts: int = 8
+    """prompts per step"""
     group_size: int = 6
+    """completions per prompt"""
     lr: float = 5e-5
+    """AdamW's learning rate"""
     temperature: float = 0.8
+    """sampling temperature of the rollouts"""
     top_p: float = 0.95
+    """nucleus sampling's probability mass (1: all tokens)"""
     clip_eps: float = 0.2
+    """GRPO's ratio clip: [1 - clip_eps, 1 + clip_eps]"""
     kl_coef: float = 0.05
+    """weight of the KL penalty to the reference policy (GRPO)"""
     max_grad_norm: float = 0.5
+    """clip the gradient's global norm to this before each optimizer step"""
     adv_clip: float = 5.0
+    """advantages are clipped to +-adv_clip after the optional normalisation"""
     normalize_advantages: bool = False
-    ppo_epochs: int = 2              # GRPO; GR-REINFORCE always makes one pass
+    """normalise the advantages over the whole batch (your maybe_normalize_advantages)"""
+    ppo_epochs: int = 2
+    """GRPO's passes over each batch; GR-REINFORCE always makes one"""
     minibatch_size: int = 24
+    """rows per minibatch of the update"""
     grad_accum_steps: int = 2
-    max_new_tokens: int | None = None   # None: the task's
+    """minibatches accumulated before one optimizer step"""
+    max_new_tokens: int | None = None
+    """completion cap (None: the task's)"""
     eval_every: int = 5
-    eval_limit: int | None = None    # evaluate on the first N eval problems only (None: all)
-    gen_every: int = 5               # log one group of generations every N steps
+    """evaluate every N steps (and at step 0 and the last step)"""
+    eval_limit: int | None = None
+    """evaluate on the first N eval problems only (None: all)"""
+    gen_every: int = 5
+    """log one group of generations every N steps"""
     ckpt_every: int = 10
+    """save the policy and the trainer state every N steps (a run resumes from the last)"""
     seed: int = 0
+    """seeds the prompts, the samples and the minibatch order"""
     betas: tuple = (0.9, 0.95)
+    """AdamW's (beta1, beta2)"""
     weight_decay: float = 0.0
-    shares: int = 1                  # the batch in equal shares of whole prompt groups (data parallel: docs/hw4_gpu.md)
+    """AdamW's weight decay"""
+    shares: int = 1
+    """the batch in equal shares of whole prompt groups (data parallel: docs/hw4_gpu.md)"""
     backend: str = "char"
+    """policy backend: 'char' (the character TinyLM) or 'hf' (a Hugging Face model with LoRA)"""
     backend_kwargs: dict = field(default_factory=dict)
+    """keyword arguments of the backend (e.g. model, device, dtype)"""
     task_kwargs: dict = field(default_factory=dict)
+    """keyword arguments of the task"""
     wandb: bool = False
+    """also log to Weights & Biases (needs wandb installed)"""
     wandb_mode: str = "offline"
+    """Weights & Biases mode: 'offline', 'online' or 'disabled'"""
     wandb_project: str = "llmrl-hw4"
+    """Weights & Biases project name"""
 
     def __post_init__(self):
         if self.algo not in ALGOS:

@@ -21,29 +21,53 @@ class RLConfig:
     keep a frozen reference to report the KL to it even without a penalty."""
 
     steps: int = 200
+    """RL steps (one rollout batch each) that rl_train runs"""
     n_prompts: int = 16
+    """prompts drawn per step; the batch has n_prompts * group_size rows"""
     group_size: int = 8
+    """completions sampled per prompt (G); group advantages compare a prompt's G rewards"""
     lr: float = 3e-4
+    """AdamW's learning rate for the policy"""
     epochs: int = 1
+    """passes of the update over each step's batch (1: on-policy; more: PPO-style reuse, clipped)"""
     eps_low: float | None = 0.2
+    """lower clip of the probability ratio at 1 - eps_low (None: no lower bound)"""
     eps_high: float | None = 0.2
+    """upper clip of the ratio at 1 + eps_high (None: no upper bound; above eps_low: clip-higher)"""
     advantage: str = "mean"
+    """group advantage: 'mean' (reward minus group mean), 'std' (also divided by the group's sd), 'maxrl'"""
     kl_coef: float = 0.0
+    """weight of the KL penalty to the frozen reference (0: none)"""
     kl_mode: str = "reward"
+    """where the KL penalty goes: 'reward' (subtracted from the reward) or 'loss' (added to the loss)"""
     kl_estimator: str = "k1"
+    """per-token KL estimator of the penalty: 'k1', 'k2' or 'k3'"""
     loss: str = "pg"
+    """policy loss by name: 'pg' (clipped policy gradient), 'opd-sampled', 'opd-full' (distillation), 'sft'"""
     rollout_from: str = "policy"
+    """who samples the rollouts: 'policy' (RL) or 'teacher' (off-policy distillation)"""
     temperature: float = 1.0
+    """sampling temperature of the rollouts (> 0)"""
     max_grad_norm: float | None = 1.0
+    """clip the gradient's global norm to this before each optimizer step (None: no clipping)"""
     weight_decay: float = 0.0
+    """AdamW's weight decay"""
     seed: int = 0
+    """seeds the prompts, the samples and the minibatch order"""
     rare_prob: float = 0.5
+    """a token whose old probability is below this counts as rare in the clip statistics"""
     track_reference_kl: bool = True
+    """keep a frozen reference to report the KL to it even without a penalty"""
     top_p: float = 1.0
+    """nucleus sampling: keep the smallest set of tokens with this much probability (1: all)"""
     max_new_tokens: int | None = None
+    """completion cap while training (None: the task's own)"""
     minibatch_size: int | None = None
+    """rows per gradient step within an epoch (None: the whole batch, one step per epoch)"""
     grad_accum_steps: int = 1
+    """minibatches whose gradients are summed before one optimizer step"""
     betas: tuple = (0.9, 0.999)
+    """AdamW's (beta1, beta2)"""
 
     def __post_init__(self):
         check_fields(self, ints={"steps": 1, "n_prompts": 1, "group_size": 1, "epochs": 1, "seed": 0,

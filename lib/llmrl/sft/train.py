@@ -46,7 +46,9 @@ class SFTConfig(ScheduleConfig):
     """The SFT run of TinyLM on the addition task's ``mix`` (the checkpoints every lab starts from)."""
 
     mix: tuple = tuple(SFT_MIX.items())
+    """the SFT data's mix: (bucket of problems, share of rows) pairs of the addition task"""
     model: TinyLMConfig = field(default_factory=TinyLMConfig)
+    """the TinyLM trained (its TinyLMConfig)"""
 
     def key(self) -> str:
         blob = json.dumps({"cfg": asdict(self), "v": FORMAT_VERSION, "torch": torch.__version__},
