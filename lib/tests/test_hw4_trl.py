@@ -436,10 +436,11 @@ def test_docs_tables_follow_the_code():
     # every course metric the RL step writes has a row, under its name in the library's vocabulary
     import inspect
 
-    import llmrl.rl.train as spine
+    import llmrl.rl.step as step
+    import llmrl.rl.train as loop
     from llmrl import losses, metrics
 
-    src = inspect.getsource(spine) + inspect.getsource(losses.clip_stats)
+    src = inspect.getsource(step) + inspect.getsource(loop) + inspect.getsource(losses.clip_stats)
     courses = {m.course for m in tx.METRICS}
     for name in ("reward_mean", "reward_std", "sampled_accuracy", "clip_fraction", "grad_norm_mean",
                  "entropy_token_mean_nats", "completion_tokens_mean", "loss_mean", "advantage_abs_mean",

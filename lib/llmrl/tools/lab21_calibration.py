@@ -251,7 +251,7 @@ SPLITS = ("8x8", "16x4", "32x2", "64x1+rl8x8")
 
 def _split_arms(split: str) -> list[tuple[tuple[str, ...], int, int]]:
     """[(arms, prompts, samples per prompt)] of a split name (see :data:`SPLITS`)."""
-    from . import lab21
+    from ..labs import lab21
 
     parts = split.split("+")
     p, g = (int(x) for x in parts[0].split("x"))
@@ -277,7 +277,7 @@ def split_run(split: str, seeds: Sequence[int], workers: int = 1, log=print) -> 
     """Project 0 at one split with the shipped student, seeds trained together (cached): {"split", "seeds",
     "student", "seconds", "results": {seed: {"lab21/project0": {"arms": ...}}}}."""
     from . import reproduce as R
-    from . import lab21
+    from ..labs import lab21
 
     fp = R.model_fingerprint("student")
     path = WORK / "p0-splits" / f"{fp}-{split}-seeds{'_'.join(map(str, seeds))}.json"
@@ -319,7 +319,7 @@ def _split_key(r: dict):
 
 
 def current_split() -> str:
-    from . import lab21
+    from ..labs import lab21
 
     return f"{lab21.P0_PROMPTS}x{lab21.P0_GROUP}"
 

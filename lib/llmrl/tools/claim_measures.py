@@ -1,0 +1,203 @@
+"""How each published claim's number is measured from the experiments' results, by claim id.
+
+The claims themselves (statement, published value, experiments, tolerance and its reason) are data:
+``claims.json`` beside this module, read and checked by :mod:`llmrl.tools.claims`. Each entry there
+has one measure here under the same id (the checker fails on a claim without a measure or a measure
+without a claim).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+
+def _ev(res: dict, arm: str, metric: str, i: int = -1) -> float:
+    v = res["arms"][arm]["evals"][metric][i]
+    return float("nan") if v is None else float(v)
+
+
+def _curve(res: dict, arm: str, metric: str) -> np.ndarray:
+    return np.array([np.nan if v is None else v for v in res["arms"][arm]["curve"][metric]], dtype=float)
+
+
+def measures() -> dict[str, Callable[[dict], float]]:
+    """{claim id: measure(results) -> float}: ``results`` holds one seed's result of every experiment
+    the claim names (claims.json)."""
+    from ..hw4.plots import reward_rise
+    from ..labs.lab19 import MID_WINDOW, hack_completed
+
+    M: dict[str, Callable[[dict], float]] = {}
+
+    def add(claim_id: str, measure: Callable[[dict], float]) -> None:
+        if claim_id in M:
+            raise ValueError(f"claim {claim_id!r} has two measures")
+        M[claim_id] = measure
+
+    # ------------------------------------------------------------------------------------ lab11
+    # What a correct implementation gives on any run is not a result here but a test: the worked
+    # example's pi* and soft values, the token-level optimum equal to the sequence-level one, the Gibbs
+    # gap and "no random policy beats pi*", temperature below the frontier (lib/tests/test_toylm.py);
+    # no gradient into the prompt, k1 and k3 unbiased and k2 biased, greedy decoding's single answer
+    # (lib/tests/test_lab11.py). The claims below are results of the SFT model's training and of
+    # sampling from it, or the toy LM's published frontier (an exact computation of its scenario).
+    add("lab11.greedy-accuracy", lambda r: r["lab11/sweep"]["accuracy"]["0"])
+    add("lab11.accuracy-T1", lambda r: r["lab11/sweep"]["accuracy"]["1"])
+    add("lab11.accuracy-T2", lambda r: r["lab11/sweep"]["accuracy"]["2"])
+    add("lab11.accuracy-falls", lambda r: min(r["lab11/sweep"]["accuracy"]["0"] - r["lab11/sweep"]["accuracy"]["1"],
+                                  r["lab11/sweep"]["accuracy"]["1"] - r["lab11/sweep"]["accuracy"]["2"]))
+    add("lab11.distinct-T2", lambda r: r["lab11/sweep"]["distinct"]["2"])
+    add("lab11.distinct-climbs", lambda r: float(np.diff(r["lab11/sweep"]["distinct_all"]).min()))
+    add("lab11.kl-agree-hot", lambda r: max(abs(r["lab11/kl"][T][k] - 1) for T in ("1.5", "2") for k in ("k1_ratio", "k3_ratio")))
+    add("lab11.k3-low-sharp", lambda r: r["lab11/kl"]["0.25"]["k3_ratio"])
+    add("lab11.k3-bars-miss", lambda r: r["lab11/kl"]["0.25"]["k3_covers"])
+    add("lab11.cooling-reduces-reward", lambda r: r["lab11/frontier"]["worked_cooling_loss"])
+    add("lab11.hack-rises-falls", lambda r: r["lab11/frontier"]["hack_rise_fall"])
+    add("lab11.hack-peak-kl", lambda r: r["lab11/frontier"]["hack_peak_kl"])
+
+    # ------------------------------------------------------------------------------------ lab19
+    # Part 1's pools are samples (seeded); "the proxy gain keeps rising with n" and "with b = 0 the
+    # exact gold gain never turns down" hold for every pool and every noise level (the best of more
+    # draws of a score is at least as high; with b = 0 gold and proxy rise together): tests
+    # (lib/tests/test_overopt.py), not results.
+    o = lambda k: (lambda r: r["lab19/overopt"][k])  # noqa: E731
+    add("lab19.bon-peak-n", o("peak_n"))
+    add("lab19.bon-peak-kl", o("peak_kl"))
+    add("lab19.bon-peak-gain", o("peak_gain"))
+    add("lab19.bon-negative-3000", o("pool_gain_3000"))
+    add("lab19.gao-alpha", o("alpha"))
+    add("lab19.gao-beta", o("beta"))
+    add("lab19.noise-beta", o("noise_beta"))
+    add("lab19.pool-3000", o("pool_gain_3000"))
+    add("lab19.exact-3000", o("exact_gain_3000"))
+    h = lambda arm, k: (lambda r: r["lab19/hacking"][arm][k])  # noqa: E731
+    w0, w1 = MID_WINDOW
+    add("lab19.hack-acc-start", h("0", "accuracy_start"))
+    add("lab19.hack-acc-mid", h("0", "accuracy_mid"))
+    add("lab19.hack-rises-first", lambda r: r["lab19/hacking"]["0"]["accuracy_mid"] - r["lab19/hacking"]["0"]["accuracy_start"])
+    add("lab19.hack-peak-step", h("0", "peak_step"))
+    add("lab19.hack-completed", lambda r: float(hack_completed(r["lab19/hacking"]["0"])))
+    add("lab19.hack-final-acc", h("0", "final_accuracy"))
+    add("lab19.hack-final-length", h("0", "final_length"))
+    add("lab19.hack-final-kl", h("0", "final_kl"))
+    add("lab19.hack-proxy-climbs", lambda r: r["lab19/hacking"]["0"]["final_proxy"] - r["lab19/hacking"]["0"]["proxy_mid"])
+    add("lab19.kl005-no-hack", lambda r: 4.0 - r["lab19/hacking"]["0.05"]["final_length"])
+    add("lab19.kl005-acc", h("0.05", "final_accuracy"))
+    add("lab19.gold-acc", h("gold", "final_accuracy"))
+    add("lab19.kl005-near-gold", lambda r: r["lab19/hacking"]["gold"]["final_accuracy"]
+        - r["lab19/hacking"]["0.05"]["final_accuracy"])
+    en = lambda arm, k: (lambda r: r["lab19/entropy"][arm][k])  # noqa: E731
+    add("lab19.entropy-start", en("symmetric", "entropy_start"))
+    add("lab19.entropy-end", lambda r: 0.5 * (r["lab19/entropy"]["symmetric"]["entropy_end"]
+                                                               + r["lab19/entropy"]["clip-higher"]["entropy_end"]))
+    add("lab19.entropy-falls-both", lambda r: min(r["lab19/entropy"][a]["entropy_start"] - r["lab19/entropy"][a]["entropy_end"]
+                                  for a in ("symmetric", "clip-higher")))
+    add("lab19.clips-indistinguishable", lambda r: r["lab19/entropy"]["clip-higher"]["entropy_end"] - r["lab19/entropy"]["symmetric"]["entropy_end"])
+    add("lab19.no-upper-higher", lambda r: r["lab19/entropy"]["no upper clip"]["entropy_end"]
+        - 0.5 * (r["lab19/entropy"]["symmetric"]["entropy_end"] + r["lab19/entropy"]["clip-higher"]["entropy_end"]))
+    add("lab19.no-upper-entropy", en("no upper clip", "entropy_end"))
+    add("lab19.no-upper-unstable", lambda r: r["lab19/entropy"]["symmetric"]["final_accuracy"] - r["lab19/entropy"]["no upper clip"]["final_accuracy"])
+    add("lab19.clip-rare", en("symmetric", "late_clip_high_of_positive_rare"))
+    add("lab19.clip-common", en("symmetric", "late_clip_high_of_positive_common"))
+
+    # ------------------------------------------------------------------------------------ lab21
+    add("lab21.teacher-accuracy", lambda r: r["lab21/models"]["teacher_greedy"])
+    add("lab21.student-greedy", lambda r: r["lab21/models"]["student_greedy"])
+    add("lab21.student-sampled", lambda r: r["lab21/models"]["student_sampled"])
+    add("lab21.p0-start-pass1", lambda r: _ev(r["lab21/project0"], "rl", "pass@1", 0))
+    add("lab21.p0-start-kl", lambda r: _ev(r["lab21/project0"], "rl", "kl_to_teacher_exact_token_mean_nats", 0))
+    for arm, p1, kl in (("opd-full", 0.67, 0.70), ("sft-teacher", 0.64, 0.75), ("opd-sampled", 0.54, 1.01),
+                        ("rl", 0.54, 1.07)):
+        add(f"lab21.p0-{arm}-pass1", (lambda a: lambda r: _ev(r["lab21/project0"], a, "pass@1"))(arm))
+        add(f"lab21.p0-{arm}-kl", (lambda a: lambda r: _ev(r["lab21/project0"], a, "kl_to_teacher_exact_token_mean_nats"))(arm))
+    add("lab21.p0-dense-beats-sparse", lambda r: min(_ev(r["lab21/project0"], a, "pass@1") for a in ("opd-full", "sft-teacher"))
+        - _ev(r["lab21/project0"], "rl", "pass@1"))
+    add("lab21.p0-full-beats-sampled", lambda r: _ev(r["lab21/project0"], "opd-full", "pass@1")
+        - _ev(r["lab21/project0"], "opd-sampled", "pass@1"))
+    add("lab21.p0-onpolicy-small-lead", lambda r: _ev(r["lab21/project0"], "opd-full", "pass@1") - _ev(r["lab21/project0"], "sft-teacher", "pass@1"))
+    add("lab21.p1-start-entropy", lambda r: _ev(r["lab21/project1"], "symmetric", "entropy_token_mean_nats", 0))
+    add("lab21.p1-collapse", lambda r: max(_ev(r["lab21/project1"], a, "entropy_token_mean_nats") for a in ("symmetric", "clip-higher", "no-clip")))
+    for arm, ent in (("symmetric", 0.222), ("clip-higher", 0.235)):
+        add(f"lab21.p1-{arm}-entropy", (lambda a: lambda r: _ev(r["lab21/project1"], a, "entropy_token_mean_nats"))(arm))
+    add("lab21.p1-no-clip-highest", lambda r: _ev(r["lab21/project1"], "no-clip", "entropy_token_mean_nats")
+        - max(_ev(r["lab21/project1"], a, "entropy_token_mean_nats") for a in ("symmetric", "clip-higher")))
+    add("lab21.p1-no-clip-lowest-acc", lambda r: min(_ev(r["lab21/project1"], a, "pass@1") for a in ("symmetric", "clip-higher"))
+        - _ev(r["lab21/project1"], "no-clip", "pass@1"))
+    add("lab21.p1-clipped-pass1", lambda r: _ev(r["lab21/project1"], "symmetric", "pass@1"))
+    add("lab21.p1-no-clip-pass1", lambda r: _ev(r["lab21/project1"], "no-clip", "pass@1"))
+    add("lab21.p1-no-clear-effect", lambda r: _ev(r["lab21/project1"], "clip-higher", "entropy_token_mean_nats")
+        - _ev(r["lab21/project1"], "symmetric", "entropy_token_mean_nats"))
+    add("lab21.p2-start-gold", lambda r: _ev(r["lab21/project2"], "binary", "gold_pass@1", 0))
+    for arm, g, px, pad in (("binary", 0.55, 0.56, 0.02), ("partial", 0.54, 0.74, 0.01), ("stylish_w2", 0.29, 0.61, 0.98)):
+        add(f"lab21.p2-{arm}-gold", (lambda a: lambda r: _ev(r["lab21/project2"], a, "gold_pass@1"))(arm))
+        add(f"lab21.p2-{arm}-proxy", (lambda a: lambda r: _ev(r["lab21/project2"], a, "proxy_reward_mean"))(arm))
+        add(f"lab21.p2-{arm}-pad", (lambda a: lambda r: _ev(r["lab21/project2"], a, "pad_share_small_sums"))(arm))
+    add("lab21.p2-w1-pad", lambda r: _ev(r["lab21/project2"], "stylish_w1", "pad_share_small_sums"))
+    add("lab21.p2-w1-gold", lambda r: _ev(r["lab21/project2"], "stylish_w1", "gold_pass@1"))
+    add("lab21.p2-stylish-hacked", lambda r: (_ev(r["lab21/project2"], "stylish_w2", "pad_share_small_sums") - 0.5)
+        if _ev(r["lab21/project2"], "stylish_w2", "gold_pass@1") - _ev(r["lab21/project2"], "stylish_w2", "gold_pass@1", 0) <= 0.05
+        else -1.0)
+    add("lab21.p2-partial-no-faster", lambda r: _ev(r["lab21/project2"], "partial", "gold_pass@1")
+        - _ev(r["lab21/project2"], "binary", "gold_pass@1"))
+    b3 = lambda arm, b, i=-1: (lambda r: _ev(r["lab21/project3"], arm, f"sampled_accuracy_{b}", i))  # noqa: E731
+    add("lab21.p3-start-1d1d", b3("uniform", "1d+1d", 0))
+    add("lab21.p3-start-2d", lambda r: float(np.mean([_ev(r["lab21/project3"], "uniform", f"sampled_accuracy_{b}", 0)
+                                                  for b in ("2d+2d_nocarry", "2d+2d_carry", "2d+2d_ge100")])))
+    add("lab21.p3-start-3d1d", b3("uniform", "3d+1d", 0))
+    add("lab21.p3-target-only-3d1d", b3("target-only", "3d+1d"))
+    add("lab21.p3-target-only-drift", lambda r: float(np.mean(
+            [_ev(r["lab21/project3"], "target-only", f"sampled_accuracy_{b}", 0) - _ev(r["lab21/project3"], "target-only", f"sampled_accuracy_{b}")
+             for b in ("2d+2d_nocarry", "2d+2d_carry", "2d+2d_ge100")])))
+    add("lab21.p3-both-improve", lambda r: min(float(np.mean(
+            [_ev(r["lab21/project3"], a, f"sampled_accuracy_{b}") - _ev(r["lab21/project3"], a, f"sampled_accuracy_{b}", 0)
+             for b in ("2d+2d_nocarry", "2d+2d_carry", "2d+2d_ge100")])) for a in ("uniform", "learnability")))
+    add("lab21.p3-uniform-ge100", b3("uniform", "2d+2d_ge100"))
+    add("lab21.p3-learnability-ge100", b3("learnability", "2d+2d_ge100"))
+    add("lab21.p3-learnability-ahead", lambda r: _ev(r["lab21/project3"], "learnability", "sampled_accuracy_2d+2d_ge100")
+        - _ev(r["lab21/project3"], "uniform", "sampled_accuracy_2d+2d_ge100"))
+    add("lab21.p3-uniform-usage", lambda r: r["lab21/project3"]["arms"]["uniform"]["extra"]["total_usage"]["usage_3d+1d"])
+    add("lab21.p3-learnability-usage", lambda r: r["lab21/project3"]["arms"]["learnability"]["extra"]["total_usage"]["usage_3d+1d"])
+    add("lab21.p3-neither-fixes-1d1d", lambda r: max(_ev(r["lab21/project3"], a, "sampled_accuracy_1d+1d") for a in ("uniform", "learnability")))
+    for arm, p1, p16 in (("mean", 0.55, 0.89), ("std", 0.51, 0.88), ("maxrl", 0.51, 0.91)):
+        add(f"lab21.p4-{arm}-pass1", (lambda a: lambda r: _ev(r["lab21/project4"], a, "pass@1"))(arm))
+        add(f"lab21.p4-{arm}-pass16", (lambda a: lambda r: _ev(r["lab21/project4"], a, "pass@16"))(arm))
+    add("lab21.p4-maxrl-direction", lambda r: _ev(r["lab21/project4"], "maxrl", "pass@16") - _ev(r["lab21/project4"], "mean", "pass@16") + 1e-9)
+    x5 = lambda r: r["lab21/project5"]["arms"]["rl"]["extra"]  # noqa: E731
+    add("lab21.p5-start-pass1", lambda r: x5(r)["before"]["in_dist"][0])
+    add("lab21.p5-end-pass1", lambda r: x5(r)["after"]["in_dist"][0])
+    add("lab21.p5-start-pass64", lambda r: x5(r)["before"]["in_dist"][63])
+    add("lab21.p5-end-pass64", lambda r: x5(r)["after"]["in_dist"][63])
+    add("lab21.p5-pass64-falls", lambda r: x5(r)["before"]["in_dist"][63] - x5(r)["after"]["in_dist"][63])
+    add("lab21.p5-crossing", lambda r: float(x5(r)["crossing_k"] or 65))
+    add("lab21.p5-3d1d-zero", lambda r: max(max(x5(r)["before"]["3d+1d"]), max(x5(r)["after"]["3d+1d"])))
+
+    # -------------------------------------------------------------------------------------- hw4
+    # k3's non-negativity and unbiasedness are properties of the estimator (lib/tests/test_core_eval.py),
+    # not results of a run.
+    add("hw4.fc-reward", lambda r: r["hw4/format_copy"]["grpo"]["final_reward"])
+    add("hw4.fc-exact-match", lambda r: r["hw4/format_copy"]["grpo"]["final_eval_exact_match"])
+    add("hw4.fc-reinforce-exact-match", lambda r: r["hw4/format_copy"]["reinforce"]["final_eval_exact_match"])
+    add("hw4.fc-rise-step", lambda r: float(reward_rise(r["hw4/format_copy"]["grpo"]["reward_curve"])["mid"]))
+    add("hw4.fc-rise-sharp", lambda r: float(reward_rise(r["hw4/format_copy"]["grpo"]["reward_curve"])["width"]))
+    # Sample efficiency is how fast a run learns from the rollouts it draws, not where it ends. Both
+    # algorithms draw the same rollouts per step, so the eval curve over steps is a curve over samples.
+    # Published on math_hard, neither run is near its ceiling after ~200 steps, so the final eval
+    # answers that question there; math_toy is solved by both within 30 steps, where the final eval
+    # only says that both reach the ceiling. The measure, argued before it was computed on any run:
+    # the area under the greedy eval curve over the whole 30-step run (every eval point the
+    # run already makes, trapezoid rule, divided by the steps: the run's mean eval exact match). It
+    # needs no step or threshold chosen by looking at where the curves level off (an eval at one early
+    # step would), it credits the run that gets there first, and the steps where both sit at the
+    # ceiling add about the same to both areas (they shrink the gap, they do not make it).
+    add("hw4.math-grpo-beats-reinforce", lambda r: r["hw4/math_toy"]["grpo"]["eval_area"] - r["hw4/math_toy"]["reinforce"]["eval_area"])
+    add("hw4.math-reinforce-beats-base", lambda r: r["hw4/math_toy"]["reinforce"]["final_eval_exact_match"] - r["hw4/math_toy"]["reinforce"]["start_eval_exact_match"])
+    for cid, text, pub in (("hw4.math-hard-base", "math_hard: eval accuracy of the base 1.5B model.", "0.23-0.26"),
+                           ("hw4.math-hard-reinforce", "math_hard: GR-REINFORCE's final eval accuracy.",
+                            "near 0.31"),
+                           ("hw4.math-hard-grpo", "math_hard: GRPO's final eval accuracy.", "above 0.37"),
+                           ("hw4.math-hard-grpo-train", "math_hard: GRPO's training reward at the end.", "above 0.55")):
+        add(cid, lambda r: float("nan"))
+    return M
+
+
