@@ -37,8 +37,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 import torch.nn.functional as F
 
-from ..store.checkpoint_files import FORMAT_VERSION, cache_dir, load_state, save_state
 from ..sft.train import ScheduleConfig, supervised_train
+from ..store.checkpoint_files import FORMAT_VERSION, cache_dir, load_state, save_state
 from ..tinylm import TinyLM, TinyLMConfig
 
 from .tasks import MATH_FAMILIES, FormatCopyTask, MathToyTask

@@ -52,10 +52,10 @@ from pathlib import Path
 import torch
 
 from ..addition import PROMPT_LEN, RESPONSE_LEN
+from ..rl.train import rl_train
 from ..sft.checkpoints import LAB21_SFT, LAB21_SNAPSHOTS
 from ..sft.train import SFTConfig, sft_train
 from ..tinylm import TinyLM
-from ..rl.train import rl_train
 from ..utils import repo_root, set_threads
 
 BASELINE = Path("shared") / "baseline" / "quick_rl_bench.py"

@@ -26,7 +26,7 @@ def measures() -> dict[str, Callable[[dict], float]]:
     """{claim id: measure(results) -> float}: ``results`` holds one seed's result of every experiment
     the claim names (claims.json)."""
     from ..hw4.plots import reward_rise
-    from ..labs.lab19 import MID_WINDOW, hack_completed
+    from ..labs.lab19_analysis import MID_WINDOW, hack_completed
 
     M: dict[str, Callable[[dict], float]] = {}
 
