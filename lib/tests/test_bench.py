@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from llmrl.tools import bench
-from llmrl.rl import run, step
+from llmrl.rl import step
 from llmrl.tinylm import TinyLM
 
 
@@ -14,7 +14,7 @@ def test_stage_profile_covers_the_step_and_puts_everything_back():
     before = {name: getattr(step, name) for name in ("collect", "score", "update", "step_metrics", "task_score")}
     prof = bench.stage_ms(TinyLM(), steps=2)
     assert {name: getattr(step, name) for name in before} == before  # the patched functions are restored
-    assert run.PolicyOptimizer.step.__name__ == "step"
+    assert step.PolicyOptimizer.step.__name__ == "step"
     stages = ("collect", "score", "advantages", "update", "step_metrics")
     assert set(prof) == {label for label, *_ in bench.PROFILED} | {"step", "step_wall"}
     assert all(prof[k] >= 0 for k in prof)

@@ -361,7 +361,7 @@ def test_gradients_are_averaged_before_clipping_on_two_processes(tmp_path):
     script.write_text('''
 import json, sys, torch
 from llmrl.rl import data_parallel as dp
-from llmrl.rl.run import PolicyOptimizer
+from llmrl.rl.step import PolicyOptimizer
 group = dp.process_group()
 grads = [torch.tensor([3.0, 0.0, -1.0], dtype=torch.float64), torch.tensor([1.0, 4.0, 1.0], dtype=torch.float64)]
 p = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))

@@ -31,7 +31,8 @@ from llmrl.runner import run_arms, seeds_together
 from llmrl.sampling import response_logits, sample_completions
 from llmrl.stacked import TinyLMStack, canonical_rows, log_softmax
 from llmrl.tinylm import TinyLM
-from llmrl.rl.run import Hooks, PolicyOptimizer
+from llmrl.rl.run import Hooks
+from llmrl.rl.step import PolicyOptimizer
 from llmrl.rl.config import RLConfig
 from llmrl.rl.train import SeedHistories, rl_train
 

@@ -44,7 +44,8 @@ from ..backends.registry import make_backend
 from ..rl import data_parallel as dp
 from ..rl.config import RLConfig
 from ..rl.data_parallel import SINGLE, Group
-from ..rl.run import History, PolicyOptimizer, RLRun
+from ..rl.run import History, RLRun
+from ..rl.step import PolicyOptimizer
 from ..rl.train import train_loop
 from ..utils import check_fields, set_threads
 from .impl import Impl

@@ -306,7 +306,7 @@ def average_gradients(params: Sequence[torch.nn.Parameter], group: Group) -> Non
 
 
 class DataParallelOptimizer:
-    """The update stage's optimizer (:class:`llmrl.rl.run.PolicyOptimizer`, or anything with its
+    """The update stage's optimizer (:class:`llmrl.rl.step.PolicyOptimizer`, or anything with its
     ``zero_grad`` / ``backward`` / ``step`` / ``state_dict`` protocol) in a data-parallel run:
     ``step`` averages the gradients over the processes, then lets the wrapped optimizer clip and
     step. Clipping therefore sees the gradient of the whole minibatch, and every process takes the

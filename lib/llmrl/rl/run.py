@@ -1,5 +1,5 @@
-"""What one RL run holds between steps: the run (:class:`RLRun`), its optimizer, scorer, hooks,
-random streams, the scored batch of a step and the history of records."""
+"""What one RL run holds between steps: the run (:class:`RLRun`) with its scorer, hooks and random
+streams, the scored batch of a step and the history of records (its optimizer: :mod:`llmrl.rl.step`)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import torch
 from ..backends.protocol import PolicyBackend, completion_logits, completion_logits_of
 from ..sampling import Rollout
 from ..stacked import log_softmax
-from ..utils import check_int
 from .config import RLConfig
+
 
 class History(list):
     """One metrics dict per step (a step-0 record holds the first evaluation), with helpers.
@@ -53,82 +53,6 @@ class History(list):
 
 
 # ----------------------------------------------------------------------------- the pieces
-
-class PolicyOptimizer:
-    """AdamW over a backend's trainable parameters; ``step`` clips the gradient first.
-
-    The update stage calls ``zero_grad()``, ``backward(loss)`` and ``step(max_grad_norm) -> the norm
-    before clipping``; ``step`` is ``clip_grad(max_grad_norm)`` then the AdamW step, so a wrapper
-    that must act between the backward pass and clipping (a data-parallel run all-reducing the
-    gradient) overrides ``backward`` or ``clip_grad``.
-
-    ``n_seeds``: None clips all parameters together (one norm, a float). S >= 1 reads the leading
-    dimension of every parameter as the seed (:mod:`llmrl.stacked`; with S = 1 any shape) and
-    clips each seed's gradient on its own, to its own norm: ``step`` then returns the S norms (a
-    list). AdamW is elementwise, so one optimizer over stacked parameters is S optimizers.
-    """
-
-    def __init__(self, params, lr: float, betas=(0.9, 0.999), weight_decay: float = 0.0, fused: bool | None = None,
-                 n_seeds: int | None = None):
-        self.params = [p for p in params]
-        if not self.params:
-            raise ValueError("the policy has no trainable parameters")
-        if n_seeds is not None:
-            check_int("n_seeds", n_seeds, minimum=1)
-            bad = [tuple(p.shape) for p in self.params if n_seeds > 1 and (p.ndim == 0 or p.shape[0] != n_seeds)]
-            if bad:
-                raise ValueError(f"n_seeds={n_seeds}: every parameter needs a leading seed dimension of that size, "
-                                 f"got shapes {bad[:3]}")
-        self.n_seeds = n_seeds
-        self.opt = torch.optim.AdamW(self.params, lr=lr, betas=tuple(betas), weight_decay=weight_decay, fused=fused)
-
-    def zero_grad(self) -> None:
-        self.opt.zero_grad(set_to_none=True)
-
-    def backward(self, loss: torch.Tensor) -> None:
-        loss.backward()
-
-    @torch.no_grad()
-    def clip_grad(self, max_grad_norm: float | None) -> float | list[float]:
-        """Scale the gradient to a norm of at most ``max_grad_norm`` (None: measure only); return the
-        norm before clipping (with ``n_seeds``: each seed's, a list)."""
-        if self.n_seeds is None:
-            # an infinite bound measures the norm without clipping
-            bound = max_grad_norm if max_grad_norm is not None else float("inf")
-            return float(torch.nn.utils.clip_grad_norm_(self.params, bound))
-        S = self.n_seeds
-        grads = [p.grad for p in self.params if p.grad is not None]
-        if not grads:
-            return [0.0] * S
-        # each seed's norm from its parameters' norms, [S, n] reduced along contiguous rows. One seed:
-        # one foreach call over the whole gradients; several: each parameter's [S, -1] rows. Both
-        # reduce a seed's slice with the same kernel (checked to the last bit), so seed s of a stack
-        # gets the norm of its one-seed run; foreach over S*n slices would be slower on the CPU
-        if S == 1:
-            per = torch.stack(torch._foreach_norm(grads)).view(1, -1)
-        else:
-            per = torch.stack([torch.linalg.vector_norm(g.reshape(S, -1), 2, dim=1) for g in grads], 1)
-        norms = torch.linalg.vector_norm(per, 2, dim=1)
-        if max_grad_norm is not None:
-            coef = (max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
-            if S == 1:
-                torch._foreach_mul_(grads, coef[0])
-            else:
-                for g in grads:
-                    g.mul_(coef.view(S, *([1] * (g.ndim - 1))))
-        return norms.tolist()
-
-    def step(self, max_grad_norm: float | None) -> float | list[float]:
-        norm = self.clip_grad(max_grad_norm)
-        self.opt.step()
-        return norm
-
-    def state_dict(self) -> dict:
-        return self.opt.state_dict()
-
-    def load_state_dict(self, state: dict) -> None:
-        self.opt.load_state_dict(state)
-
 
 class Scorer(Protocol):
     """How the step turns a rollout into per-token log-probs [B, L] and their mask [B, L]."""
@@ -278,7 +202,7 @@ class RLRun:
     policy: PolicyBackend
     task: object
     config: RLConfig
-    optimizer: PolicyOptimizer
+    optimizer: object  # llmrl.rl.step.PolicyOptimizer, or a wrapper with its zero_grad / backward / step
     generator: torch.Generator
     scorer: Scorer
     loss_fn: Callable

@@ -17,8 +17,8 @@ from ..rewards import exact_match
 from ..task_protocol import AdditionTask
 from ..utils import check_int, set_threads
 from .config import RLConfig
-from .run import CompletionScorer, History, Hooks, PolicyOptimizer, RLRun, SeedStream
-from .step import minibatches, rl_step
+from .run import CompletionScorer, History, Hooks, RLRun, SeedStream
+from .step import PolicyOptimizer, minibatches, rl_step
 
 def train_loop(run: RLRun, steps: int, *, eval_fn: Callable | None = None, eval_every: int = 0,
                evaluate_model=None, on_step: Callable | None = None, progress: bool = True,

@@ -290,8 +290,8 @@ PROFILED = (
     ("  forward (training)", "rl.run", "CompletionScorer.forward"),
     ("  loss + stats", "rl.step", "_minibatch_loss"),
     ("  stats", "rl.step", "_minibatch_stats"),
-    ("  backward", "rl.run", "PolicyOptimizer.backward"),
-    ("  clip + AdamW", "rl.run", "PolicyOptimizer.step"),
+    ("  backward", "rl.step", "PolicyOptimizer.backward"),
+    ("  clip + AdamW", "rl.step", "PolicyOptimizer.step"),
     ("step_metrics", "rl.step", "step_metrics"),
 )
 
