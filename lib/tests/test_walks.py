@@ -62,12 +62,12 @@ def test_the_walk_reader_sees_a_longer_route(monkeypatch):
 
     def detour():
         import llmrl.runner as runner  # a core module standing in for an extra hop
+
         def arm(name, seed, **kw):
             loop.rl_train(_tiny(), steps=1, progress=False)
             return {}
 
-        return runner.run_arms("walk/detour", arm,
-                               ["a"], seeds=(0,))
+        return runner.run_arms("walk/detour", arm, ["a"], seeds=(0,))
 
     walk = _walk(monkeypatch, detour)
     assert walk[:3] == ["caller", "runner.py", "caller"] and walk[-2:] == ["rl/train.py", "rl/step.py"]
