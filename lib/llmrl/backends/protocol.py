@@ -8,11 +8,11 @@ Three backends implement :class:`PolicyBackend`:
   pretrained character model.
 * ``llmrl.hw4.hf_backend.HFBackend``: Hugging Face causal LMs with a LoRA adapter (GPU or CPU).
 
-The RL step (:func:`llmrl.trainer.rl_step`) talks to a policy only through this seam: ``generate``
+The RL step (:func:`llmrl.rl.step.rl_step`) talks to a policy only through this seam: ``generate``
 (sampling, the policy's own decode loop), ``logits`` / ``completion_logits`` (scoring, under the
 policy or, with ``reference=True``, under the frozen reference: for LoRA the same weights with the
 adapter off) and ``trainable_parameters`` (what the optimizer steps). The optimizer itself is built
-by the step's run (:class:`llmrl.trainer.PolicyOptimizer`), so a backend that holds several seeds
+by the step's run (:class:`llmrl.rl.step.PolicyOptimizer`), so a backend that holds several seeds
 as one model (a leading seed dimension on every weight) or a data-parallel wrapper brings its own
 optimizer and keeps the step unchanged.
 

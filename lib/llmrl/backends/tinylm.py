@@ -47,7 +47,7 @@ class TinyLMBackend:
         if not models or not all(isinstance(m, torch.nn.Module) for m in models):
             raise TypeError(f"model must be a TinyLM (torch.nn.Module) or a list of them, got {type(model).__name__}")
         if not isinstance(codec, Codec):
-            raise TypeError(f"codec must be an llmrl.backend.Codec, got {type(codec).__name__}")
+            raise TypeError(f"codec must be an llmrl.backends.protocol.Codec, got {type(codec).__name__}")
         if sampler is not None and not callable(sampler):
             raise TypeError(f"sampler must be callable, got {type(sampler).__name__}")
         self.codec = codec

@@ -63,4 +63,4 @@ class CharBackend(TinyLMBackend):
         return f"char TinyLM {self.model.num_parameters():,} parameters, vocab {len(charlm.VOCAB)}"
 
 
-register_backend("char", CharBackend)  # the plug-in registers itself (llmrl.backendss.registry)
+register_backend("char", CharBackend)  # the plug-in registers itself (llmrl.backends.registry)

@@ -133,10 +133,10 @@ def rl_train(policy, config: RLConfig | None = None, *, reward_fn: Callable = ex
              ref_model=None, teacher=None, hooks: Hooks | None = None, callback: Callable | None = None,
              eval_fn: Callable | None = None, eval_every: int = 0, progress: bool = True,
              seeds: Sequence[int] | None = None, per_seed: Callable | None = None, **overrides):
-    """Train ``policy`` (a TinyLM, or any :class:`llmrl.backend.PolicyBackend`) in place; return
+    """Train ``policy`` (a TinyLM, or any :class:`llmrl.backends.protocol.PolicyBackend`) in place; return
     a :class:`History` of per-step metrics.
 
-    The task: ``task`` (the :mod:`llmrl.tasks` protocol), or the addition task built from
+    The task: ``task`` (the :mod:`llmrl.task_protocol` protocol), or the addition task built from
     ``prompt_sampler(n, generator) -> Problems`` and ``reward_fn(responses, answers) -> [B]``.
     advantage_fn(rewards [B], group_size) -> [B] (default: ``group_advantages`` of config.advantage);
     policy_loss_fn(LossBatch) -> loss or (loss, stats) (default: the built-in ``config.loss``);

@@ -12,7 +12,7 @@ Each run was chosen by its labs' recorded search. lab21's (``docs/lab21-calibrat
 every lab21 claim for the student nearest the published calibration in each of several ReLU and
 GELU runs of the course's recipe, at the published settings; GELU seed 2's student, by far the
 nearest, held the most (55 of 65, against 49 for the best ReLU run). lab11 and lab19's
-(``docs/lab19-calibration.md``, :mod:`llmrl.labs.lab19_calibration`) judged 17 snapshots of eight
+(``docs/lab19-calibration.md``, :mod:`llmrl.tools.lab19_calibration`) judged 17 snapshots of eight
 ReLU and GELU runs on every lab11 and lab19 claim over five seeds, by a rule committed before the
 first ran; step 395 of the ReLU run of seed 1 was the only one through its three gates (entropy
 after 120 steps, the hack completed on at least 4 of 5 seeds, greedy accuracy).
@@ -43,14 +43,14 @@ from ..tinylm import TinyLM, TinyLMConfig
 from .train import SFTConfig, Snapshot, sft_train
 
 # The SFT steps of the shipped student (lab21's run; llmrl.tools.rebuild_models.choose, by its calibration) and sft (the
-# course's run; chosen by llmrl.labs.lab19_calibration) snapshots, on the instructors' machine;
+# course's run; chosen by llmrl.tools.lab19_calibration) snapshots, on the instructors' machine;
 # models/MANIFEST.json records the same steps.
 STUDENT_STEP, SFT_STEP = 533, 395
 
 
 # The two SFT runs of the shipped snapshots and the steps they were taken at (lib/llmrl/models/MANIFEST.json;
 # chosen on the instructors' machine by the two recorded searches of the module's docstring).
-COURSE_SFT = SFTConfig(seed=1)  # ReLU; seed and step chosen by llmrl.labs.lab19_calibration
+COURSE_SFT = SFTConfig(seed=1)  # ReLU; seed and step chosen by llmrl.tools.lab19_calibration
 LAB21_SFT = SFTConfig(seed=2, model=TinyLMConfig(activation="gelu"))
 COURSE_SNAPSHOTS = {"sft": Snapshot(SFT_STEP)}
 LAB21_SNAPSHOTS = {"student": Snapshot(STUDENT_STEP), "teacher": Snapshot(LAB21_SFT.steps)}
@@ -81,7 +81,7 @@ def load_checkpoint(name: str, cfg: SFTConfig | None = None, snapshots: dict[str
     """A fresh TinyLM in eval mode holding the named checkpoint.
 
     ``cfg`` None: the shipped checkpoint ``name`` ("teacher", "student" or "sft", from its run in
-    :data:`SHIPPED_RUNS`), read from the library's files (:mod:`llmrl.shipped`, sha256-checked; a
+    :data:`SHIPPED_RUNS`), read from the library's files (:mod:`llmrl.store.shipped`, sha256-checked; a
     damaged file raises ShippedModelError); so is any request that spells out a shipped run and
     snapshot. Any other configuration is trained on first use and cached (``progress`` shows that
     run's bar). ``with_meta=True`` returns (model, meta): meta records the SFT step it was taken at

@@ -15,7 +15,7 @@ the same weights, so the labs' numbers differ between machines by rounding only.
                    teacher about 1.98 nats per token (lab21)
 ``sft``            lab11 and lab19's TinyLM, about 80% greedy, 55% at T = 1, below 30% at
                    T = 2; its run and step chosen by lab19's recorded search
-                   (:mod:`llmrl.labs.lab19_calibration`)
+                   (:mod:`llmrl.tools.lab19_calibration`)
 ``hw4-charlm``     hw4's character model after its pretraining (1,500 steps), the pretraining
                    seed whose model copies every format_copy number (RL then only has to
                    teach the tag, as in the published run)
@@ -26,8 +26,8 @@ with (a hash of its configuration) and its calibration measured when it was froz
 machine it was built on. Loading checks the sha256 and fails with a clear error on a changed or
 missing file; it never trains a replacement behind the user's back.
 
-Instructors rebuild them with ``python -m llmrl.cache --rebuild-shipped`` (minutes): the two SFT
-runs of :data:`llmrl.checkpoints.SHIPPED_RUNS` (the course's for the sft model, lab21's for the
+Instructors rebuild them with ``python -m llmrl.tools.cache --rebuild-shipped`` (minutes): the two SFT
+runs of :data:`llmrl.sft.checkpoints.SHIPPED_RUNS` (the course's for the sft model, lab21's for the
 teacher and the student), a scan of each one's snapshots every ``SCAN_EVERY`` steps, the student
 chosen by :func:`choose` (closest to the published calibration, :data:`TARGETS`), the sft model at
 the step lab19's search chose (``checkpoints.SFT_STEP``: docs/lab19-calibration.md, which judged
@@ -94,7 +94,7 @@ def manifest(models_dir: Path | None = None) -> dict:
         blob = json.loads(path.read_text())
     except FileNotFoundError:
         raise ShippedModelError(f"{path} is missing: the llmrl package was installed without its models "
-                                "(reinstall it, or rebuild them: python -m llmrl.cache --rebuild-shipped)") from None
+                                "(reinstall it, or rebuild them: python -m llmrl.tools.cache --rebuild-shipped)") from None
     if blob.get("format") != MANIFEST_FORMAT:
         raise ShippedModelError(f"{path} has format {blob.get('format')!r}, this llmrl reads {MANIFEST_FORMAT}")
     return blob
@@ -112,12 +112,12 @@ def load_state(name: str, models_dir: Path | None = None) -> tuple[dict, dict]:
         payload = path.read_bytes()
     except FileNotFoundError:
         raise ShippedModelError(f"{path} is missing (shipped model {name!r}): reinstall llmrl, or rebuild "
-                                "the models with python -m llmrl.cache --rebuild-shipped") from None
+                                "the models with python -m llmrl.tools.cache --rebuild-shipped") from None
     digest = hashlib.sha256(payload).hexdigest()
     if digest != entry["sha256"]:
         raise ShippedModelError(f"{path} is not the shipped model {name!r}: its sha256 is {digest[:16]}..., the "
                                 f"manifest says {entry['sha256'][:16]}... (a damaged or replaced file; reinstall "
-                                "llmrl, or rebuild with python -m llmrl.cache --rebuild-shipped)")
+                                "llmrl, or rebuild with python -m llmrl.tools.cache --rebuild-shipped)")
     return dict(entry, name=name), torch.load(io.BytesIO(payload), weights_only=True)
 
 

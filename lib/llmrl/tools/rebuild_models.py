@@ -179,7 +179,7 @@ def rebuild(out_dir: Path | None = None, progress: bool = True, parts=PARTS) -> 
                          "recipe_key": recipe_key(cfg), "calibration": calibration(model, teacher), "built": built}
 
     if "sft" in parts:
-        # the run and the step chosen by lab19's recorded search (llmrl.labs.lab19_calibration,
+        # the run and the step chosen by lab19's recorded search (llmrl.tools.lab19_calibration,
         # docs/lab19-calibration.md), which judged its candidates on every lab11 and lab19 claim; the
         # scan records the run's calibration around it
         _, states, rows = scan_snapshots(COURSE_SFT, progress=progress, roles=("sft",))
@@ -208,7 +208,7 @@ def rebuild(out_dir: Path | None = None, progress: bool = True, parts=PARTS) -> 
                  "choice": {"targets": {r: {k: v[0] for k, v in t.items()} for r, t in TARGETS.items()},
                             "sft_T2_below": SFT_T2_BELOW, "scan_every": SCAN_EVERY, "scan_from": SCAN_FROM,
                             "sft": "checkpoints.COURSE_SFT at checkpoints.SFT_STEP, chosen by "
-                                   "llmrl.labs.lab19_calibration (docs/lab19-calibration.md)",
+                                   "llmrl.tools.lab19_calibration (docs/lab19-calibration.md)",
                             "charlm_seeds": list(CHARLM_SEEDS), "charlm_math_base": CHARLM_MATH_BASE},
                  "models": {n: entries[n] for n in FILES if n in entries}})
     tmp = out_dir / (MANIFEST_NAME + ".tmp")
