@@ -68,3 +68,8 @@ def test_load_refuses_a_broken_file(tmp_path):
     path.write_text(json.dumps(blob))
     with pytest.raises(ValueError, match="lab11.accuracy-T1.*check kind 'about'"):
         CL.load(measures(), path)
+
+
+def test_a_missing_claims_file_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="claims.json is missing"):
+        CL.load(measures(), tmp_path / "claims.json")

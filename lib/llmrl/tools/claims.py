@@ -188,7 +188,12 @@ def validate(blob: dict, labs=None, experiments=None, measures=None) -> list[str
 
 def load(measures: dict[str, Callable[[dict], float]], path: Path = PATH, labs=None, experiments=None) -> list[Claim]:
     """The claims of ``path`` joined with their measures; raises ValueError naming every problem."""
-    blob = json.loads(Path(path).read_text())
+    try:
+        blob = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} is missing: the reproduction claims are read from the repository's "
+                                "lib/llmrl/tools/ (an editable install, make venv); the student wheel does not "
+                                "ship them") from None
     errors = validate(blob, labs, experiments, measures)
     if errors:
         raise ValueError(f"{path}: " + "; ".join(errors))
