@@ -107,8 +107,7 @@ def measures() -> dict[str, Callable[[dict], float]]:
     add("lab21.student-sampled", lambda r: r["lab21/models"]["student_sampled"])
     add("lab21.p0-start-pass1", lambda r: _ev(r["lab21/project0"], "rl", "pass@1", 0))
     add("lab21.p0-start-kl", lambda r: _ev(r["lab21/project0"], "rl", "kl_to_teacher_exact_token_mean_nats", 0))
-    for arm, p1, kl in (("opd-full", 0.67, 0.70), ("sft-teacher", 0.64, 0.75), ("opd-sampled", 0.54, 1.01),
-                        ("rl", 0.54, 1.07)):
+    for arm in ("opd-full", "sft-teacher", "opd-sampled", "rl"):
         add(f"lab21.p0-{arm}-pass1", (lambda a: lambda r: _ev(r["lab21/project0"], a, "pass@1"))(arm))
         add(f"lab21.p0-{arm}-kl", (lambda a: lambda r: _ev(r["lab21/project0"], a, "kl_to_teacher_exact_token_mean_nats"))(arm))
     add("lab21.p0-dense-beats-sparse", lambda r: min(_ev(r["lab21/project0"], a, "pass@1") for a in ("opd-full", "sft-teacher"))
@@ -118,7 +117,7 @@ def measures() -> dict[str, Callable[[dict], float]]:
     add("lab21.p0-onpolicy-small-lead", lambda r: _ev(r["lab21/project0"], "opd-full", "pass@1") - _ev(r["lab21/project0"], "sft-teacher", "pass@1"))
     add("lab21.p1-start-entropy", lambda r: _ev(r["lab21/project1"], "symmetric", "entropy_token_mean_nats", 0))
     add("lab21.p1-collapse", lambda r: max(_ev(r["lab21/project1"], a, "entropy_token_mean_nats") for a in ("symmetric", "clip-higher", "no-clip")))
-    for arm, ent in (("symmetric", 0.222), ("clip-higher", 0.235)):
+    for arm in ("symmetric", "clip-higher"):
         add(f"lab21.p1-{arm}-entropy", (lambda a: lambda r: _ev(r["lab21/project1"], a, "entropy_token_mean_nats"))(arm))
     add("lab21.p1-no-clip-highest", lambda r: _ev(r["lab21/project1"], "no-clip", "entropy_token_mean_nats")
         - max(_ev(r["lab21/project1"], a, "entropy_token_mean_nats") for a in ("symmetric", "clip-higher")))
@@ -129,7 +128,7 @@ def measures() -> dict[str, Callable[[dict], float]]:
     add("lab21.p1-no-clear-effect", lambda r: _ev(r["lab21/project1"], "clip-higher", "entropy_token_mean_nats")
         - _ev(r["lab21/project1"], "symmetric", "entropy_token_mean_nats"))
     add("lab21.p2-start-gold", lambda r: _ev(r["lab21/project2"], "binary", "gold_pass@1", 0))
-    for arm, g, px, pad in (("binary", 0.55, 0.56, 0.02), ("partial", 0.54, 0.74, 0.01), ("stylish_w2", 0.29, 0.61, 0.98)):
+    for arm in ("binary", "partial", "stylish_w2"):
         add(f"lab21.p2-{arm}-gold", (lambda a: lambda r: _ev(r["lab21/project2"], a, "gold_pass@1"))(arm))
         add(f"lab21.p2-{arm}-proxy", (lambda a: lambda r: _ev(r["lab21/project2"], a, "proxy_reward_mean"))(arm))
         add(f"lab21.p2-{arm}-pad", (lambda a: lambda r: _ev(r["lab21/project2"], a, "pad_share_small_sums"))(arm))
@@ -159,7 +158,7 @@ def measures() -> dict[str, Callable[[dict], float]]:
     add("lab21.p3-uniform-usage", lambda r: r["lab21/project3"]["arms"]["uniform"]["extra"]["total_usage"]["usage_3d+1d"])
     add("lab21.p3-learnability-usage", lambda r: r["lab21/project3"]["arms"]["learnability"]["extra"]["total_usage"]["usage_3d+1d"])
     add("lab21.p3-neither-fixes-1d1d", lambda r: max(_ev(r["lab21/project3"], a, "sampled_accuracy_1d+1d") for a in ("uniform", "learnability")))
-    for arm, p1, p16 in (("mean", 0.55, 0.89), ("std", 0.51, 0.88), ("maxrl", 0.51, 0.91)):
+    for arm in ("mean", "std", "maxrl"):
         add(f"lab21.p4-{arm}-pass1", (lambda a: lambda r: _ev(r["lab21/project4"], a, "pass@1"))(arm))
         add(f"lab21.p4-{arm}-pass16", (lambda a: lambda r: _ev(r["lab21/project4"], a, "pass@16"))(arm))
     add("lab21.p4-maxrl-direction", lambda r: _ev(r["lab21/project4"], "maxrl", "pass@16") - _ev(r["lab21/project4"], "mean", "pass@16") + 1e-9)
@@ -192,12 +191,8 @@ def measures() -> dict[str, Callable[[dict], float]]:
     # ceiling add about the same to both areas (they shrink the gap, they do not make it).
     add("hw4.math-grpo-beats-reinforce", lambda r: r["hw4/math_toy"]["grpo"]["eval_area"] - r["hw4/math_toy"]["reinforce"]["eval_area"])
     add("hw4.math-reinforce-beats-base", lambda r: r["hw4/math_toy"]["reinforce"]["final_eval_exact_match"] - r["hw4/math_toy"]["reinforce"]["start_eval_exact_match"])
-    for cid, text, pub in (("hw4.math-hard-base", "math_hard: eval accuracy of the base 1.5B model.", "0.23-0.26"),
-                           ("hw4.math-hard-reinforce", "math_hard: GR-REINFORCE's final eval accuracy.",
-                            "near 0.31"),
-                           ("hw4.math-hard-grpo", "math_hard: GRPO's final eval accuracy.", "above 0.37"),
-                           ("hw4.math-hard-grpo-train", "math_hard: GRPO's training reward at the end.", "above 0.55")):
-        add(cid, lambda r: float("nan"))
+    for cid in ("hw4.math-hard-base", "hw4.math-hard-reinforce", "hw4.math-hard-grpo", "hw4.math-hard-grpo-train"):
+        add(cid, lambda r: float("nan"))  # a 1.5B model on a GPU: the experiment is unavailable here, never measured
     return M
 
 
