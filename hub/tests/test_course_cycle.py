@@ -92,7 +92,9 @@ def _hidden_lines() -> set[str]:
                     hidden.add(s)
             else:
                 visible.add(s)
-    return hidden - visible
+    # A hidden line that a visible line contains (`f(x)` hidden, `f(x).item()` shown) is no secret:
+    # the page shows it as part of the visible one.
+    return {h for h in hidden - visible if not any(h in v for v in visible)}
 
 
 def fill(nb: dict, code: dict[str, str], written: dict[str, str]) -> dict:
