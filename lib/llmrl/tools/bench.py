@@ -195,7 +195,7 @@ from llmrl.tinylm import TinyLM
 try:
     from llmrl.rl.train import rl_train
 except ImportError:  # a revision before the library's layers (issue 32)
-    from llmrl.rl import rl_train
+    from llmrl.trainer import rl_train
 steps, seed_counts = int(sys.argv[1]), [int(x) for x in sys.argv[2:]]
 torch.manual_seed(0)
 model, out = TinyLM(), {}
