@@ -508,9 +508,12 @@ def test_each_task_has_two_wrong_answers_that_lose_it():
             src = nbformat.read(ROOT / "source" / lab / f"{nb}.ipynb", as_version=4)
             tests = [c.metadata.nbgrader["grade_id"] for c in src.cells
                      if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata.nbgrader.get("solution")]
-            tasks = {}
-            for t in tests:  # test_<task>_<concern>: the task is everything before the concern
-                tasks.setdefault(t.rsplit("_", 1)[0] if t.count("_") > 1 else t, []).append(t)
+            solutions = [c.metadata.nbgrader["grade_id"] for c in src.cells
+                         if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"]
+            # a task's cells are test_<task> and test_<task>_<concern> (corpus.concern_of's naming)
+            tasks = {task: [t for t in tests if t == f"test_{task}" or t.startswith(f"test_{task}_")]
+                     for task in solutions}
+            assert sorted(t for cells in tasks.values() for t in cells) == sorted(tests), f"{lab}/{nb}: a test of no task"
             for task, cells in tasks.items():
                 n = sum(any(c in e.lose for c in cells) for e in spec.ENTRIES
                         if e.notebook == nb and e.name.startswith("wrong"))
