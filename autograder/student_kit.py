@@ -422,8 +422,12 @@ def secrets(root: Path = ROOT) -> Secrets:
             if len(s) >= 24 and s not in library:
                 lines.setdefault(s, f"{course.rel(p, root)} (instructor's corpus)")
 
+    # A line that a public line contains (`f(x)` hidden, `_y = f(x)` shown; a test's message quoting
+    # a solution's expression) is shown to the student already: not a secret.
+    shown = "\n".join(public)
+
     def distinctive(l: str) -> bool:
-        return len(l) >= MIN_LINE and l not in public
+        return len(l) >= MIN_LINE and l not in public and l not in shown
     return Secrets(
         lines={l: w for l, w in lines.items() if distinctive(l)},
         runs={r: w for r, w in runs.items() if any(distinctive(l) for l in r.split("\n"))},

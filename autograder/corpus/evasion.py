@@ -223,7 +223,7 @@ def _lab11() -> list[Entry]:
                           import ctypes
                           return ctypes.string_at(0)     # reads address 0: the kernel dies
                   ''')], review=True, lose=tests_calling("lab11", L11, "sample_with_temperature"),
-              reasons=("sample_with_temperature killed the student's kernel in 1 graded call",)),
+              reasons=("sample_with_temperature killed the student's kernel in 2 graded call(s)",)),
     ]
 
 
@@ -287,7 +287,7 @@ def _lab19() -> list[Entry]:
 
                       print("my check:", fit_gao_bon(np.array([1.0, 2.0]), np.array([0.5, 0.4])))
                   ''')], review=True, lose=tests_calling("lab19", L19, "fit_gao_bon"),
-              reasons=("fit_gao_bon killed the student's kernel in 1 graded call",)),
+              reasons=("fit_gao_bon killed the student's kernel in 2 graded call(s)",)),
     ]
 
 

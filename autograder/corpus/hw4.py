@@ -218,6 +218,11 @@ WRONG_E = [
     '''),
 ]
 WRONG_F = [
+    solve(S[1], '''
+        def compute_per_token_logprobs(logits, input_ids):
+            logits = logits[:, :-1].float()                                  # the raw logits: no log_softmax
+            return logits.gather(2, input_ids[:, 1:].unsqueeze(2)).squeeze(2)
+    '''),
     solve(S[3], '''
         def approx_kl_from_logprobs(logprobs, ref_logprobs, mask):
             delta = (ref_logprobs - logprobs).clamp(-20.0, 20.0)
@@ -278,7 +283,8 @@ ENTRIES = standard_entries(NB) + [
     Entry("wrong-e", NB, "1 log of a softmax (underflow), 4 shuffles each field on its own, 5 a loop that lets a "
           "partial group through, 8 exp of an unmasked log-ratio (nan gradient at -inf padding)",
           WRONG_E, lose=tests(S[1], "edge") + tests(S[4], "values") + tests(S[5], "contract") + tests(S[8], "grad")),
-    Entry("wrong-f", NB, "3 mean of per-row means, 6 the sample std, 7 no length normalisation", WRONG_F, lose=tests(S[3], "values", "edge") + tests(S[6], "values") + tests(S[7], "values", "grad")),
+    Entry("wrong-f", NB, "1 gathers the raw logits (no log_softmax), 3 mean of per-row means, 6 the sample std, 7 no "
+          "length normalisation", WRONG_F, lose=tests(S[1], "values", "edge") + tests(S[3], "values", "edge") + tests(S[6], "values") + tests(S[7], "values", "grad")),
     Entry("right-b", NB, "tasks 1, 4, 8 correct in yet another way (log_softmax(dtype=float32), index_select on "
           "randperm's split, torch.where for the min)", RIGHT_B),
 ]

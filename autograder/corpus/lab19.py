@@ -152,6 +152,13 @@ WRONG_D = [
 
 # the traps the first corpus lacked (issue 19)
 WRONG_E = [
+    solve(S1C, '''
+        def fit_gao_bon(d, gold_gain):
+            d = np.asarray(d, dtype=float)
+            A = np.stack([d, -d * d], axis=1)
+            coef, *_ = np.linalg.lstsq(A, np.asarray(gold_gain, dtype=float), rcond=None)
+            return coef                                            # a numpy array, not a tuple of two floats
+    '''),
     solve(S1B, '''
         def best_of_n_stats(proxy, gold, n):
             proxy, gold = np.asarray(proxy, float), np.asarray(gold, float)
@@ -203,8 +210,8 @@ ENTRIES = standard_entries(NB) + [
           WRONG_B, lose=tests(S1A, "values", "contract") + tests(S1B, "values", "ties", "edge") + tests(S2, "values", "edge") + tests(S4, "values")),
     Entry("wrong-c", NB, "1c beta with the wrong sign, 3 max instead of min", WRONG_C, lose=tests(S1C, "values") + tests(S3, "values", "grad", "bounds")),
     Entry("wrong-d", NB, "1c fits an intercept, 3 sequence-level mean", WRONG_D, lose=tests(S1C, "values") + tests(S3, "values", "grad")),
-    Entry("wrong-e", NB, "1b ties broken by the sort order, 3 ratio as exp / exp (0 / 0), 4 p log p with p = 0",
-          WRONG_E, lose=tests(S1B, "ties") + tests(S3, "values") + tests(S4, "edge")),
+    Entry("wrong-e", NB, "1b ties broken by the sort order, 1c returns the numpy array of coefficients, 3 ratio as exp / exp (0 / 0), 4 p log p with p = 0",
+          WRONG_E, lose=tests(S1B, "ties") + tests(S1C, "contract") + tests(S3, "values") + tests(S4, "edge")),
     Entry("wrong-f", NB, "1c np.polyfit (an intercept), 2 a per-token mean instead of the sum, 4 raw logits as log-probs",
           WRONG_F, lose=tests(S1C, "values") + tests(S2, "values", "edge") + tests(S4, "values", "edge")),
 ]

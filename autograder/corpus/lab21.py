@@ -83,6 +83,13 @@ WRONG_B = [
     '''),
 ]
 WRONG_C = [
+    solve(S3, '''
+        def full_vocab_reverse_kl(student_logits, teacher_logits, mask):
+            lp = torch.log_softmax(student_logits, dim=-1)
+            lq = torch.log_softmax(teacher_logits, dim=-1)
+            kl = torch.where(mask, (lp.exp() * (lp - lq)).sum(-1), torch.zeros(mask.shape))
+            return (kl.sum() / mask.sum().clamp(min=1)).float()    # float32 whatever the logits' dtype
+    '''),
     solve(S2, '''
         def opd_pg_loss(student_logprobs, teacher_logprobs, mask):
             r = reverse_kl_rewards(student_logprobs, teacher_logprobs, mask)
@@ -100,7 +107,7 @@ WRONG_D = [
         def opd_pg_loss(student_logprobs, teacher_logprobs, mask):
             r = reverse_kl_rewards(student_logprobs, teacher_logprobs, mask)
             lp = torch.where(mask, student_logprobs, torch.zeros_like(student_logprobs))
-            return -(r * lp).sum()                                 # a sum: scales with the batch
+            return -(r * lp).sum().float()                         # a sum: scales with the batch; float32 always
     '''),
     solve(S5, '''
         def maxrl_advantages(rewards):
@@ -173,8 +180,9 @@ ENTRIES = standard_entries(TASKS) + [
           WRONG_A, lose=tests(S1, "values", "edge") + tests(S2, "values", "grad") + tests(S3, "values", "grad") + tests(S4, "values", "edge")),
     Entry("wrong-b", TASKS, "1 multiplies by the mask (2 uses it), 3 log of softmax, 4 k c / n",
           WRONG_B, lose=tests(S1, "edge") + tests(S2, "grad") + tests(S3, "edge") + tests(S4, "values", "edge")),
-    Entry("wrong-c", TASKS, "2 mean over padding too, 5 GRPO's std normalisation", WRONG_C, lose=tests(S2, "values", "grad") + tests(S5, "values", "edge")),
-    Entry("wrong-d", TASKS, "2 sum instead of token mean, 5 divides 0 by 0", WRONG_D, lose=tests(S2, "values", "grad") + tests(S5, "values", "edge")),
+    Entry("wrong-c", TASKS, "2 mean over padding too, 3 returns float32 whatever the logits' dtype, "
+          "5 GRPO's std normalisation", WRONG_C, lose=tests(S2, "values", "grad") + tests(S3, "contract") + tests(S5, "values", "edge")),
+    Entry("wrong-d", TASKS, "2 sum instead of token mean, in float32 whatever the input, 5 divides 0 by 0", WRONG_D, lose=tests(S2, "values", "grad", "contract") + tests(S5, "values", "edge")),
     Entry("wrong-e", TASKS, "2 a reward that carries gradient, 4 float factorials (overflow past 170), "
           "5 the mean over prompts instead of within each group", WRONG_E, lose=tests(S2, "grad") + tests(S4, "edge") + tests(S5, "values", "edge")),
     Entry("wrong-f", TASKS, "3 the mean over padding too, 1 the reward not detached (2 uses it)",

@@ -499,16 +499,25 @@ def test_every_spec_builds_against_the_current_notebooks():
 
 
 def test_each_task_has_two_wrong_answers_that_lose_it():
-    """Coverage rule of the corpus: every test cell is lost by at least two 'wrong' entries."""
+    """Coverage rule of the graded corpus: every task is lost (in at least one of its concern cells) by
+    at least two 'wrong' entries. That each concern cell is failed by two wrong answers is checked
+    on the corpus and its hold-out sets together, measured, in test_catch_rates.py."""
     for lab in corpus.available():
         spec = corpus.load_spec(lab)
         for nb in {e.notebook for e in spec.ENTRIES}:
             src = nbformat.read(ROOT / "source" / lab / f"{nb}.ipynb", as_version=4)
             tests = [c.metadata.nbgrader["grade_id"] for c in src.cells
                      if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata.nbgrader.get("solution")]
-            for t in tests:
-                n = sum(t in e.lose for e in spec.ENTRIES if e.notebook == nb and e.name.startswith("wrong"))
-                assert n >= 2, f"{lab}/{nb}: only {n} wrong answer(s) lose {t}"
+            solutions = [c.metadata.nbgrader["grade_id"] for c in src.cells
+                         if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"]
+            # a task's cells are test_<task> and test_<task>_<concern> (corpus.concern_of's naming)
+            tasks = {task: [t for t in tests if t == f"test_{task}" or t.startswith(f"test_{task}_")]
+                     for task in solutions}
+            assert sorted(t for cells in tasks.values() for t in cells) == sorted(tests), f"{lab}/{nb}: a test of no task"
+            for task, cells in tasks.items():
+                n = sum(any(c in e.lose for c in cells) for e in spec.ENTRIES
+                        if e.notebook == nb and e.name.startswith("wrong"))
+                assert n >= 2, f"{lab}/{nb}: only {n} wrong answer(s) lose a cell of {task} ({cells})"
             names = {e.name for e in spec.ENTRIES if e.notebook == nb}
             assert {"reference", "untouched"} <= names
             assert tests == [] or "rewritten" in names, f"{lab}/{nb}: no correct answer written differently"

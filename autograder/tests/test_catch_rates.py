@@ -19,6 +19,7 @@ from fractions import Fraction
 import pytest
 
 import catch_rates
+from catch_rates import failed
 import corpus
 from corpus import hostile
 
@@ -104,3 +105,16 @@ def test_the_evaluator_sees_a_failing_test(plans):
     assert catch_rates.caught(v, "full"), v.result
     ref = next(v for p in plans for v in p.variants if v.kind == "reference")
     assert all(r == {"visible": None, "full": None} for k, r in ref.result.items() if not k.startswith("_")), ref.result
+
+
+def test_every_concern_cell_is_failed_by_two_wrong_answers(plans):
+    """Every graded cell catches something: at least two wrong answers of the corpus and the hold-out
+    sets together fail it (all tests), as measured here; a cell no mistake fails tests nothing."""
+    short = []
+    for p in plans:
+        for cells in p.tasks.values():
+            for t in cells:
+                n = sum(1 for v in p.variants if v.kind == "wrong" and t in v.own_tests and failed(v, t, "full"))
+                if n < 2:
+                    short.append(f"{p.notebook}: {t} failed by {n}")
+    assert not short, "; ".join(short)

@@ -100,7 +100,8 @@ def _hidden_lines(assignment, notebook) -> set[str]:
         for block in blocks:
             outside = outside.replace(block, "")
         public |= {l.strip() for l in outside.splitlines()}
-    return hidden - public  # a line the visible tests also show is no secret
+    shown = "\n".join(public)  # a line the visible cells also show, alone or inside a longer line, is no secret
+    return {h for h in hidden - public if h not in shown}
 
 
 def _feedback_text(graded, b) -> str:

@@ -632,7 +632,7 @@ def test_a_notebook_held_for_review_says_so_in_its_feedback_and_has_no_points(tm
     assert done["released"] == ["cheat/tiny/tiny (forced: 2 cell(s) awaiting grading)"], done
     for text in (_feedback_text(stored[0]), _feedback_text(page)):  # the batch's own page and the released one
         assert f"tiny (Held for review: no points yet, of {total})" in text, text[:600]
-        assert f"Test cell (Held for review, {tiny.POINTS} points)" in text
+        assert f"Test cell test_double (Held for review, {tiny.POINTS} points)" in text  # named by its grade id
         assert "Score:" not in text and "Score so far" not in text and "awaiting grading" not in text.lower()
 
     # a reviewer confirms the first cell's points (the formgrader: manual score, flag cleared)
