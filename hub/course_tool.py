@@ -34,17 +34,15 @@ import sys
 from pathlib import Path
 
 COURSE = Path(__file__).resolve().parent
-GRADER = COURSE / "autograder"
 
 
 def prepare(assignments: list[str], students: list[str]) -> None:
-    sys.path.insert(0, str(GRADER))
-    import course  # the grader's pipeline (autograder/course.py): nbgrader with the course's settings
+    from autograder.course import nbgrader_app
 
     from nbgrader.api import Gradebook
 
     for a in assignments:
-        course.record_assignment(a, COURSE, failure=f"nbgrader generate_assignment {a} failed")
+        nbgrader_app.record_assignment(a, COURSE, failure=f"nbgrader generate_assignment {a} failed")
         print(f"generated release/{a}/ and recorded {a} in gradebook.db")
     with Gradebook(f"sqlite:///{COURSE / 'gradebook.db'}") as gb:
         known = {x.id: x for x in gb.students}
@@ -79,7 +77,7 @@ def hiding_view(settings: dict) -> list[str]:
 def autograde(assignments: list[str], workers: int | None) -> int:
     settings_file = COURSE / "course_tool.json"
     settings = json.loads(settings_file.read_text()) if settings_file.exists() else {}
-    cmd = [sys.executable, str(GRADER / "batch.py"), *assignments, "--root", str(COURSE), "--no-progress"]
+    cmd = [sys.executable, "-m", "autograder.cli.batch", *assignments, "--root", str(COURSE), "--no-progress"]
     if workers:
         cmd += ["--workers", str(workers)]
     return subprocess.call(hiding_view(settings) + cmd, cwd=COURSE)

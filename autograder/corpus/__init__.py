@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Callable
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
+ROOT = HERE.parents[1]
 SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
 
@@ -205,25 +205,17 @@ CORPUS_WORKERS = (os.cpu_count() or 1) + 1  # specs that place their entries on 
 
 
 def load_spec(assignment: str):
-    import sys
-
-    if str(HERE.parent) not in sys.path:
-        sys.path.insert(0, str(HERE.parent))
-    return importlib.import_module(f"corpus.{assignment}")
+    return importlib.import_module(f"autograder.corpus.{assignment}")
 
 
 def holdout(assignment: str) -> list[Entry]:
     """The assignment's hold-out set (autograder/corpus/_holdout_<assignment>.py, issue 30): wrong
     answers and correct alternatives that autograder/catch_rates.py measures but make test does not
     grade with nbgrader (each entry would cost a kernel run). Empty when the module does not exist."""
-    import sys
-
-    if str(HERE.parent) not in sys.path:
-        sys.path.insert(0, str(HERE.parent))
-    first = (list(importlib.import_module(f"corpus._holdout_{assignment}").HOLDOUT)
+    first = (list(importlib.import_module(f"autograder.corpus._holdout_{assignment}").HOLDOUT)
              if (HERE / f"_holdout_{assignment}.py").exists() else [])
     # the second set (written after the contract tests, measured once): entries named *-ho2-*
-    return first + list(importlib.import_module("corpus._holdout2").SECOND.get(assignment, []))
+    return first + list(importlib.import_module("autograder.corpus._holdout2").SECOND.get(assignment, []))
 
 
 def holdout_set(entry_name: str) -> str:
@@ -351,11 +343,7 @@ def grade_corpus(built: list[Built], work: Path, workers: int | None = None, pro
     Returns {"batch": run_batch's result, "root": the scratch course, "results": student -> Result}.
     """
     import shutil
-    import sys
-
-    if str(HERE.parent) not in sys.path:
-        sys.path.insert(0, str(HERE.parent))
-    import batch
+    from autograder.batch import run as batch
 
     root = work / "course"
     for a in sorted({b.assignment for b in built}):

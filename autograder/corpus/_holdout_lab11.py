@@ -8,7 +8,7 @@ extreme but valid inputs) and other plausible slips. autograder/catch_rates.py m
 Each `wrong-*` entry replaces one solution cell; each `right-*` entry must pass every test cell.
 """
 
-from corpus import Entry, solve
+from autograder.corpus import Entry, solve
 
 NB = "llm_as_policy"
 S1A, S1B, S2, S3, S4, S5 = ("task1a_response_logprobs", "task1b_sequence_logprob",

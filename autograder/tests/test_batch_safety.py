@@ -16,13 +16,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-import corpus
-import kernels
-import safety
-import sandbox
-import tworun
-import wire
-from course import ROOT
+from autograder import corpus
+from autograder.execution import sandboxed_kernel as kernels
+from autograder.review import code_flags as safety
+from autograder.sandbox import bubblewrap as sandbox
+from autograder.execution import tworun
+from autograder.execution import wire_format as wire
+from autograder.course.layout import ROOT
 
 SANDBOXED = pytest.mark.skipif(sandbox.bwrap_status() != "ok", reason=f"no sandbox here: {sandbox.bwrap_status()}")
 
@@ -158,11 +158,11 @@ def test_the_probe_says_why_the_course_library_does_not_import(tmp_path):
     shadow = tmp_path / "shadow" / "llmrl"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('this llmrl is broken')\n")
-    proc = subprocess.run([sys.executable, str(ROOT / "autograder" / "sandbox.py"), "--probe"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "autograder.sandbox.bubblewrap", "--probe"], cwd=ROOT, capture_output=True,
                           text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(tmp_path / "shadow")))
     assert proc.returncode == 1
     assert "cannot be imported inside the grading sandbox" in proc.stdout and "this llmrl is broken" in proc.stdout
-    ok = subprocess.run([sys.executable, str(ROOT / "autograder" / "sandbox.py"), "--probe"], capture_output=True,
+    ok = subprocess.run([sys.executable, "-m", "autograder.sandbox.bubblewrap", "--probe"], cwd=ROOT, capture_output=True,
                         text=True, timeout=300)
     assert ok.returncode == 0, ok.stdout
 
@@ -529,7 +529,7 @@ def test_each_class_of_issue_13_has_two_hostile_entries():
 # ----------------------------------------------------------------------------- command lines
 
 def test_batch_refuses_an_unknown_assignment():
-    proc = subprocess.run([sys.executable, str(ROOT / "autograder" / "batch.py"), "no_such_lab", "--no-merge"],
+    proc = subprocess.run([str(ROOT / "autograder" / "bin" / "batch"), "no_such_lab", "--no-merge"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "no_such_lab" in proc.stderr
 
@@ -538,7 +538,7 @@ def test_grade_refuses_an_oversized_file(tmp_path):
     big = tmp_path / "huge.ipynb"
     with open(big, "wb") as f:
         f.truncate((65 << 20))
-    proc = subprocess.run([str(ROOT / "autograder" / "grade"), corpus.available()[0], str(big)],
+    proc = subprocess.run([str(ROOT / "autograder" / "bin" / "grade"), corpus.available()[0], str(big)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "larger than" in proc.stderr
 
@@ -546,7 +546,7 @@ def test_grade_refuses_an_oversized_file(tmp_path):
 def test_grade_refuses_a_notebook_that_is_a_symbolic_link(tmp_path):
     link = tmp_path / "llm_as_policy.ipynb"
     link.symlink_to(ROOT / "source" / "lab11" / "llm_as_policy.ipynb")  # the solutions, if it were followed
-    proc = subprocess.run([str(ROOT / "autograder" / "grade"), "lab11", str(link)], capture_output=True, text=True,
+    proc = subprocess.run([str(ROOT / "autograder" / "bin" / "grade"), "lab11", str(link)], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 1 and "symbolic link" in proc.stderr, proc.stderr
 
@@ -554,13 +554,13 @@ def test_grade_refuses_a_notebook_that_is_a_symbolic_link(tmp_path):
 @pytest.mark.slow
 def test_a_submission_leaning_on_the_library_is_held_for_review_with_the_answer_keys_notes(tmp_path):
     """The grader runs the answer-key check (autograder/answer_key.py), static and at run time."""
-    from corpus._leans import LEANS
+    from autograder.corpus._library_leans import LEANS
 
     entry = LEANS["lab11"][0]
     built = corpus.build_entry("lab11", entry)
     path = tmp_path / f"{entry.notebook}.ipynb"
     path.write_text(next(iter(built.files.values())))
-    proc = subprocess.run([str(ROOT / "autograder" / "grade"), "lab11", str(path)], capture_output=True, text=True,
+    proc = subprocess.run([str(ROOT / "autograder" / "bin" / "grade"), "lab11", str(path)], capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr
     nb = json.loads(proc.stdout)["notebooks"][0]
@@ -577,7 +577,7 @@ def test_grade_tables_never_hold_a_spreadsheet_formula(tmp_path):
     apostrophe); numbers, negative ones included, stay numbers."""
     import csv
 
-    import files
+    from autograder.sandbox import safe_files as files
 
     hostile = ["=HYPERLINK(\"http://x\",\"a\")", "+1+1", "-1+cmd|' /C calc'!A0", "@SUM(A1)", "\tx", "\rx"]
     rows = [{"student": s, "points": p} for s, p in zip(hostile, [1, -2, "-2.5", 3.0, "+4", "1e3"])]

@@ -18,9 +18,9 @@ from fractions import Fraction
 
 import pytest
 
-import catch_rates
-import corpus
-from corpus import hostile
+from autograder.review import catch_rates
+from autograder import corpus
+from autograder.corpus import hostile
 
 ASSIGNMENTS = corpus.available()
 VISIBLE_AT_LEAST = Fraction(2, 3)  # the course's target (issue 19): visible tests teach most of the mistakes

@@ -27,8 +27,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # course.py, also when run as a script
-from course import discover  # noqa: E402
+from autograder.course.layout import discover
 
 LABS = discover()
 FINGERPRINTS = Path(__file__).with_name("handout_fingerprints.json")

@@ -15,7 +15,7 @@ import re
 import nbformat
 import pytest
 
-import safe_formgrader
+from autograder.formgrader import safe_formgrader
 
 PNG = base64.b64encode(bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
