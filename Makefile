@@ -119,7 +119,7 @@ corpus: $(STAMP)
 # How many corpus and hold-out wrong answers the visible tests catch, and visible + hidden, with the
 # concerns whose cells each fails, and the rates by concern (no nbgrader: about a minute).
 catch-rates: $(STAMP)
-	$(PY) -m autograder.review.catch_rates --messages $(A)
+	$(PY) -m autograder.corpus.catch_rates --messages $(A)
 
 nbval: $(STAMP)
 	$(PYTEST) -q --nbval --nbval-current-env --nbval-sanitize-with $(SANITIZE) $(NBVAL_PATHS)

@@ -8,7 +8,7 @@ from pathlib import Path
 from autograder.batch.run import run_batch
 from autograder.course.layout import PipelineError, ROOT
 from autograder.grading import one_notebook as grading
-from autograder.review.catch_rates import summary
+from autograder.batch.run import summary
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="autograder/bin/batch", description=__doc__,

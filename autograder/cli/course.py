@@ -22,13 +22,13 @@ import argparse
 import sys
 from pathlib import Path
 from autograder.authoring.execute import _parallel, execute_one, release, validate
-from autograder.authoring.notebooks import stale_sources
+from autograder.authoring.notebooks import build, stale_sources
 from autograder.authoring.samples import demo, make_demo_course
 from autograder.batch.course_run import autograde
 from autograder.course.layout import DEMO, PipelineError, ROOT, assignments, course_labs, discover, rel
-from autograder.export import feedback_pages as feedback
+from autograder.export.release_feedback import feedback
 from autograder.export.grades_csv import score_table, write_grades_csv
-from autograder.kit.build import build
+
 
 # ----------------------------------------------------------------------------- command line
 

@@ -189,7 +189,7 @@ def available(root: Path = ROOT) -> list[str]:
     """Assignments with a spec whose every notebook has a source and a release."""
     out = []
     for spec in sorted(HERE.glob("*.py")):
-        if spec.stem.startswith("_") or spec.stem in SHARED_SPECS:
+        if spec.stem.startswith("_") or spec.stem in SHARED_SPECS or spec.stem in TOOLS:
             continue
         mod = load_spec(spec.stem)
         names = {e.notebook for e in mod.ENTRIES}
@@ -199,6 +199,7 @@ def available(root: Path = ROOT) -> list[str]:
 
 
 SHARED_SPECS = {"hostile", "evasion"}
+TOOLS = {"catch_rates"}  # modules of this folder that are no spec (catch_rates.py measures the tests on the corpus)
 # Workers for grading the corpus: one more than the cores, since each grading waits on its kernels
 # (startup, the calls between its two kernels) part of the time.
 CORPUS_WORKERS = (os.cpu_count() or 1) + 1  # specs that place their entries on every assignment (autograder/corpus/hostile.py)

@@ -406,7 +406,8 @@ def secrets(root: Path = ROOT) -> Secrets:
     library: set[str] = set()
     for p in sorted((root / "lib" / "llmrl").rglob("*.py")):
         library.update(l.strip() for l in p.read_text(encoding="utf-8").splitlines())
-    for p in sorted((root / "autograder" / "corpus").glob("*.py")) + \
+    # the corpus's specs and entries (not its catch_rates.py, a tool: code, no answer)
+    for p in [q for q in sorted((root / "autograder" / "corpus").glob("*.py")) if q.name != "catch_rates.py"] + \
             sorted((root / "autograder" / "samples").rglob("*.py")):
         for l in p.read_text(encoding="utf-8").splitlines():
             s = l.strip()

@@ -46,6 +46,7 @@ def _source(lab):
     return json.loads(lab.source.read_text())
 
 
+@pytest.mark.fast
 def test_every_graded_function_of_every_notebook_is_in_the_map():
     mapped = {(t.assignment, t.grade_id, t.function) for t in ag_answer_key.TASKS}
     found = set()
@@ -151,6 +152,7 @@ HONEST = {
 
 
 @pytest.mark.parametrize("case", sorted(HONEST))
+@pytest.mark.fast
 def test_honest_code_gets_no_note(case):
     assignment, cells = HONEST[case]
     cells = [c if isinstance(c, tuple) else ("", c) for c in cells]
@@ -266,6 +268,7 @@ EVASIONS = {
 
 
 @pytest.mark.parametrize("case", sorted(EVASIONS))
+@pytest.mark.fast
 def test_each_way_of_hiding_the_call_is_noted(case):
     target = "llmrl.sampling" if "library function that calls" in case else "llmrl."
     note = one_note(notes_for("lab11", *EVASIONS[case]), T1A, target)
@@ -433,6 +436,7 @@ def _lean_notebook(assignment, edits):
     return json.loads(next(iter(corpus.build_entry(assignment, corpus.Entry("x", NB[assignment], "x", edits)).files.values())))
 
 
+@pytest.mark.fast
 def test_the_runtime_probe_sees_a_call_the_static_check_cannot_follow():
     nb = _lean_notebook("lab11", [corpus.solve(T1A, '''
         import llmrl.sampling as _s
@@ -475,6 +479,7 @@ def test_the_runtime_probe_defines_only_its_own_names():
     assert "autograder" not in code and re.fullmatch(r"_llmrl_answer_key_[A-Za-z_]+\(\)", expression)
 
 
+@pytest.mark.fast
 def test_the_command_line_prints_the_notes_and_the_map(capsys, tmp_path):
     b = corpus.build_entry("lab21", LEANS["lab21"][0])
     path = tmp_path / "tasks.ipynb"

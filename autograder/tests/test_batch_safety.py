@@ -133,6 +133,7 @@ def test_without_bwrap_the_kernel_still_runs_with_limits_and_a_warning(capfd):
     assert "WITHOUT a sandbox" in capfd.readouterr().err
 
 
+@pytest.mark.fast
 def test_bwrap_command_starts_from_an_empty_root_and_binds_two_folders_writable(tmp_path):
     argv = sandbox.bwrap_argv(tmp_path / "w", tmp_path / "rt")
     text = " ".join(argv)
@@ -143,6 +144,7 @@ def test_bwrap_command_starts_from_an_empty_root_and_binds_two_folders_writable(
     assert "--remount-ro /" in text and f"{ROOT} " not in text.replace(f"{ROOT}/", "")
 
 
+@pytest.mark.fast
 def test_a_python_path_that_would_show_the_course_is_refused(monkeypatch):
     sandbox._exposed.cache_clear()
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
@@ -216,6 +218,7 @@ def _answer(value, **extra) -> bytes:
     return wire.pack(header, enc.buffers)
 
 
+@pytest.mark.fast
 def test_the_wire_brings_values_back_as_exact_builtin_types():
     import numpy as np
     import torch
@@ -244,6 +247,7 @@ def test_the_wire_brings_values_back_as_exact_builtin_types():
     (lambda h: h.update(extra=1), "unknown header fields"),
     (lambda h: h.update(value={"t": "list", "v": [h["value"], h["value"]]}), "used twice"),
 ])
+@pytest.mark.fast
 def test_the_wire_refuses_what_is_not_the_format(change, words):
     import torch
 
@@ -435,6 +439,7 @@ def test_setup_cells_ignore_a_functions_own_variables():
     assert tworun.definitions_only("print(1)") is None
 
 
+@pytest.mark.fast
 def test_setup_cells_are_chosen_by_what_the_tests_read():
     src = nbformat.v4.new_notebook()
     src.cells = [nbformat.v4.new_code_cell("import math\nimport numpy as np"),
@@ -447,6 +452,7 @@ def test_setup_cells_are_chosen_by_what_the_tests_read():
         {"f", "z", "i"}, {"g", "y", "range"})
 
 
+@pytest.mark.fast
 def test_hidden_tests_are_removed_for_the_feedback_run():
     code = "a = 1\n### BEGIN HIDDEN TESTS\nassert secret()\n### END HIDDEN TESTS\nb = 2"
     assert tworun.strip_hidden(code) == "a = 1\nb = 2"
@@ -462,6 +468,7 @@ def test_hidden_tests_are_removed_for_the_feedback_run():
     ("import subprocess\nsubprocess.run(['ls'])", "calls subprocess.run()"),
     ("import sys\nsys.modules['torch'] = None", "uses sys.modules"),
 ])
+@pytest.mark.fast
 def test_scan_flags_suspicious_code(code, note):
     assert any(note in n for n in safety.scan_source(code)), safety.scan_source(code)
 
@@ -543,6 +550,7 @@ def test_grade_refuses_an_oversized_file(tmp_path):
     assert proc.returncode == 1 and "larger than" in proc.stderr
 
 
+@pytest.mark.fast
 def test_grade_refuses_a_notebook_that_is_a_symbolic_link(tmp_path):
     link = tmp_path / "llm_as_policy.ipynb"
     link.symlink_to(ROOT / "source" / "lab11" / "llm_as_policy.ipynb")  # the solutions, if it were followed

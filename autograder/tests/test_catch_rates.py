@@ -18,7 +18,7 @@ from fractions import Fraction
 
 import pytest
 
-from autograder.review import catch_rates
+from autograder.corpus import catch_rates
 from autograder import corpus
 from autograder.corpus import hostile
 

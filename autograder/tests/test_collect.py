@@ -23,6 +23,8 @@ from autograder.tests import tiny
 
 from autograder.collect import exchange as course_collect
 
+pytestmark = pytest.mark.fast  # make test-fast runs this file
+
 ME = getpass.getuser()
 
 

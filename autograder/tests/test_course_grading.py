@@ -260,6 +260,7 @@ def test_feedback_waits_for_the_written_answer_unless_forced(graded):
 
 # ----------------------------------------------------------------------------- feedback pages
 
+@pytest.mark.fast
 def test_feedback_renders_the_tables_of_every_release_notebook_as_jupyterlab_does():
     """Tables inside a blockquote (the labs' overview tables, "> | task | ... |") or a list item are
     tables in the feedback page, as in JupyterLab, not paragraphs of pipes (nbconvert's default)."""

@@ -112,6 +112,7 @@ def canvas_course(tmp_path):
 
 # ----------------------------------------------------------------------------- class lists
 
+@pytest.mark.fast
 def test_a_canvas_class_list_becomes_the_gradebooks_students(tmp_path):
     from nbgrader.api import Gradebook
 
@@ -199,6 +200,7 @@ def test_a_canvas_download_is_collected_by_user_number_and_the_rest_reported(can
     assert sorted(p.name for p in (root / "submitted").iterdir()) == ["ada", "blaise", "s003"]
 
 
+@pytest.mark.fast
 def test_a_hostile_download_writes_nothing_outside_and_no_link(canvas_course, tmp_path, monkeypatch):
     root = canvas_course
     monkeypatch.setattr(lms_downloads, "MAX_NOTEBOOK", 4000)
@@ -270,6 +272,7 @@ def _set_written(root: Path, student: str, points: float) -> None:
         gb.db.commit()
 
 
+@pytest.mark.fast
 def test_a_graded_class_exported_for_canvas_and_moodle(canvas_course, tmp_path):
     """Class list -> LMS download -> zip_collect -> the real batch grader -> the LMS's import files."""
     root = canvas_course

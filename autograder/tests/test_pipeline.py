@@ -98,6 +98,7 @@ def _blocks(source: str, begin: str, end: str) -> list[str]:
 
 
 @pytest.mark.parametrize("lab", LABS, ids=lab_ids)
+@pytest.mark.fast
 def test_release_holds_no_solution_no_hidden_test_and_no_output(lab):
     src, rel_nb = read(lab.source), read(lab.release)
     release_text = "\n".join(c.source for c in rel_nb.cells)
@@ -150,6 +151,7 @@ def test_sources_score_full_marks_and_releases_zero(assignment):
     assert before == after, "autograder/grade changed the course's gradebook.db"
 
 
+@pytest.mark.fast
 def test_grade_never_writes_the_course_gradebook_even_through_links_a_kernel_plants(tmp_path):
     """A kernel that puts links named like nbgrader's outputs (and the gradebook) into its folder:
     the grader never reads or writes there, so nothing outside the scratch course changes."""
@@ -411,6 +413,7 @@ def test_bad_metadata_fails_the_build_naming_file_line_and_cell(tmp_path, bad_ce
     assert not (tmp_path / "source").exists(), "nothing may be written when a source is bad"
 
 
+@pytest.mark.fast
 def test_make_build_exits_non_zero_and_names_the_file_and_cell(tmp_path):
     bad = GOOD_TEST.replace('"solution": false', '"solution": False')
     path = write_lab(tmp_path, [GOOD_SOLUTION, bad])

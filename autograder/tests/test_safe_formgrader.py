@@ -17,6 +17,8 @@ import pytest
 
 from autograder.formgrader import safe_formgrader
 
+pytestmark = pytest.mark.fast  # make test-fast runs this file
+
 PNG = base64.b64encode(bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
     "1f15c4890000000d49444154789c6360000002000001e221bc330000000049454e44ae426082")).decode()
