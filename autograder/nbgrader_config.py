@@ -1,7 +1,7 @@
 """nbgrader settings of the course (nbgrader 0.9.6).
 
 The course directory is the repository root: source/, release/, submitted/, autograded/,
-feedback/ and gradebook.db all sit there. The Makefile and autograder/grade pass this file
+feedback/ and gradebook.db all sit there. The Makefile and autograder/bin/grade pass this file
 with --config; the two-line nbgrader_config.py at the root loads it for plain `nbgrader` calls.
 """
 

@@ -5,13 +5,13 @@
         gradebook.db) and adds the students to the gradebook, so the formgrader lists them before
         they hand anything in.
     python course_tool.py autograde ASSIGNMENT... [--workers N]
-        the course's batch grader (autograder/batch.py: sandboxed, parallel, merged into gradebook.db,
+        the course's batch grader (autograder/batch/run.py: sandboxed, parallel, merged into gradebook.db,
         autograded/, feedback/, grades.csv, batch_grades.csv) on submitted/, as collected by the
         formgrader. The batch also does what nbgrader's own autograde does with the two files a
         submission carries (timestamp.txt, submission_secret.txt): it records the submission's time
         in the gradebook (late penalties; the formgrader counts a submission as autograded only when
         that time matches submitted/) and copies both into autograded/ (releasing feedback needs them).
-        That time is the one the formgrader's Collect graded (autograder/course_collect.py: the inbound
+        That time is the one the formgrader's Collect graded (autograder/collect/exchange.py: the inbound
         files' time where the student's timestamp.txt is earlier, missing or unreadable; collected/).
 
 Run it in the course folder, as the instructor (the folder's owner), with the hub's Python.

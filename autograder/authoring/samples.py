@@ -76,12 +76,12 @@ def make_demo_course(labs: list[Lab], demo: Path = DEMO, root: Path = ROOT) -> P
                                 f"(no {DEMO_MARK} in it): move it away or pick another folder")
         shutil.rmtree(demo)
     demo.mkdir(parents=True)
-    (demo / DEMO_MARK).write_text("made by `make demo` (autograder/course.py); recreated on every run\n")
+    (demo / DEMO_MARK).write_text("made by `make demo` (autograder/cli/course.py); recreated on every run\n")
     for a in assignments(labs):
         for kind in ("source", "release"):
             shutil.copytree(root / kind / a, demo / kind / a, ignore=COPY_IGNORE)
     (demo / "nbgrader_config.py").write_text(
-        "# The demo course (autograder/course.py make_demo_course): the course's settings, this folder as root.\n"
+        "# The demo course (autograder/cli/course.py make_demo_course): the course's settings, this folder as root.\n"
         "c = get_config()  # noqa: F821\n"
         f"load_subconfig({str(CONFIG)!r})  # noqa: F821\n"
         f"c.CourseDirectory.root = {str(demo)!r}\n")

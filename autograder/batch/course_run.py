@@ -10,7 +10,7 @@ from autograder.export.grades_csv import score_table
 # ----------------------------------------------------------------------------- grading (the batch)
 
 def grade_course(labs: list[Lab], root: Path = ROOT, progress: bool = True, workers: int | None = None) -> dict:
-    """The sandboxed batch grader (autograder/batch.py) on root/submitted/, then grades.csv.
+    """The sandboxed batch grader (autograder/batch/run.py) on root/submitted/, then grades.csv.
 
     grades.csv is removed before grading and written again only when the batch finished: a run
     that fails never leaves a table of an earlier run behind. Raises PipelineError (the batch's)."""

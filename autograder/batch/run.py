@@ -13,7 +13,7 @@ reference solutions (source/) in the grading sandbox: anything less than full ma
 batch with one error, before any student is graded.
 
 Then N workers (default: one per core) each grade one student at a time with
-autograder/grade.py, in its own process (which dies with the batch: PR_SET_PDEATHSIG), in a fresh
+autograder/grading/one_notebook.py, in its own process (which dies with the batch: PR_SET_PDEATHSIG), in a fresh
 copy of a scratch course prepared once per assignment, under a hard time limit. The workers
 never open the course's gradebook.db. Each finished result is first stored as a record
 (.grading/<assignment>/<hash of the student id>/: the report, the autograded notebook, the feedback

@@ -1,17 +1,17 @@
 """The course and a learning-management system (Canvas, Moodle): the class list in, the LMS's
 submission downloads in, the grades out (docs/lms.md walks through it).
 
-    autograder/lms roster FILE.csv [--course DIR] [--id-column NAME]
+    autograder/bin/lms roster FILE.csv [--course DIR] [--id-column NAME]
         the class list, as Canvas (Grades > Export) or Moodle (Grades > Export > Plain text file, or
         Participants > Download table data) writes it -> the gradebook's students and DIR/roster.json
-    autograder/lms collect ASSIGNMENT FILE.zip... [--course DIR]
+    autograder/bin/lms collect ASSIGNMENT FILE.zip... [--course DIR]
         the "Download submissions" zip of Canvas or Moodle -> nbgrader zip_collect with this module's
         plugins -> DIR/submitted/<student>/<assignment>/; says which file went to whom and what could
         not be matched (then `make autograde` as usual)
-    autograder/lms export canvas|moodle [--course DIR] [--out FILE] [--totals-only]
+    autograder/bin/lms export canvas|moodle [--course DIR] [--out FILE] [--totals-only]
         the gradebook as the LMS's gradebook import reads it (also `nbgrader export --exporter
-        lms.CanvasGrades` / `lms.MoodleGrades` in the course folder)
-    autograder/lms sample canvas|moodle [ASSIGNMENT...] [--out DIR]
+        autograder.export.lms_grades.CanvasGrades` / `autograder.export.lms_grades.MoodleGrades` in the course folder)
+    autograder/bin/lms sample canvas|moodle [ASSIGNMENT...] [--out DIR]
         a class list and a submissions zip of the sample students, as that LMS writes them (to try
         the steps above before the class hands anything in)
 

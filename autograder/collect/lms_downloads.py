@@ -158,7 +158,7 @@ class LmsExtractor(ExtractorPlugin):
 
 class LmsCollector(FileNameCollectorPlugin):
     """zip_collect's collector for LMS downloads: which student each notebook belongs to, from the
-    course's class list (roster.json, `autograder/lms roster`). A file gets its student's id and
+    course's class list (roster.json, `autograder/bin/lms roster`). A file gets its student's id and
     the student's own file name (the batch grader then matches it to the assignment's notebook by
     its graded cells, whatever the name); a file that fits nobody on the list is skipped and named
     in `self.matches` (and in nbgrader's log)."""

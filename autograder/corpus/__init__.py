@@ -26,8 +26,8 @@ text instead of a notebook, `absent=True` submits no file. `env` sets grading li
 for that entry only, so timeout entries stay short. `check` names an extra assertion in
 autograder/tests/test_corpus.py (e.g. "no_leak").
 
-`make corpus` (autograder/corpus/_cli.py) builds every entry of every assignment whose notebooks
-exist, grades them all with autograder/batch.py in a scratch course and prints entry, expected,
+`make corpus` (autograder/cli/corpus.py) builds every entry of every assignment whose notebooks
+exist, grades them all with autograder/batch/run.py in a scratch course and prints entry, expected,
 got; autograder/tests/test_corpus.py asserts the same.
 """
 
@@ -211,7 +211,7 @@ def load_spec(assignment: str):
 
 def holdout(assignment: str) -> list[Entry]:
     """The assignment's hold-out set (autograder/corpus/_holdout_<assignment>.py, issue 30): wrong
-    answers and correct alternatives that autograder/catch_rates.py measures but make test does not
+    answers and correct alternatives that autograder/corpus/catch_rates.py measures but make test does not
     grade with nbgrader (each entry would cost a kernel run). Empty when the module does not exist."""
     first = (list(importlib.import_module(f"autograder.corpus._holdout_{assignment}").HOLDOUT)
              if (HERE / f"_holdout_{assignment}.py").exists() else [])

@@ -3,7 +3,7 @@ function doing the same task, written in the ways a student would hide it.
 
 Not an assignment spec of its own (the leading "_" keeps `corpus.available` from reading it as
 one): LEANS[assignment] are `Entry`s to add to that assignment's ENTRIES once the grader calls the
-answer-key check (autograder/answer_key.py), e.g. in autograder/corpus/lab11.py:
+answer-key check (autograder/review/answer_key.py), e.g. in autograder/corpus/lab11.py:
 
     from autograder.corpus._library_leans import LEANS
     ENTRIES += LEANS["lab11"]

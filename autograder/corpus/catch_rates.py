@@ -1,6 +1,6 @@
 """How many of the corpus's wrong answers the visible tests catch, and how many all tests catch.
 
-    python autograder/catch_rates.py [ASSIGNMENT ...] [--messages]      (make catch-rates)
+    python -m autograder.corpus.catch_rates [ASSIGNMENT ...] [--messages]      (make catch-rates)
 
 A *wrong answer* is one edit of a corpus entry named `wrong-*` (autograder/corpus/<assignment>.py):
 one task's solution replaced by a realistic mistake. Each is applied ALONE to the reference

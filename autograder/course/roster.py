@@ -190,7 +190,7 @@ def load_roster(root: Path) -> Roster:
     path = Path(root) / ROSTER
     if not path.is_file():
         raise LmsError(f"no {rel(path, root)}: import the class list first "
-                       f"(autograder/lms roster FILE.csv{'' if Path(root) == ROOT else ' --course ' + str(root)})")
+                       f"(autograder/bin/lms roster FILE.csv{'' if Path(root) == ROOT else ' --course ' + str(root)})")
     data = json.loads(files.read_regular(path, 64 << 20))
     return Roster(lms=data["lms"], people=[Person(**p) for p in data["people"]], source=data.get("source", ""),
                   columns=data.get("columns", {}), skipped=data.get("skipped", []))

@@ -20,7 +20,7 @@ RESULTS: dict[str, NotebookResult] = {}  # notebook name -> its result (computed
 
 
 class StageNotebooks(NbGraderPreprocessor):
-    """First nbgrader pass of autograder/grade.py: keep the sanitized notebook, run nothing."""
+    """First nbgrader pass of autograder/grading/one_notebook.py: keep the sanitized notebook, run nothing."""
 
     def preprocess(self, nb, resources):
         STAGED[resources["nbgrader"]["notebook"]] = copy.deepcopy(nb)

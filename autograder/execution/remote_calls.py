@@ -1,6 +1,6 @@
 """Calls of a student's functions from the tests' kernel into the student's kernel.
 
-The grading run (autograder/tworun.py) has two kernels per notebook. The *tests' kernel* runs the
+The grading run (autograder/execution/tworun.py) has two kernels per notebook. The *tests' kernel* runs the
 course's set-up cells and the test cells (hidden tests included), and never any student code: each
 name the course's solution cells define is bound there to a proxy made by `make_proxy`. Calling
 a proxy
@@ -10,7 +10,7 @@ a proxy
    torch's, numpy's and Python's global random generators and whether gradients are enabled;
 2. sends that to the grader over a unix socket (LLMRL_GRADER_RPC); the grader runs
    `serve(...)` in the *student's kernel*, which rebuilds the arguments, calls the student's
-   function there and writes the answer in the strict format of autograder/wire.py: the returned
+   function there and writes the answer in the strict format of autograder/execution/wire_format.py: the returned
    value, or the exception it raised; the post-call values of argument tensors and arrays the
    function changed in place; the advanced states of the generators it was given and of the global
    random generators; for outputs that need a gradient, a handle for the backward pass;
@@ -413,7 +413,7 @@ _watched: dict = {}   # what the watch saw in the last request (read back with w
 
 def _watch_start():
     """The answer-key watch (module _llmrl_watch, installed by the grader) around one request: what
-    the student's code runs is reported with the answer (autograder/answer_key.py, watch_notes)."""
+    the student's code runs is reported with the answer (autograder/review/answer_key.py, watch_notes)."""
     _watched.clear()
     w = sys.modules.get("_llmrl_watch")
     if w is None:

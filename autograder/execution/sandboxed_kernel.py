@@ -1,6 +1,6 @@
 """Sandboxed kernels for grading, and an executor with a hard cap on everything a kernel sends.
 
-`Kernel` starts one IPython kernel through autograder/sandbox.py in a private scratch folder of
+`Kernel` starts one IPython kernel through autograder/sandbox/bubblewrap.py in a private scratch folder of
 its own (`work/`, its current folder, and `rt/`, the connection file and ipc sockets), with a clean
 environment (sandbox.kernel_env). Nothing the kernel writes there is ever read back by the grader:
 the folder is removed when the kernel stops.

@@ -6,15 +6,15 @@ notebook it saves. What changes is how that notebook is run (`run_notebook`, cal
 `TwoRunExecute` preprocessor that replaces nbgrader's Execute):
 
 1. **Feedback run.** The notebook as nbgrader sanitized it, with the hidden tests removed from
-   every test cell, runs top to bottom in a sandboxed kernel (autograder/kernels.py), in a private
+   every test cell, runs top to bottom in a sandboxed kernel (autograder/execution/sandboxed_kernel.py), in a private
    scratch folder. Its outputs, capped, become the outputs of the notebook's cells: this is what
    the student sees in the feedback. Nothing of the grading run below reaches the feedback.
 2. **Grading run.** A *tests' kernel*, sandboxed too, starts while the feedback run runs. It
    never executes student code: it runs the course's own set-up cells (from source/, the ones the
    test cells need, found by `setup_cells`) and then the test cells, visible and hidden, from
    source/. Every name the source's solution cells define is bound there to a proxy
-   (autograder/remote.py): calling it sends the call to the *student's kernel* and brings the
-   answer back through the strict format of autograder/wire.py as new objects of exactly the
+   (autograder/execution/remote_calls.py): calling it sends the call to the *student's kernel* and brings the
+   answer back through the strict format of autograder/execution/wire_format.py as new objects of exactly the
    built-in types. The student's kernel is the feedback run's kernel, once that run is over (so
    the functions graded are the ones the feedback shows, helpers from the student's own cells
    included); when that kernel died, hangs or used up its time, a fresh one runs the course's
@@ -23,7 +23,7 @@ notebook it saves. What changes is how that notebook is run (`run_notebook`, cal
    the later calls; a function that crashed it `MAX_CRASHES` times is not run again, so a crashing
    function costs only the tests that call it); an answer outside the format fails the call and
    flags the notebook for review. Every call runs under the answer-key watch
-   (autograder/answer_key.py, module `_llmrl_watch` in the student's kernel), whose report of what
+   (autograder/review/answer_key.py, module `_llmrl_watch` in the student's kernel), whose report of what
    the call ran comes back with the answer (`Broker.watch`).
 3. **Score.** A test cell earns its points exactly when the tests' kernel answered its
    execute_request with status "ok". Its outputs in the saved notebook are set to nothing (pass)
@@ -130,7 +130,7 @@ async def _inject(kernel: kernels.Kernel, extra: str = "", watch: str | None = N
 
 async def _answer_key(kernel: kernels.Kernel, probe: tuple | None, s: Settings,
                       events: dict) -> tuple[str | None, dict]:
-    """Run the answer-key probe (autograder/answer_key.py) in the student's kernel, one graded
+    """Run the answer-key probe (autograder/review/answer_key.py) in the student's kernel, one graded
     function at a time: (its answer as JSON text, or None when it could not start; function ->
     "died" or "stalled" for a probe call that killed the kernel or did not return). After a call
     that killed or hung the kernel the remaining functions are not probed (their graded calls are

@@ -1,6 +1,6 @@
 """The strict format in which a student's kernel hands values back to the grader.
 
-The grading run (autograder/tworun.py) executes the tests in a kernel that never runs student
+The grading run (autograder/execution/tworun.py) executes the tests in a kernel that never runs student
 code; every call of a student's function is sent to the student's kernel, and the answer comes
 back in this format. It knows only plain data:
 

@@ -12,7 +12,7 @@ a failed test cell shows its failure's message above its code, and the maths is 
 inlined from the installed jupyter-server-mathjax package (no network needed to read the page).
 
 `releasable(report_notebook)` and `pending_in_gradebook(...)` decide whether a notebook's feedback
-may go to the student (autograder/course.py `feedback`, autograder/batch.py): only once nothing in
+may go to the student (autograder/cli/course.py `feedback`, autograder/batch/run.py): only once nothing in
 it awaits grading, unless the instructor forces it.
 """
 

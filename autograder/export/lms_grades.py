@@ -154,14 +154,14 @@ class _LmsExport(ExportPlugin):
 
 
 class CanvasGrades(_LmsExport):
-    """`nbgrader export --exporter lms.CanvasGrades [--to FILE]`: Canvas's gradebook import (Grades >
+    """`nbgrader export --exporter autograder.export.lms_grades.CanvasGrades [--to FILE]`: Canvas's gradebook import (Grades >
     Import): Student, ID, SIS User ID, SIS Login ID, Section, a Points Possible row, then one column
     per assignment (and its automatic and written points apart); empty while not final."""
     lms = "canvas"
 
 
 class MoodleGrades(_LmsExport):
-    """`nbgrader export --exporter lms.MoodleGrades [--to FILE]`: Moodle's grade import (Grades >
+    """`nbgrader export --exporter autograder.export.lms_grades.MoodleGrades [--to FILE]`: Moodle's grade import (Grades >
     Import > CSV file, map "Email address" to the user's email address): the columns of Moodle's own
     export, one grade column per assignment (and its parts), and a "Feedback:" column per assignment
     saying what is still pending or missing."""

@@ -1,12 +1,12 @@
 """Grade notebooks of one assignment in a scratch copy of the course; print the result as JSON.
 
-    autograder/grade ASSIGNMENT NOTEBOOK.ipynb [NOTEBOOK.ipynb ...] [--keep]
+    autograder/bin/grade ASSIGNMENT NOTEBOOK.ipynb [NOTEBOOK.ipynb ...] [--keep]
 
 The scratch course holds a copy of source/ASSIGNMENT and nothing else, in a private temporary
 folder: the course's own gradebook.db, submitted/, autograded/ and feedback/ are never opened.
 A submitted file must be a regular file (a symbolic link is refused, never followed).
 
-How a notebook is scored (autograder/tworun.py): nbgrader restores the locked cells from the
+How a notebook is scored (autograder/execution/tworun.py): nbgrader restores the locked cells from the
 source; the notebook then runs once for the feedback (hidden tests removed) and once for the
 score, where the tests run in a kernel of their own that never executes the student's code and
 calls the student's functions in the student's kernel. A test cell earns its points exactly when
@@ -23,7 +23,7 @@ timestamp.txt, which the batch passes on) the scratch course records that submis
 nbgrader's AssignLatePenalties applies the course's policy against the due date of the template (the
 batch's: the course gradebook's) or --duedate ("late_penalty": points taken off, by notebook and in all). "status" is "graded" or "missing" (no usable file: 0 points, with "reason").
 "review_reasons" (the notebook then scores 0 until a person looks) are answers of the student's
-kernel outside the grader's format and the answer-key check's notes (autograder/answer_key.py: a
+kernel outside the grader's format and the answer-key check's notes (autograder/review/answer_key.py: a
 graded function that leans on the course library's own version of its task); "review_notes" list
 code and metadata a reviewer should see
 (nbgrader metadata the grader restored, suspicious calls) without changing the score. "events"
@@ -32,7 +32,7 @@ student_kernel, calls, restarts, kernel_cpu_s). Exit status 0 when grading ran, 
 "error: ..." line on stderr when the input is unusable or the environment is broken (the course
 library cannot be imported inside the sandbox, the cached models cannot be built).
 
-Batch grading (autograder/batch.py) calls this file once per student with --template (a scratch
+Batch grading (autograder/batch/run.py) calls this file once per student with --template (a scratch
 course prepared once), --student, --out (autograded notebook and feedback) and --lenient
 (unusable files count as missing notebooks instead of stopping); --self-check grades the
 reference solutions with the grading run only.
@@ -342,7 +342,7 @@ async def _run_all(staged: dict, sources: dict, settings: dict) -> dict:
 
 
 def _answer_key_static(assignment: str, nb, name: str) -> tuple[list[str], list[str]]:
-    """(reasons for review, notes): the answer-key check of autograder/answer_key.py on the notebook."""
+    """(reasons for review, notes): the answer-key check of autograder/review/answer_key.py on the notebook."""
     try:
         from autograder.review import answer_key
 

@@ -1,6 +1,6 @@
 """The student kit: what a student receives, built from this repository (`make student-kit`).
 
-    python autograder/student_kit.py [--out build/student-kit]
+    python -m autograder.kit.build [--out build/student-kit]
 
 writes
 

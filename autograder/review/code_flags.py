@@ -1,10 +1,10 @@
 """Static review notes: code in a submission that a person should look at (it never changes a score).
 
 Scoring does not depend on this file: since the tests run in a kernel of their own that never
-executes student code (autograder/tworun.py), replacing a library function, hooking IPython or
+executes student code (autograder/execution/tworun.py), replacing a library function, hooking IPython or
 returning a subclass no longer changes a verdict. `scan_notebook` still lists, per cell, things a
 reviewer may want to see (file access outside the notebook's folder, subprocesses, sys.modules,
-builtins, patched library attributes); autograder/grade.py reports them as "review_notes".
+builtins, patched library attributes); autograder/grading/one_notebook.py reports them as "review_notes".
 """
 
 from __future__ import annotations

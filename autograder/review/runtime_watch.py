@@ -17,7 +17,7 @@ from autograder.review.task_map import ANYWHERE, Lean, Task, tasks_for
 # ============================================================================ the runtime check
 
 # Runs in the student's kernel: the probe (after the notebook's cells) and, as the module
-# _llmrl_watch, around every graded call (autograder/remote.py's serve). Defines nothing but
+# _llmrl_watch, around every graded call (autograder/execution/remote_calls.py's serve). Defines nothing but
 # _llmrl_answer_key_* names; it must not import the autograder (the sandbox hides it). The grader
 # runs the same source to fingerprint the library and the notebook's own code with the same function.
 _WATCH = r'''
@@ -239,7 +239,7 @@ def watch_spec(assignment: str, notebook: str, lib: Library | None = None) -> di
 
 def watch_module(assignment: str, notebook: str) -> str:
     """Source of the module _llmrl_watch the grader installs in the student's kernel: the watch and
-    this notebook's spec; autograder/remote.py's serve() runs every graded call under it."""
+    this notebook's spec; autograder/execution/remote_calls.py's serve() runs every graded call under it."""
     spec = watch_spec(assignment, notebook)
     return (_WATCH + f"\nSPEC = {spec!r}\n\n"
             "def start():\n    return _llmrl_answer_key_Watch(SPEC).start()\n")
@@ -418,7 +418,7 @@ def runtime_notes(assignment: str, notebook: str, answer, lib: Library | None = 
 
 def watch_notes(assignment: str, notebook: str, watch: dict, probe: dict | None = None, *,
                 submission=None, text: set | None = None, lib: Library | None = None) -> list[str]:
-    """Reasons for review from the graded calls themselves (autograder/tworun.py collects `watch`:
+    """Reasons for review from the graded calls themselves (autograder/execution/tworun.py collects `watch`:
     function -> {"calls", "answered", "died", "timeout", "lib", "copies", "tracer"}) and from how the
     probe's calls ended (`probe`: function -> "died" or "stalled").
 

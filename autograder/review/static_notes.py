@@ -29,7 +29,7 @@ Two checks, used together:
   a pickle, marshal, a code object found through gc and rebuilt under another file name. Code the
   notebook's own text defines (:func:`text_fingerprints`) is not a copy unless the library function
   is 4 lines or longer (then it was typed in line for line). The watch runs around every graded
-  call in the student's kernel (autograder/remote.py; its report comes back with the answer,
+  call in the student's kernel (autograder/execution/remote_calls.py; its report comes back with the answer,
   :func:`watch_notes`) and in the probe (:func:`runtime_probe`, one graded function at a time on
   small inputs after the notebook's cells; :func:`runtime_notes`). A trace or profile function set
   before the watch (or one that replaced it), a graded call or probe call that killed the kernel,
@@ -37,7 +37,7 @@ Two checks, used together:
   review. All of it runs inside the student's own process, so a determined student can still evade
   it (see README, "Grading safety"); neither check alone is proof; both leave notes for a person.
 
-Interface for the grader (autograder/grade.py and tworun.py wire it in):
+Interface for the grader (autograder/grading/one_notebook.py and tworun.py wire it in):
 
     notes = review_notes(assignment, notebook)              # notebook: nbformat node, dict or path
     watch = watch_module(assignment, notebook_name)         # installed as _llmrl_watch in the kernel

@@ -1,6 +1,6 @@
 """Start one grading kernel inside a sandbox: `python sandbox.py CONNECTION_FILE [ipykernel args]`.
 
-The grader (autograder/kernels.py) launches every kernel through this file instead of
+The grader (autograder/execution/sandboxed_kernel.py) launches every kernel through this file instead of
 `python -m ipykernel_launcher`, with the kernel's private working folder as its current folder and
 its private runtime folder (connection file, ipc sockets) next to the connection file. It
 

@@ -1,4 +1,4 @@
-"""The answer-key check (autograder/answer_key.py): graded functions that lean on the course library.
+"""The answer-key check (autograder/review/answer_key.py): graded functions that lean on the course library.
 
 Static check on many ways of hiding a call, honest code that must get no note, the map against the
 notebooks and the library, the corpus's lean entries (each passes the notebook's tests, hidden ones

@@ -561,7 +561,7 @@ def test_grade_refuses_a_notebook_that_is_a_symbolic_link(tmp_path):
 
 @pytest.mark.slow
 def test_a_submission_leaning_on_the_library_is_held_for_review_with_the_answer_keys_notes(tmp_path):
-    """The grader runs the answer-key check (autograder/answer_key.py), static and at run time."""
+    """The grader runs the answer-key check (autograder/review/answer_key.py), static and at run time."""
     from autograder.corpus._library_leans import LEANS
 
     entry = LEANS["lab11"][0]

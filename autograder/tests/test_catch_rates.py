@@ -1,4 +1,4 @@
-"""The tests' strength, measured on the submission corpus and its hold-out set (autograder/catch_rates.py).
+"""The tests' strength, measured on the submission corpus and its hold-out set (autograder/corpus/catch_rates.py).
 
 Every corpus wrong answer (one edit of a `wrong-*` entry, applied alone to the reference) must fail
 a test cell of its own task; the visible tests a student sees must fail at least two thirds of them

@@ -180,7 +180,7 @@ def test_course_gradebook_and_folders_untouched(graded):
 
     (The course's gradebook.db is not compared byte for byte: in a working tree shared with other
     people, their `make release` rewrites it while the corpus runs; test_pipeline checks the hash
-    for autograder/grade in isolation.)"""
+    for autograder/bin/grade in isolation.)"""
     from nbgrader.api import Gradebook
 
     students = {b.student for b in BUILT}

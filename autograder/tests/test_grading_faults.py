@@ -593,7 +593,7 @@ def test_a_forged_stamp_is_graded_late_and_a_late_zero_stays_zero_after_manual_g
         # nbgrader's own penalty still covers only the automatic points
         late = gb.find_submission_notebook(tiny.NOTEBOOK, tiny.ASSIGNMENT, "late")
         assert (late.score, late.late_submission_penalty) == (tiny.POINTS + written.WRITTEN_POINTS, tiny.POINTS)
-    grades_csv.write_grades_csv(root)  # as the batch and `nbgrader export` (course.GradesCsv) write it
+    grades_csv.write_grades_csv(root)  # as the batch and `nbgrader export` (autograder.export.grades_csv.GradesCsv) write it
     with open(root / "grades.csv", newline="") as f:
         table = {r["student_id"]: r for r in csv.DictReader(f)}
     full = tiny.POINTS + written.WRITTEN_POINTS
@@ -654,7 +654,7 @@ def test_a_notebook_held_for_review_says_so_in_its_feedback_and_has_no_points(tm
 
 
 def test_grade_alone_takes_the_time_and_due_date_from_its_command_line(tmp_path):
-    """autograder/grade without the batch: --timestamp and --duedate; the course folder's own late
+    """autograder/bin/grade without the batch: --timestamp and --duedate; the course folder's own late
     policy applies; the course's gradebook is not opened (here: not a database at all)."""
     import nbformat
 
@@ -703,7 +703,7 @@ def test_a_folder_named_in_the_future_neither_hides_later_submissions_nor_keeps_
     honest = folder(now, now)
     cfg = Config()
     cfg.CourseDirectory.root = str(tmp_path / "course")
-    collect = course_collect.CourseCollect(config=cfg)
+    collect = autograder.collect.exchange.CourseCollect(config=cfg)
     collect.inbound_path = str(inbound)
     records = [collect._path_to_record(str(inbound / n)) for n in (planted, honest)]
     assert [r["filename"] for r in collect._sort_by_timestamp(records)] == [honest, planted]

@@ -1,4 +1,4 @@
-"""The LMS path (autograder/lms.py, docs/lms.md) on real files: class lists as Canvas and Moodle
+"""The LMS path (autograder/cli/lms.py, docs/lms.md) on real files: class lists as Canvas and Moodle
 export them, their submission downloads handed in through nbgrader's zip_collect, a real batch
 grading, and the grades written as Canvas's and Moodle's gradebook imports read them.
 

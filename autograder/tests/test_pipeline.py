@@ -148,7 +148,7 @@ def test_sources_score_full_marks_and_releases_zero(assignment):
     assert zero["points"] == 0 and zero["max_points"] == full["max_points"]
 
     after = hashlib.sha256(db.read_bytes()).hexdigest() if db.exists() else None
-    assert before == after, "autograder/grade changed the course's gradebook.db"
+    assert before == after, "autograder/bin/grade changed the course's gradebook.db"
 
 
 @pytest.mark.fast

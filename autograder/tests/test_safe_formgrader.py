@@ -1,4 +1,4 @@
-"""The formgrader's Manual Grading page (autograder/safe_formgrader.py) rendered from hostile notebooks.
+"""The formgrader's Manual Grading page (autograder/formgrader/safe_formgrader.py) rendered from hostile notebooks.
 
 The page is parsed (BeautifulSoup, Python's HTML parser) and every element that could run code or make
 the grader's browser request something is checked: scripts only the formgrader's own (with the
