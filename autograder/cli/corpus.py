@@ -16,7 +16,7 @@ from autograder.batch import run as batch
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m autograder.cli.corpus", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("assignments", nargs="*", help="default: every assignment with a spec and notebooks")
     p.add_argument("--workers", type=int, default=None)
     p.add_argument("--only", default=None, help="only entries whose name contains this text")

@@ -33,7 +33,7 @@ from autograder.export.grades_csv import score_table, write_grades_csv
 # ----------------------------------------------------------------------------- command line
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["build", "execute", "release", "validate", "submissions", "autograde",
                                             "demo", "feedback", "scores", "list"])
     parser.add_argument("assignments", nargs="*", help="restrict to these assignments (default: all)")

@@ -38,7 +38,7 @@ from autograder.export.lms_grades import export
 # ----------------------------------------------------------------------------- command line
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="autograder/bin/lms", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser("roster", help="import the class list (CSV from Canvas or Moodle)")
     r.add_argument("file", type=Path)

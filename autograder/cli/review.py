@@ -13,7 +13,7 @@ def main(argv=None) -> int:
     import argparse
     import sys
 
-    p = argparse.ArgumentParser(description=main.__doc__)
+    p = argparse.ArgumentParser(prog="python -m autograder.cli.review", description=main.__doc__)
     p.add_argument("assignment", nargs="?")
     p.add_argument("notebook", nargs="?", type=Path)
     args = p.parse_args(argv)

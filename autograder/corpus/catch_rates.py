@@ -367,7 +367,7 @@ def measure(assignments: list[str] | None = None, root: Path = ROOT, python: str
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m autograder.corpus.catch_rates", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("assignments", nargs="*")
     ap.add_argument("--messages", action="store_true", help="print each caught answer's failure message")
     ap.add_argument("--json", type=Path, help="also write the per-answer results here")

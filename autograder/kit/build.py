@@ -42,7 +42,7 @@ from pathlib import Path
 from autograder.course.layout import HIDDEN_MARKERS, SOLUTION_MARKERS, discover, rel
 
 ROOT = Path(__file__).resolve().parents[2]
-TEMPLATES = ROOT / "autograder" / "kit"
+TEMPLATES = ROOT / "autograder" / "kit" / "templates"  # the kit's README.md, setup.sh and lab.sh
 KIT_NAME = "llmrl-course-kit"
 DEFAULT_OUT = ROOT / "build" / "student-kit"
 # Besides the library's own dependencies (torch, numpy, matplotlib, ipywidgets, tqdm): what a student
@@ -503,7 +503,7 @@ def _size(p: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m autograder.kit.build", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
     args = parser.parse_args(argv)
     try:
