@@ -21,7 +21,22 @@ course > sandbox (docs/architecture.md has the exact rules; autograder/tests/tes
 checks them).
 """
 
+import os
 import sys
+from pathlib import Path
+
+# The folder holding this package is the course folder: it holds source/ (the hidden tests). It may be on
+# PYTHONPATH to find the package (autograder/bin's wrappers, the hub's course service), but no child process
+# may inherit it there: a kernel would have the course on its path, and the sandbox refuses (rightly) a
+# Python path that shows the course. Children that need the package run from that folder (`-m`) or are
+# given it explicitly (course/nbgrader_app.py).
+_HOME = Path(__file__).resolve().parents[1]
+if "PYTHONPATH" in os.environ:
+    _kept = [p for p in os.environ["PYTHONPATH"].split(os.pathsep) if p and Path(p).resolve() != _HOME]
+    if _kept:
+        os.environ["PYTHONPATH"] = os.pathsep.join(_kept)
+    else:
+        del os.environ["PYTHONPATH"]
 
 # nbformat's schema check loads jsonschema, which builds about 40 parsers for an "iri" format checker
 # the notebook schema never uses (seconds per process): marking that optional module absent skips it.

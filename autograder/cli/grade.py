@@ -9,6 +9,7 @@ this command once per student (autograder/batch/jobs.py).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -20,7 +21,8 @@ def _start_checks(argv: list[str]):
         return None, None
     warm = subprocess.Popen([sys.executable, "-m", "llmrl.cache"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
-    probe = subprocess.Popen([sys.executable, "-m", "autograder.sandbox.bubblewrap", "--probe"],
+    home = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # holds autograder/
+    probe = subprocess.Popen([sys.executable, "-m", "autograder.sandbox.bubblewrap", "--probe"], cwd=home,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return warm, probe
 

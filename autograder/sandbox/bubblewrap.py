@@ -170,7 +170,7 @@ def _exposed(course_roots: tuple[Path, ...]) -> tuple[Path, ...]:
                     pending += [Path(m.group(2)) for m in addsitedir.finditer(line) if os.path.isabs(m.group(2))]
                 elif line and not line.startswith("#"):
                     add(line if os.path.isabs(line) else d / line)
-    for entry in grader_free_pythonpath(os.environ.get("PYTHONPATH", "")).split(os.pathsep):
+    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
         add(entry)
     for d in _library_dirs():
         add(d.parent)
@@ -232,22 +232,11 @@ def bwrap_argv(workdir: Path, runtime: Path, course_roots: list[Path] | None = N
     return argv
 
 
-def grader_free_pythonpath(value: str) -> str:
-    """PYTHONPATH without the folder holding the grader's package (ROOT: autograder/bin's wrappers and the
-    hub's course service put it there so that `import autograder` works). It holds the course's
-    source/: a kernel never gets it on its path, and the sandbox does not show it."""
-    return os.pathsep.join(p for p in value.split(os.pathsep) if p and Path(p).resolve() != ROOT)
-
-
 def kernel_env(runtime: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The whole environment of a kernel: a few variables of the grader's, the private folders,
     the model cache. No tokens, no paths of the machine beyond what the sandbox shows."""
     env = {k: os.environ[k] for k in ENV_KEEP if k in os.environ}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-    if "PYTHONPATH" in env:
-        env["PYTHONPATH"] = grader_free_pythonpath(env["PYTHONPATH"])
-        if not env["PYTHONPATH"]:
-            del env["PYTHONPATH"]
     env["PATH"] = os.pathsep.join([str(Path(PYTHON).parent)] + env["PATH"].split(os.pathsep))
     env.update({"HOME": str(runtime / "home"), "TMPDIR": str(runtime / "tmp"), "MPLCONFIGDIR": str(runtime / "mpl"),
                 "IPYTHONDIR": str(runtime / "ipython"), "LLMRL_CACHE": str(cache_dir()), "PYTHONDONTWRITEBYTECODE": "1",
