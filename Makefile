@@ -58,7 +58,7 @@ help:
 	@printf '  %-19s %-82s %s\n' 'make test-kit' 'install the student kit in a new venv outside the repository and run it' '[3 min]'
 	@printf '  %-19s %-82s %s\n' 'make test-other-cpu' 'calibration, a GRPO run and lab11'\''s nbval as another CPU computes them' '[1 min]'
 	@printf '  %-19s %-82s %s\n' 'make chromium' 'install Debian'\''s chromium with apt when it is missing (sudo)' '[1 min once]'
-	@printf '  %-19s %-82s %s\n' 'make test-fast' 'the quick loop while writing code: something of every part (CONTRIBUTING.md)' '[3 min]'
+	@printf '  %-19s %-82s %s\n' 'make test-fast' 'the quick loop while writing code: something of every part (CONTRIBUTING.md)' '[2 min]'
 	@printf '  %-19s %-82s %s\n' 'make reproduce' 'every published claim with seeds -> docs/reproduction.md (ARGS='\''--fast'\'')' '[hours; --fast 1 min]'
 	@echo "The course on a JupyterHub (root; docs/hub.md):"
 	@printf '  %-19s %-82s %s\n' 'make hub-install' 'the hub extra (pip) and its proxy (npm ci in hub/)' '[30 s]'

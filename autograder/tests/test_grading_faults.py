@@ -356,7 +356,7 @@ def test_a_reference_that_fails_in_the_sandbox_stops_the_batch_before_any_studen
     assert not (root / "feedback").exists()
 
 
-@pytest.mark.skipif(__import__("sandbox").bwrap_status() != "ok", reason="needs the sandbox")
+@pytest.mark.skipif(__import__("autograder.sandbox.bubblewrap", fromlist=["x"]).bwrap_status() != "ok", reason="needs the sandbox")
 def test_a_course_library_that_does_not_import_in_the_sandbox_stops_the_batch(course, tmp_path):
     """Class 8: the import probe, before the first student."""
     root = course
@@ -703,7 +703,7 @@ def test_a_folder_named_in_the_future_neither_hides_later_submissions_nor_keeps_
     honest = folder(now, now)
     cfg = Config()
     cfg.CourseDirectory.root = str(tmp_path / "course")
-    collect = autograder.collect.exchange.CourseCollect(config=cfg)
+    collect = course_collect.CourseCollect(config=cfg)
     collect.inbound_path = str(inbound)
     records = [collect._path_to_record(str(inbound / n)) for n in (planted, honest)]
     assert [r["filename"] for r in collect._sort_by_timestamp(records)] == [honest, planted]
