@@ -26,7 +26,7 @@ import pytest
 
 from autograder.batch import gradebook_merge
 from autograder.batch import jobs
-from autograder.batch import run as batch_run
+from autograder.batch import gradebook_merge, run as batch_run
 from autograder.sandbox import safe_files as files
 from autograder.course import layout
 from autograder.export import release_feedback
@@ -133,7 +133,7 @@ FULL_DISK = r'''
 import json, os, subprocess, sys
 from pathlib import Path
 sys.path[:0] = [sys.argv[3]]  # the folder holding the grader's package (this script runs from a temporary file)
-from autograder.batch import run as batch_run
+from autograder.batch import gradebook_merge, run as batch_run
 from autograder.sandbox import safe_files as files
 from autograder.tests import tiny
 mount = Path(sys.argv[1])
