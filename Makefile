@@ -11,7 +11,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 PY := $(BIN)/python
 # Re-installs only when pyproject.toml changes (or the environment is new).
 STAMP := $(VENV)/.llmrl-installed
-COURSE := $(PY) autograder/course.py
+COURSE := $(PY) -m autograder
 PYTEST := $(PY) -m pytest -p no:cacheprovider
 SANITIZE := autograder/nbval_sanitize.cfg
 A ?=
@@ -41,10 +41,10 @@ help:
 	@printf '  %-19s %-82s %s\n' 'make validate' 'sources pass every test; unmodified releases fail every graded test cell' '[3 min]'
 	@printf '  %-19s %-82s %s\n' 'make warm' 'check the shipped models (sha256 against their manifest)' '[2 s]'
 	@printf '  %-19s %-82s %s\n' 'make lab' 'JupyterLab on this folder' '[starts in 5 s]'
-	@echo "Grading (docs/instructors.md; Canvas and Moodle: docs/lms.md, autograder/lms):"
+	@echo "Grading (docs/instructors.md; Canvas and Moodle: docs/lms.md, autograder/bin/lms):"
 	@printf '  %-19s %-82s %s\n' 'make submissions' 'the sample submissions into build/demo-course/submitted/ (no grading)' '[10 s]'
 	@printf '  %-19s %-82s %s\n' 'make autograde' 'grade submitted/ (sandboxed batch): gradebook.db, feedback/, grades.csv' '[20 s per notebook per core]'
-	@printf '  %-19s %-82s %s\n' 'make grade-all' 'the batch grader alone (autograder/batch.py; make autograde runs it)' '[as autograde]'
+	@printf '  %-19s %-82s %s\n' 'make grade-all' 'the batch grader alone (autograder/bin/batch; make autograde runs it)' '[as autograde]'
 	@printf '  %-19s %-82s %s\n' 'make feedback' 'feedback/ from the gradebook after manual grading (FORCE=1: ungraded too)' '[10 s]'
 	@printf '  %-19s %-82s %s\n' 'make scores' 'the score table (automatic, manual, pending, missing) and grades.csv' '[3 s]'
 	@printf '  %-19s %-82s %s\n' 'make corpus' 'grade the submission corpus (autograder/corpus): entry, expected, got' '[35 min]'
@@ -58,7 +58,7 @@ help:
 	@printf '  %-19s %-82s %s\n' 'make test-kit' 'install the student kit in a new venv outside the repository and run it' '[3 min]'
 	@printf '  %-19s %-82s %s\n' 'make test-other-cpu' 'calibration, a GRPO run and lab11'\''s nbval as another CPU computes them' '[1 min]'
 	@printf '  %-19s %-82s %s\n' 'make chromium' 'install Debian'\''s chromium with apt when it is missing (sudo)' '[1 min once]'
-	@printf '  %-19s %-82s %s\n' 'make test-fast' 'the quick loop while writing code: no nbval, no slow tests' '[8 min]'
+	@printf '  %-19s %-82s %s\n' 'make test-fast' 'the quick loop while writing code: something of every part (CONTRIBUTING.md)' '[2 min]'
 	@printf '  %-19s %-82s %s\n' 'make reproduce' 'every published claim with seeds -> docs/reproduction.md (ARGS='\''--fast'\'')' '[hours; --fast 1 min]'
 	@echo "The course on a JupyterHub (root; docs/hub.md):"
 	@printf '  %-19s %-82s %s\n' 'make hub-install' 'the hub extra (pip) and its proxy (npm ci in hub/)' '[30 s]'
@@ -92,7 +92,7 @@ validate: $(STAMP)
 submissions: $(STAMP)
 	$(COURSE) submissions $(A)
 
-# The sandboxed batch grader (autograder/batch.py) on submitted/; then the score table. A failed run
+# The sandboxed batch grader (autograder/batch/) on submitted/; then the score table. A failed run
 # leaves no grades.csv (never one of an earlier run).
 autograde: $(STAMP)
 	$(COURSE) autograde $(A)
@@ -111,15 +111,15 @@ scores: $(STAMP)
 # Grading safety: parallel batch grading of submitted/ and the submission corpus (autograder/corpus).
 # make test runs the corpus too (autograder/tests/test_corpus.py, inside test-pipeline).
 grade-all: $(STAMP)
-	$(PY) autograder/batch.py $(A)
+	$(PY) -m autograder.cli.batch $(A)
 
 corpus: $(STAMP)
-	$(PY) autograder/corpus/_cli.py $(A)
+	$(PY) -m autograder.cli.corpus $(A)
 
 # How many corpus and hold-out wrong answers the visible tests catch, and visible + hidden, with the
 # concerns whose cells each fails, and the rates by concern (no nbgrader: about a minute).
 catch-rates: $(STAMP)
-	$(PY) autograder/catch_rates.py --messages $(A)
+	$(PY) -m autograder.corpus.catch_rates --messages $(A)
 
 nbval: $(STAMP)
 	$(PYTEST) -q --nbval --nbval-current-env --nbval-sanitize-with $(SANITIZE) $(NBVAL_PATHS)
@@ -131,10 +131,10 @@ test-lib: $(STAMP)
 test-pipeline: $(STAMP)
 	$(PYTEST) -q autograder/tests
 
-# The student kit (autograder/student_kit.py): release notebooks, the library as a wheel, pinned
+# The student kit (autograder/kit/build.py): release notebooks, the library as a wheel, pinned
 # requirements, a student README, setup.sh and lab.sh, as a folder and archives under build/.
 student-kit: $(STAMP)
-	$(PY) autograder/student_kit.py
+	$(PY) -m autograder.kit.build
 
 # Installs the kit into a new virtual environment outside the repository (pip; about a minute on a
 # quiet machine), runs each notebook to its first task there and opens JupyterLab with lab.sh.
@@ -235,9 +235,16 @@ test-hub: $(HUB_STAMP) $(BROWSER_STAMP) chromium
 reproduce: $(STAMP)
 	$(PY) -m llmrl.tools.reproduce $(ARGS)
 
-# Quick loop while writing code: no nbval, no slow library tests.
+# The quick loop while writing code (CONTRIBUTING.md): something of every part in a few minutes. The grader's
+# tests marked `fast` (autograder/tests: one notebook graded end to end, the batch with LMS export, collect,
+# the answer-key check and its task map, the package's layer rules, the hub's copy of the grader, feedback
+# and formgrader pages, the wire format and the sandbox's rules), and whole library files: the pinned RL
+# steps, the toy LM, the core model and training loop, hw4's tasks (their non-slow tests).
+FAST_LIB_TESTS := lib/tests/test_spine_equivalence.py lib/tests/test_toylm.py lib/tests/test_core_model.py \
+        lib/tests/test_core_train.py lib/tests/test_hw4_tasks.py
 test-fast: $(STAMP)
-	$(PYTEST) -q -m "not slow" lib/tests autograder/tests
+	$(PYTEST) -q -m "not slow" $(wildcard $(FAST_LIB_TESTS))
+	$(PYTEST) -q -m fast autograder/tests
 
 # The sample students are graded in a course folder of their own (build/demo-course/, recreated on
 # every run): the instructor's gradebook.db and submitted/ are never touched.

@@ -1,7 +1,7 @@
 """nbgrader settings of the course (nbgrader 0.9.6).
 
 The course directory is the repository root: source/, release/, submitted/, autograded/,
-feedback/ and gradebook.db all sit there. The Makefile and autograder/grade pass this file
+feedback/ and gradebook.db all sit there. The Makefile and autograder/bin/grade pass this file
 with --config; the two-line nbgrader_config.py at the root loads it for plain `nbgrader` calls.
 """
 
@@ -30,16 +30,21 @@ c.Execute.extra_arguments = ["--InteractiveShell.xmode=Minimal"]
 
 # Feedback shows the student's grades but never the hidden tests (nbgrader's default
 # feedback pipeline would show them). A cell no person has graded yet (a written answer, a notebook
-# held for review) says "awaiting grading", not 0 (autograder/feedback.py, templates/llmrl_feedback).
+# held for review) says "awaiting grading", not 0 (autograder/export/feedback_pages.py, templates/llmrl_feedback).
+# The plugins below are named by module path in the grader's package, autograder/, which sits in the
+# course folder. The grader's own commands run from there (python -m autograder...) and the hub's
+# course service has it on PYTHONPATH; plain `nbgrader` or `jupyter` commands started in the course
+# folder do not, so the folder holding the package is put on their path here, once.
 import sys  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from feedback import FeedbackExporter, GetGradesPending  # noqa: E402
+if ROOT not in sys.path:
+    sys.path.append(ROOT)
+from autograder.export.feedback_pages import FeedbackExporter, GetGradesPending  # noqa: E402
 
 c.GenerateFeedback.preprocessors = [GetGradesPending, ClearHiddenTests, ClearMarkScheme, CSSHTMLHeaderPreprocessor]
 c.GenerateFeedback.exporter_class = FeedbackExporter
 # grades.csv (`nbgrader export` too): automatic and manual points apart, pending and missing marked.
-c.ExportApp.plugin_class = "course.GradesCsv"
+c.ExportApp.plugin_class = "autograder.export.grades_csv.GradesCsv"
 
 # Late submissions: `nbgrader submit` writes the submission time into timestamp.txt, the batch grader
 # carries it (the gradebook's submission time, autograded/) and nbgrader's AssignLatePenalties applies
@@ -48,14 +53,14 @@ c.ExportApp.plugin_class = "course.GradesCsv"
 # a submission was (grades.csv says "late by ...") and takes nothing off; "zero" takes all of a late
 # notebook's points at autograding time; c.AssignLatePenalties.plugin_class (a LateSubmissionPlugin of
 # your own) can do anything else. A course folder's own nbgrader_config.py may set it: the grader's
-# scratch courses read that file too (course.load_config(settings_from=)).
+# scratch courses read that file too (load_config(settings_from=)).
 c.LateSubmissionPlugin.penalty_method = "none"
-# The course's collect (the formgrader's Collect, `nbgrader collect`; autograder/course_collect.py): only
+# The course's collect (the formgrader's Collect, `nbgrader collect`; autograder/collect/exchange.py): only
 # folders owned by the student they name count, of those the one written last; only the student's own
 # regular files are copied (no links, FIFOs, devices; size and count caps), everything else refused and
 # named; one student's problem never stops the class. It compares timestamp.txt with the inbound files'
 # ctime and grades the files' time when the student's is off by more than a minute, earlier or later.
-c.ExchangeFactory.collect = "course_collect.CourseCollect"
+c.ExchangeFactory.collect = "autograder.collect.exchange.CourseCollect"
 
 # Text for graders and instructors only (CONTRIBUTING.md, "Answers and rubrics for graders"): lines
 # between BEGIN MARK SCHEME and END MARK SCHEME (in markdown as <!-- BEGIN MARK SCHEME --> comments)
@@ -69,18 +74,15 @@ c.ClearMarkScheme.enforce_metadata = False
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 
 # ----------------------------------------------------------------------------- grading safety
-# Owned by the grading-safety work (autograder/tworun.py, kernels.py, sandbox.py,
+# Owned by the grading-safety work (autograder/execution/, autograder/sandbox/,
 # docs/grading-safety.md). nbgrader's Execute is replaced by TwoRunExecute: a sandboxed feedback run of the notebook
 # without its hidden tests, and a grading run whose tests execute in a kernel of their own that never
 # runs student code; a test cell's points depend only on whether it raised there. The limits can be
 # changed per run with environment variables (seconds).
-import sys  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
 from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, IgnorePattern,  # noqa: E402
                                     LimitOutput, SaveAutoGrades)
-from tworun import TwoRunExecute  # noqa: E402
+from autograder.execution.nbgrader_preprocessors import TwoRunExecute  # noqa: E402
 
 c.Autograde.autograde_preprocessors = [TwoRunExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
                                        SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]

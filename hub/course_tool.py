@@ -5,13 +5,13 @@
         gradebook.db) and adds the students to the gradebook, so the formgrader lists them before
         they hand anything in.
     python course_tool.py autograde ASSIGNMENT... [--workers N]
-        the course's batch grader (autograder/batch.py: sandboxed, parallel, merged into gradebook.db,
+        the course's batch grader (autograder/batch/run.py: sandboxed, parallel, merged into gradebook.db,
         autograded/, feedback/, grades.csv, batch_grades.csv) on submitted/, as collected by the
         formgrader. The batch also does what nbgrader's own autograde does with the two files a
         submission carries (timestamp.txt, submission_secret.txt): it records the submission's time
         in the gradebook (late penalties; the formgrader counts a submission as autograded only when
         that time matches submitted/) and copies both into autograded/ (releasing feedback needs them).
-        That time is the one the formgrader's Collect graded (autograder/course_collect.py: the inbound
+        That time is the one the formgrader's Collect graded (autograder/collect/exchange.py: the inbound
         files' time where the student's timestamp.txt is earlier, missing or unreadable; collected/).
 
 Run it in the course folder, as the instructor (the folder's owner), with the hub's Python.
@@ -34,17 +34,15 @@ import sys
 from pathlib import Path
 
 COURSE = Path(__file__).resolve().parent
-GRADER = COURSE / "autograder"
 
 
 def prepare(assignments: list[str], students: list[str]) -> None:
-    sys.path.insert(0, str(GRADER))
-    import course  # the grader's pipeline (autograder/course.py): nbgrader with the course's settings
+    from autograder.course import nbgrader_app
 
     from nbgrader.api import Gradebook
 
     for a in assignments:
-        course.record_assignment(a, COURSE, failure=f"nbgrader generate_assignment {a} failed")
+        nbgrader_app.record_assignment(a, COURSE, failure=f"nbgrader generate_assignment {a} failed")
         print(f"generated release/{a}/ and recorded {a} in gradebook.db")
     with Gradebook(f"sqlite:///{COURSE / 'gradebook.db'}") as gb:
         known = {x.id: x for x in gb.students}
@@ -79,7 +77,7 @@ def hiding_view(settings: dict) -> list[str]:
 def autograde(assignments: list[str], workers: int | None) -> int:
     settings_file = COURSE / "course_tool.json"
     settings = json.loads(settings_file.read_text()) if settings_file.exists() else {}
-    cmd = [sys.executable, str(GRADER / "batch.py"), *assignments, "--root", str(COURSE), "--no-progress"]
+    cmd = [sys.executable, "-m", "autograder.cli.batch", *assignments, "--root", str(COURSE), "--no-progress"]
     if workers:
         cmd += ["--workers", str(workers)]
     return subprocess.call(hiding_view(settings) + cmd, cwd=COURSE)

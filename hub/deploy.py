@@ -66,8 +66,9 @@ DEFAULT_DIR = Path("/srv/llmrl-hub")
 # possessive-quantifier bugs): if this runs as a student, the environment is usable.
 PROBE = ("import llmrl, nbgrader, jupyterhub, jupyterlab, torch, soupsieve; soupsieve.compile('img:not([alt])'); "
          "print(llmrl.__file__)")
-# The grader's files an instructor needs in the course folder (not its tests, corpus or samples).
-GRADER_FILES = ("*.py", "batch", "grade")
+# The grader's package as the course folder needs it (autograder/: not its tests, corpus, samples, the student
+# kit's builder or the shell wrappers of the repository's .venv).
+GRADER_LEFT_OUT = ("tests", "corpus", "samples", "kit", "bin", "__pycache__", "*.pyc")
 
 
 class HubError(Exception):
@@ -545,11 +546,7 @@ def make_course(cfg: HubConfig, assignments: list[str]) -> None:
     grader = course / "autograder"
     if grader.exists():
         shutil.rmtree(grader)
-    grader.mkdir()
-    for pattern in GRADER_FILES:
-        for f in (REPO / "autograder").glob(pattern):
-            if f.is_file():
-                shutil.copy2(f, grader / f.name)
+    shutil.copytree(REPO / "autograder", grader, ignore=shutil.ignore_patterns(*GRADER_LEFT_OUT))
     shutil.copy2(HERE / "course_tool.py", course / "course_tool.py")
     env = env_dir(cfg)
     write_json(course / "course_tool.json", {
@@ -603,10 +600,10 @@ def write_jupyter_configs(cfg: HubConfig) -> None:
         "@jupyter/nbgrader:course-list": True}})
     # The course service (the instructor's formgrader). The hub forbids framing it (frame-ancestors 'none'),
     # so JupyterLab's Formgrader panel, an iframe, is switched off: the formgrader opens in its own tab.
-    # safe_formgrader (autograder/safe_formgrader.py, in the course folder) loads nbgrader's formgrader with
+    # autograder.formgrader.safe_formgrader (in the course folder's copy of the grader) loads nbgrader's formgrader with
     # its Manual Grading page made inert: nbgrader's own extension is off, so without it there is no formgrader.
     write_json(cfg.service_config / "jupyter_server_config.json", dict(kernels, ServerApp={"jpserver_extensions": {
-        "safe_formgrader": True,
+        "autograder.formgrader.safe_formgrader": True,
         "nbgrader.server_extensions.formgrader": False,
         "nbgrader.server_extensions.course_list": False,
         "nbgrader.server_extensions.assignment_list": False,

@@ -119,7 +119,9 @@ c.JupyterHub.services.append({
         "PATH": PATH,
         "JUPYTERHUB_DEFAULT_URL": "/formgrader",
         "JUPYTER_CONFIG_PATH": S["service_config"],
-        "PYTHONPATH": str(Path(S["course_dir"]) / "autograder"),  # safe_formgrader, the course's formgrader
+        # the grader's package in the course folder (autograder.formgrader.safe_formgrader, the course's formgrader;
+        # the collect and export plugins); the grader keeps this folder off every kernel's path
+        "PYTHONPATH": S["course_dir"],
         "LLMRL_CACHE": S["cache"],
         "PYTHONUNBUFFERED": "1",
     },

@@ -26,8 +26,8 @@ text instead of a notebook, `absent=True` submits no file. `env` sets grading li
 for that entry only, so timeout entries stay short. `check` names an extra assertion in
 autograder/tests/test_corpus.py (e.g. "no_leak").
 
-`make corpus` (autograder/corpus/_cli.py) builds every entry of every assignment whose notebooks
-exist, grades them all with autograder/batch.py in a scratch course and prints entry, expected,
+`make corpus` (autograder/cli/corpus.py) builds every entry of every assignment whose notebooks
+exist, grades them all with autograder/batch/run.py in a scratch course and prints entry, expected,
 got; autograder/tests/test_corpus.py asserts the same.
 """
 
@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Callable
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
+ROOT = HERE.parents[1]
 SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
 
@@ -189,7 +189,7 @@ def available(root: Path = ROOT) -> list[str]:
     """Assignments with a spec whose every notebook has a source and a release."""
     out = []
     for spec in sorted(HERE.glob("*.py")):
-        if spec.stem.startswith("_") or spec.stem in SHARED_SPECS:
+        if spec.stem.startswith("_") or spec.stem in SHARED_SPECS or spec.stem in TOOLS:
             continue
         mod = load_spec(spec.stem)
         names = {e.notebook for e in mod.ENTRIES}
@@ -199,31 +199,24 @@ def available(root: Path = ROOT) -> list[str]:
 
 
 SHARED_SPECS = {"hostile", "evasion"}
+TOOLS = {"catch_rates"}  # modules of this folder that are no spec (catch_rates.py measures the tests on the corpus)
 # Workers for grading the corpus: one more than the cores, since each grading waits on its kernels
 # (startup, the calls between its two kernels) part of the time.
 CORPUS_WORKERS = (os.cpu_count() or 1) + 1  # specs that place their entries on every assignment (autograder/corpus/hostile.py)
 
 
 def load_spec(assignment: str):
-    import sys
-
-    if str(HERE.parent) not in sys.path:
-        sys.path.insert(0, str(HERE.parent))
-    return importlib.import_module(f"corpus.{assignment}")
+    return importlib.import_module(f"autograder.corpus.{assignment}")
 
 
 def holdout(assignment: str) -> list[Entry]:
     """The assignment's hold-out set (autograder/corpus/_holdout_<assignment>.py, issue 30): wrong
-    answers and correct alternatives that autograder/catch_rates.py measures but make test does not
+    answers and correct alternatives that autograder/corpus/catch_rates.py measures but make test does not
     grade with nbgrader (each entry would cost a kernel run). Empty when the module does not exist."""
-    import sys
-
-    if str(HERE.parent) not in sys.path:
-        sys.path.insert(0, str(HERE.parent))
-    first = (list(importlib.import_module(f"corpus._holdout_{assignment}").HOLDOUT)
+    first = (list(importlib.import_module(f"autograder.corpus._holdout_{assignment}").HOLDOUT)
              if (HERE / f"_holdout_{assignment}.py").exists() else [])
     # the second set (written after the contract tests, measured once): entries named *-ho2-*
-    return first + list(importlib.import_module("corpus._holdout2").SECOND.get(assignment, []))
+    return first + list(importlib.import_module("autograder.corpus._holdout2").SECOND.get(assignment, []))
 
 
 def holdout_set(entry_name: str) -> str:
@@ -351,11 +344,7 @@ def grade_corpus(built: list[Built], work: Path, workers: int | None = None, pro
     Returns {"batch": run_batch's result, "root": the scratch course, "results": student -> Result}.
     """
     import shutil
-    import sys
-
-    if str(HERE.parent) not in sys.path:
-        sys.path.insert(0, str(HERE.parent))
-    import batch
+    from autograder.batch import run as batch
 
     root = work / "course"
     for a in sorted({b.assignment for b in built}):

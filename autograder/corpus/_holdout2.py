@@ -5,7 +5,7 @@ which was written from the same list of kinds of mistake as the tests. Everyday 
 hold-out set (`SECOND` by assignment); nothing here is graded by nbgrader.
 """
 
-from corpus import Entry, solve
+from autograder.corpus import Entry, solve
 
 
 def _w(nb, name, sol, what, code):

@@ -3,7 +3,7 @@
 Written before the contract tests of issue 30 (see _holdout_lab11.py for how they are used).
 """
 
-from corpus import Entry, solve
+from autograder.corpus import Entry, solve
 
 NB = "llm_rl"
 S = {i: n for i, n in enumerate(

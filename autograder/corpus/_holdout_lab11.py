@@ -3,12 +3,12 @@
 Written before the contract tests of issue 30, from the kinds of mistake the issue names (wrong
 structure, dtype, no gradient, the documented RNG use, a sampler that never draws the tail of a
 large vocabulary, a batch of one squeezed away, a re-seeded global RNG, inputs modified in place,
-extreme but valid inputs) and other plausible slips. autograder/catch_rates.py measures them
+extreme but valid inputs) and other plausible slips. autograder/corpus/catch_rates.py measures them
 (`--holdout`); they are not graded with nbgrader in make test (each would cost a kernel run).
 Each `wrong-*` entry replaces one solution cell; each `right-*` entry must pass every test cell.
 """
 
-from corpus import Entry, solve
+from autograder.corpus import Entry, solve
 
 NB = "llm_as_policy"
 S1A, S1B, S2, S3, S4, S5 = ("task1a_response_logprobs", "task1b_sequence_logprob",

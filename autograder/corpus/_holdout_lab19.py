@@ -3,7 +3,7 @@
 Written before the contract tests of issue 30 (see _holdout_lab11.py for how they are used).
 """
 
-from corpus import Entry, solve
+from autograder.corpus import Entry, solve
 
 NB = "failure_modes"
 S1A, S1B, S1C, S2, S3, S4 = ("task1a_bon_kl", "task1b_best_of_n_stats", "task1c_fit_gao_bon",

@@ -3,7 +3,7 @@
 Written before the contract tests of issue 30 (see _holdout_lab11.py for how they are used).
 """
 
-from corpus import Entry, solve
+from autograder.corpus import Entry, solve
 
 NB = "tasks"
 S1, S2, S3, S4, S5 = ("task1_reverse_kl_rewards", "task2_opd_pg_loss", "task3_full_vocab_reverse_kl",

@@ -24,14 +24,14 @@ from __future__ import annotations
 import marshal
 import pickle
 
-from corpus import Entry, _code, insert, solve
+from autograder.corpus import Entry, _code, insert, solve
 
 L11, L19, L21, HW4 = "llm_as_policy", "failure_modes", "tasks", "llm_rl"
 
 
 def then(gid: str, code: str):
     """The reference solution of `gid`, followed by `code` (which may rebind what it defined)."""
-    from corpus import SpecError, _cell, _code
+    from autograder.corpus import SpecError, _cell, _code
 
     def edit(nb, solutions):
         if gid not in solutions:
@@ -46,7 +46,7 @@ def tests_calling(assignment: str, notebook: str, function: str) -> tuple:
     import json
     import re
 
-    from corpus import ROOT
+    from autograder.corpus import ROOT
 
     nb = json.loads((ROOT / "source" / assignment / f"{notebook}.ipynb").read_text())
     out = []

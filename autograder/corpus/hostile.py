@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import ast
 
-from corpus import ROOT, Entry, _code, insert, tests
+from autograder.corpus import ROOT, Entry, _code, insert, tests
 
 # ----------------------------------------------------------------------------- edits
 

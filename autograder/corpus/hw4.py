@@ -6,7 +6,7 @@ are graded by hand. Each wrong answer loses the test cells of its task that grad
 gets wrong (a task's tests are split by concern; `tests(task, *concerns)` names them).
 """
 
-from corpus import Entry, solve, standard_entries, tests
+from autograder.corpus import Entry, solve, standard_entries, tests
 
 NB = "llm_rl"
 S = {i: f"task{i}_{n}" for i, n in enumerate(

@@ -9,7 +9,7 @@ so and expects both to lose.
 
 from textwrap import dedent
 
-from corpus import ROOT, Entry, delete, insert, set_points, solve, standard_entries, strip_metadata, test_source, tests
+from autograder.corpus import ROOT, Entry, delete, insert, set_points, solve, standard_entries, strip_metadata, test_source, tests
 
 NB = "llm_as_policy"
 S1A, S1B, S2, S3, S4, S5 = ("task1a_response_logprobs", "task1b_sequence_logprob",

@@ -4,7 +4,7 @@ Each wrong answer loses the test cells of its task that grade the concern it get
 tests are split by concern; `tests(task, *concerns)` names them).
 """
 
-from corpus import Entry, solve, standard_entries, tests
+from autograder.corpus import Entry, solve, standard_entries, tests
 
 NB = "failure_modes"
 S1A, S1B, S1C, S2, S3, S4 = ("task1a_bon_kl", "task1b_best_of_n_stats", "task1c_fit_gao_bon",

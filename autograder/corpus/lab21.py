@@ -5,7 +5,7 @@ should: the loss is wrong too); the specs say so. Each wrong answer loses the te
 that grade the concern it gets wrong (`tests(task, *concerns)` names them).
 """
 
-from corpus import Entry, solve, standard_entries, tests
+from autograder.corpus import Entry, solve, standard_entries, tests
 
 TASKS, PROJECTS = "tasks", "projects"
 S1, S2, S3, S4, S5 = ("task1_reverse_kl_rewards", "task2_opd_pg_loss", "task3_full_vocab_reverse_kl",

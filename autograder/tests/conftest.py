@@ -1,8 +1,9 @@
-import sys
-from pathlib import Path
+"""The grader's tests: the package is imported as `autograder` (pytest runs from the repository root,
+pyproject.toml's pythonpath), the helpers of these tests as `autograder.tests.tiny` and so on."""
 
-# autograder/course.py and autograder/grade.py are scripts, not a package: import them by path.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers of these tests (tiny.py)
+import autograder.course.nbgrader_app  # noqa: F401  (first: nbgrader's start-up speedups before nbformat loads)
 
-import course  # noqa: E402,F401  (first, so that its start-up speedups apply before nbformat loads)
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "fast: part of `make test-fast` (a few seconds; one of each part of the grader)")
+

@@ -1,4 +1,4 @@
-"""The answer-key check (autograder/answer_key.py): graded functions that lean on the course library.
+"""The answer-key check (autograder/review/answer_key.py): graded functions that lean on the course library.
 
 Static check on many ways of hiding a call, honest code that must get no note, the map against the
 notebooks and the library, the corpus's lean entries (each passes the notebook's tests, hidden ones
@@ -17,10 +17,13 @@ from pathlib import Path
 
 import pytest
 
-import answer_key as ak
-import corpus
-import course
-from corpus._leans import LEANS, NOTES
+from autograder.review import answer_key as ag_answer_key
+from autograder.review import runtime_watch
+from autograder.review import static_notes
+from autograder import corpus
+from autograder.course import layout
+from autograder.cli.review import main as review_main
+from autograder.corpus._library_leans import LEANS, NOTES
 
 ROOT = Path(__file__).resolve().parents[2]
 NB = {"lab11": "llm_as_policy", "lab19": "failure_modes", "lab21": "tasks", "hw4": "llm_rl"}
@@ -28,7 +31,7 @@ NB = {"lab11": "llm_as_policy", "lab19": "failure_modes", "lab21": "tasks", "hw4
 
 def notes_for(assignment, *cells):
     """Static notes for a notebook made of these cells: (grade_id, source) or plain source."""
-    return ak.review_notes(assignment, [c if isinstance(c, tuple) else ("", c) for c in cells], NB[assignment])
+    return ag_answer_key.review_notes(assignment, [c if isinstance(c, tuple) else ("", c) for c in cells], NB[assignment])
 
 
 def one_note(notes, grade_id, target):
@@ -43,10 +46,11 @@ def _source(lab):
     return json.loads(lab.source.read_text())
 
 
+@pytest.mark.fast
 def test_every_graded_function_of_every_notebook_is_in_the_map():
-    mapped = {(t.assignment, t.grade_id, t.function) for t in ak.TASKS}
+    mapped = {(t.assignment, t.grade_id, t.function) for t in ag_answer_key.TASKS}
     found = set()
-    for lab in course.discover():
+    for lab in layout.discover():
         cells = _source(lab)["cells"]
         for i, c in enumerate(cells):
             meta = c["metadata"].get("nbgrader", {})
@@ -58,22 +62,22 @@ def test_every_graded_function_of_every_notebook_is_in_the_map():
                     found.add((lab.assignment, meta["grade_id"], node.name))
             # the map's test cell is the graded cell right after the solution
             test = next(x for x in cells[i + 1:] if x["metadata"].get("nbgrader", {}).get("grade"))
-            for t in ak.tasks_for(lab.assignment, lab.name):
+            for t in ag_answer_key.tasks_for(lab.assignment, lab.name):
                 if t.grade_id == meta["grade_id"]:
                     assert t.test_id == test["metadata"]["nbgrader"]["grade_id"], t
     assert found == mapped, f"in the notebooks, not the map: {found - mapped}; in the map only: {mapped - found}"
 
 
 def test_every_library_function_the_map_names_exists():
-    lib = ak.library()
-    for t in ak.TASKS:
-        for lean in t.library + ak.ANYWHERE:
+    lib = static_notes.library()
+    for t in ag_answer_key.TASKS:
+        for lean in t.library + ag_answer_key.ANYWHERE:
             assert lib.kind(lean.target) in ("function", "class"), f"{t.grade_id}: {lean.target} is not in llmrl"
             assert lib.canonical(lean.target) == lean.target, f"{lean.target} lives at {lib.canonical(lean.target)}"
 
 
 def test_the_library_index_follows_re_exports_and_aliases():
-    lib = ak.library()
+    lib = static_notes.library()
     assert lib.canonical("llmrl.evaluation.full_vocab_kl") == "llmrl.losses.full_vocab_kl"
     assert lib.canonical("llmrl.labs.lab11._sampling.gather_logprobs") == "llmrl.sampling.gather_logprobs"
     assert lib.canonical("llmrl.rl.step.group_advantages") == "llmrl.advantages.group_advantages"
@@ -84,7 +88,7 @@ def test_the_library_index_follows_re_exports_and_aliases():
 
 def test_the_grading_safety_page_says_which_tasks_the_library_can_do():
     readme = (ROOT / "docs" / "grading-safety.md").read_text()
-    for t in ak.TASKS:
+    for t in ag_answer_key.TASKS:
         for lean in t.library:
             assert lean.target.removeprefix("llmrl.") in readme or lean.target in readme, \
                 f"docs/grading-safety.md does not name {lean.target} ({t.grade_id})"
@@ -92,10 +96,10 @@ def test_the_grading_safety_page_says_which_tasks_the_library_can_do():
 
 # ----------------------------------------------------------------------------- honest code: no note
 
-@pytest.mark.parametrize("lab", course.discover(), ids=lambda lab: f"{lab.assignment}/{lab.name}")
+@pytest.mark.parametrize("lab", layout.discover(), ids=lambda lab: f"{lab.assignment}/{lab.name}")
 def test_the_reference_and_the_release_get_no_note(lab):
-    assert ak.review_notes(lab.assignment, lab.source) == []
-    assert ak.review_notes(lab.assignment, lab.release) == []
+    assert ag_answer_key.review_notes(lab.assignment, lab.source) == []
+    assert ag_answer_key.review_notes(lab.assignment, lab.release) == []
 
 
 def test_no_other_entry_of_the_corpus_gets_a_note():
@@ -111,7 +115,7 @@ def test_no_other_entry_of_the_corpus_gets_a_note():
                 nb = json.loads(text)
             except ValueError:
                 continue
-            assert ak.review_notes(b.assignment, nb, b.entry.notebook) == [], b.student
+            assert ag_answer_key.review_notes(b.assignment, nb, b.entry.notebook) == [], b.student
 
 
 HONEST = {
@@ -148,6 +152,7 @@ HONEST = {
 
 
 @pytest.mark.parametrize("case", sorted(HONEST))
+@pytest.mark.fast
 def test_honest_code_gets_no_note(case):
     assignment, cells = HONEST[case]
     cells = [c if isinstance(c, tuple) else ("", c) for c in cells]
@@ -156,7 +161,7 @@ def test_honest_code_gets_no_note(case):
                      "metadata": {"nbgrader": {"grade_id": gid, "solution": not gid.startswith("test_"),
                                                "grade": gid.startswith("test_")}} if gid else {}}
                     for gid, src in cells]}
-    assert ak.review_notes(assignment, nb, NB[assignment]) == []
+    assert ag_answer_key.review_notes(assignment, nb, NB[assignment]) == []
 
 
 # ----------------------------------------------------------------------------- ways of hiding a call
@@ -263,6 +268,7 @@ EVASIONS = {
 
 
 @pytest.mark.parametrize("case", sorted(EVASIONS))
+@pytest.mark.fast
 def test_each_way_of_hiding_the_call_is_noted(case):
     target = "llmrl.sampling" if "library function that calls" in case else "llmrl."
     note = one_note(notes_for("lab11", *EVASIONS[case]), T1A, target)
@@ -336,12 +342,12 @@ def test_the_notebook_can_be_given_as_a_path_a_dict_or_a_list(tmp_path):
     solutions = {c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"]) for c in nb["cells"]
                  if c["metadata"].get("nbgrader", {}).get("solution")}
     first = [c for c in nb["cells"] if c["cell_type"] == "code"][0]
-    assert ak.review_notes("lab11", path) == ak.review_notes("lab11", nb) != []
-    assert ak.review_notes("lab11", solutions, "llm_as_policy") == ak.review_notes("lab11", nb)
-    assert ak.review_notes("lab11", [("", "".join(first["source"]))] + list(solutions.items()), "llm_as_policy")
+    assert ag_answer_key.review_notes("lab11", path) == ag_answer_key.review_notes("lab11", nb) != []
+    assert ag_answer_key.review_notes("lab11", solutions, "llm_as_policy") == ag_answer_key.review_notes("lab11", nb)
+    assert ag_answer_key.review_notes("lab11", [("", "".join(first["source"]))] + list(solutions.items()), "llm_as_policy")
     with pytest.raises(TypeError, match="notebook must be"):
-        ak.review_notes("lab11", 42)
-    assert ak.review_notes("no-such-assignment", nb) == []
+        ag_answer_key.review_notes("lab11", 42)
+    assert ag_answer_key.review_notes("no-such-assignment", nb) == []
 
 
 # ----------------------------------------------------------------------------- the corpus's lean entries
@@ -387,19 +393,19 @@ def test_each_lean_entry_passes_every_test_and_is_noted_by_both_checks(assignmen
     assert not failed, f"{entry.name} is not a correct answer, so it tests nothing: {failed}"
     want = NOTES[(assignment, entry.name)]
     gids = [w for w in want if not w.startswith("llmrl.")]
-    static = ak.review_notes(assignment, nb, entry.notebook)
+    static = ag_answer_key.review_notes(assignment, nb, entry.notebook)
     for target in (w for w in want if w.startswith("llmrl.")):
         assert any(target in n and n.split(":")[0] in gids for n in static), f"static: {target} not in {static}"
-    code, expression = ak.runtime_probe(assignment, entry.notebook)
+    code, expression = ag_answer_key.runtime_probe(assignment, entry.notebook)
     exec(code, ns)
-    runtime = ak.runtime_notes(assignment, entry.notebook, repr(eval(expression, ns)))
+    runtime = ag_answer_key.runtime_notes(assignment, entry.notebook, repr(eval(expression, ns)))
     for target in (w for w in want if w.startswith("llmrl.")):
         assert any(target in n and "run time" in n for n in runtime), f"runtime: {target} not in {runtime}"
 
 
 def test_every_lean_entry_has_its_expected_notes_and_every_assignment_has_one():
     assert {(a, e.name) for a, e in LEAN_IDS} == set(NOTES)
-    assert set(LEANS) == {lab.assignment for lab in course.discover()}
+    assert set(LEANS) == {lab.assignment for lab in layout.discover()}
     names = {e.name for _, e in LEAN_IDS}
     for style in ("lean-import", "lean-module-alias", "lean-partial", "lean-getattr", "lean-star",
                   "lean-helper-cell", "lean-class", "lean-importlib", "lean-exec", "lean-default-arg", "lean-vars"):
@@ -410,7 +416,7 @@ def test_every_lean_entry_has_its_expected_notes_and_every_assignment_has_one():
 
 def _runtime(assignment, nb):
     ns, _ = run_in_process(nb)
-    code, expression = ak.runtime_probe(assignment, NB[assignment])
+    code, expression = ag_answer_key.runtime_probe(assignment, NB[assignment])
     exec(code, ns)
     return eval(expression, ns), ns
 
@@ -421,15 +427,16 @@ def test_the_runtime_probe_finds_nothing_in_the_reference(assignment):
     answer, _ = _runtime(assignment, json.loads(next(iter(b.files.values()))))
     data = json.loads(answer)
     assert data["tracer"] == "ok"
-    assert set(data["functions"]) == {f"{t.grade_id}:{t.function}" for t in ak.tasks_for(assignment, NB[assignment])}
+    assert set(data["functions"]) == {f"{t.grade_id}:{t.function}" for t in ag_answer_key.tasks_for(assignment, NB[assignment])}
     assert all("reached" in e and "error" not in e for e in data["functions"].values()), data
-    assert ak.runtime_notes(assignment, NB[assignment], answer) == []
+    assert ag_answer_key.runtime_notes(assignment, NB[assignment], answer) == []
 
 
 def _lean_notebook(assignment, edits):
     return json.loads(next(iter(corpus.build_entry(assignment, corpus.Entry("x", NB[assignment], "x", edits)).files.values())))
 
 
+@pytest.mark.fast
 def test_the_runtime_probe_sees_a_call_the_static_check_cannot_follow():
     nb = _lean_notebook("lab11", [corpus.solve(T1A, '''
         import llmrl.sampling as _s
@@ -438,9 +445,9 @@ def test_the_runtime_probe_sees_a_call_the_static_check_cannot_follow():
             name = "".join(chr(c) for c in (103, 97, 116, 104, 101, 114)) + "_logprobs"
             return getattr(_s, name)(logits[:, prompt_len - 1:-1], tokens[:, prompt_len:])
     ''')])
-    assert any("cannot follow" in n for n in ak.review_notes("lab11", nb))
+    assert any("cannot follow" in n for n in ag_answer_key.review_notes("lab11", nb))
     answer, _ = _runtime("lab11", nb)
-    one_note(ak.runtime_notes("lab11", "llm_as_policy", answer), T1A, "llmrl.sampling.gather_logprobs")
+    one_note(ag_answer_key.runtime_notes("lab11", "llm_as_policy", answer), T1A, "llmrl.sampling.gather_logprobs")
 
 
 def test_a_replaced_trace_hook_is_said_not_trusted():
@@ -448,7 +455,7 @@ def test_a_replaced_trace_hook_is_said_not_trusted():
                                                 after="start")])
     answer, ns = _runtime("lab11", nb)
     try:
-        notes = ak.runtime_notes("lab11", "llm_as_policy", answer)
+        notes = ag_answer_key.runtime_notes("lab11", "llm_as_policy", answer)
     finally:
         ns["sys"].settrace = ns["_real"]
     assert any("could not trace" in n for n in notes), notes
@@ -459,12 +466,12 @@ def test_a_replaced_trace_hook_is_said_not_trusted():
                                                                               {"reached": [1, None, {"a": 2}]}}}),
                                     json.dumps({"tracer": "ok", "functions": {"x": "y"}})])
 def test_a_garbled_runtime_answer_is_a_note_not_a_crash(answer):
-    notes = ak.runtime_notes("lab11", "llm_as_policy", answer)
+    notes = ag_answer_key.runtime_notes("lab11", "llm_as_policy", answer)
     assert isinstance(notes, list) and all(isinstance(n, str) for n in notes)
 
 
 def test_the_runtime_probe_defines_only_its_own_names():
-    code, expression = ak.runtime_probe("hw4", "llm_rl")
+    code, expression = ag_answer_key.runtime_probe("hw4", "llm_rl")
     tree = ast.parse(code)
     names = {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets} | \
         {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
@@ -472,15 +479,16 @@ def test_the_runtime_probe_defines_only_its_own_names():
     assert "autograder" not in code and re.fullmatch(r"_llmrl_answer_key_[A-Za-z_]+\(\)", expression)
 
 
+@pytest.mark.fast
 def test_the_command_line_prints_the_notes_and_the_map(capsys, tmp_path):
     b = corpus.build_entry("lab21", LEANS["lab21"][0])
     path = tmp_path / "tasks.ipynb"
     path.write_text(next(iter(b.files.values())))
-    assert ak.main(["lab21", str(path)]) == 0
+    assert review_main(["lab21", str(path)]) == 0
     assert "llmrl.evaluation.pass_at_k" in capsys.readouterr().out
-    assert ak.main([]) == 0
+    assert review_main([]) == 0
     assert "| lab11 | `task1a_response_logprobs`" in capsys.readouterr().out
-    assert ak.main(["lab21", str(tmp_path / "missing.ipynb")]) == 1
+    assert review_main(["lab21", str(tmp_path / "missing.ipynb")]) == 1
 
 
 MORE_EVASIONS = {
@@ -540,7 +548,7 @@ def test_string_folding_cannot_be_made_to_build_huge_strings():
 def _watched(call, assignment="lab11", notebook="llm_as_policy"):
     """What the watch sees in one call (in this process, as in the student's kernel)."""
     ns = {}
-    exec(compile(ak.watch_module(assignment, notebook), "<watch>", "exec"), ns)
+    exec(compile(ag_answer_key.watch_module(assignment, notebook), "<watch>", "exec"), ns)
     w = ns["start"]()
     try:
         call()
@@ -568,7 +576,7 @@ def test_the_watch_knows_the_library_by_content_wherever_its_code_comes_from(tmp
     import numpy as np
 
     import llmrl.toylm
-    from corpus import evasion
+    from autograder.corpus import evasion
 
     args = (np.array([0.2, 0.8]), np.array([1.0, 0.0]), 0.5)
     monkeypatch.chdir(tmp_path)
@@ -586,15 +594,15 @@ def test_the_watch_knows_the_library_by_content_wherever_its_code_comes_from(tmp
         seen = _watched(lambda: fn(*args))
         assert _copy_targets(seen) == {"llmrl.toylm.tilted_optimum"}, seen
         assert seen["tracer"] == [], seen
-        t = next(t for t in ak.TASKS if t.function == "tilted_optimum")
-        notes = ak._entry_notes(t, ak.library(), seen["lib"], seen["copies"], set(), "a graded call")
+        t = next(t for t in ag_answer_key.TASKS if t.function == "tilted_optimum")
+        notes = runtime_watch._entry_notes(t, static_notes.library(), seen["lib"], seen["copies"], set(), "a graded call")
         assert any("ran a copy of llmrl.toylm.tilted_optimum" in n for n in notes), notes
     assert "optimum_notes.py" in str(_watched(lambda: copied.tilted_optimum(*args))["copies"])
     # the library's own function: named by where it lives, and not called a copy
     seen = _watched(lambda: llmrl.toylm.tilted_optimum(*args))
     assert "llmrl.toylm.tilted_optimum" in seen["lib"]
-    t = next(t for t in ak.TASKS if t.function == "tilted_optimum")
-    notes = ak._entry_notes(t, ak.library(), seen["lib"], seen["copies"], set(), "a graded call")
+    t = next(t for t in ag_answer_key.TASKS if t.function == "tilted_optimum")
+    notes = runtime_watch._entry_notes(t, static_notes.library(), seen["lib"], seen["copies"], set(), "a graded call")
     assert notes == ["task4_tilted_optimum: tilted_optimum ran llmrl.toylm.tilted_optimum (seen at "
                      "run time), which does this task"], notes
 
@@ -621,19 +629,19 @@ def test_code_the_notebook_typed_is_a_copy_only_when_it_is_long():
                     {"cell_type": "code", "metadata": {"nbgrader": {"grade_id": "task1a_response_logprobs",
                                                                      "solution": True}}, "source": short},
                     {"cell_type": "code", "metadata": {}, "source": long}]}
-    text = ak.text_fingerprints(nb)
+    text = ag_answer_key.text_fingerprints(nb)
     ns = {}
     for c in nb["cells"]:
         exec(compile(c["source"], "<cell>", "exec"), ns)
-    t1a = next(t for t in ak.TASKS if t.function == "response_logprobs")
+    t1a = next(t for t in ag_answer_key.TASKS if t.function == "response_logprobs")
     seen = _watched(lambda: ns["response_logprobs"](torch.randn(2, 4, 5), torch.zeros(2, 4, dtype=torch.long), 2))
     assert _copy_targets(seen) == {"llmrl.sampling.gather_logprobs"}, seen
-    assert ak._entry_notes(t1a, ak.library(), seen["lib"], seen["copies"], text, "a graded call") == []
+    assert runtime_watch._entry_notes(t1a, static_notes.library(), seen["lib"], seen["copies"], text, "a graded call") == []
     # without the notebook's text, the same code is a copy of unknown origin
-    assert ak._entry_notes(t1a, ak.library(), seen["lib"], seen["copies"], set(), "a graded call")
-    t4 = next(t for t in ak.TASKS if t.function == "tilted_optimum")
+    assert runtime_watch._entry_notes(t1a, static_notes.library(), seen["lib"], seen["copies"], set(), "a graded call")
+    t4 = next(t for t in ag_answer_key.TASKS if t.function == "tilted_optimum")
     seen = _watched(lambda: ns["my_optimum"](np.array([0.5, 0.5]), np.array([1.0, 0.0]), 1.0))
-    notes = ak._entry_notes(t4, ak.library(), seen["lib"], seen["copies"], text, "a graded call")
+    notes = runtime_watch._entry_notes(t4, static_notes.library(), seen["lib"], seen["copies"], text, "a graded call")
     assert len(notes) == 1 and "typed into the notebook line for line from llmrl.toylm.tilted_optimum" in notes[0]
 
 
@@ -670,7 +678,7 @@ def test_the_probe_reports_a_tracer_already_set():
         answer, _ = _runtime("lab11", nb)
     finally:
         sys.settrace(None)
-    notes = ak.runtime_notes("lab11", "llm_as_policy", answer, submission=nb)
+    notes = ag_answer_key.runtime_notes("lab11", "llm_as_policy", answer, submission=nb)
     assert any("found a trace or profile function already set" in n for n in notes), notes
 
 
@@ -692,7 +700,7 @@ W = {"calls": 3, "answered": 3, "died": 0, "timeout": 0, "lib": [], "copies": []
      ["sample_with_temperature ran llmrl.sampling.sample_token (seen at run time)"]),
 ])
 def test_what_the_graded_calls_and_the_probe_calls_hold_for_review(watch, probe, want):
-    notes = ak.watch_notes("lab11", "llm_as_policy", watch, probe, text=set())
+    notes = ag_answer_key.watch_notes("lab11", "llm_as_policy", watch, probe, text=set())
     assert len(notes) == len(want) and all(w in n for w, n in zip(want, notes)), notes
     assert all(n.startswith(("task2_sample_with_temperature: ", "llm_as_policy: ")) for n in notes), notes
 
@@ -700,13 +708,13 @@ def test_what_the_graded_calls_and_the_probe_calls_hold_for_review(watch, probe,
 @pytest.mark.parametrize("watch", [None, [], {"f": "x"}, {"sample_with_temperature": {"lib": "x", "copies": [[1, 2]],
                                                                                       "tracer": None}}])
 def test_a_garbled_watch_is_no_crash(watch):
-    assert isinstance(ak.watch_notes("lab11", "llm_as_policy", watch, {"x": "died"}, text=set()), list)
+    assert isinstance(ag_answer_key.watch_notes("lab11", "llm_as_policy", watch, {"x": "died"}, text=set()), list)
 
 
 def test_each_class_of_issue_28_has_two_graded_entries():
     """autograder/corpus/evasion.py: every class has at least two attacks in entries graded by the real
     grader in make test (test_corpus.py checks that each entry's review reasons say them)."""
-    from corpus import evasion
+    from autograder.corpus import evasion
 
     entries = {e.name: e for a in NB for e in evasion.entries(a)}
     for cls, attacks in evasion.CLASSES.items():

@@ -16,13 +16,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-import corpus
-import kernels
-import safety
-import sandbox
-import tworun
-import wire
-from course import ROOT
+from autograder import corpus
+from autograder.execution import sandboxed_kernel as kernels
+from autograder.review import code_flags as safety
+from autograder.sandbox import bubblewrap as sandbox
+from autograder.execution import tworun
+from autograder.execution import wire_format as wire
+from autograder.course.layout import ROOT
 
 SANDBOXED = pytest.mark.skipif(sandbox.bwrap_status() != "ok", reason=f"no sandbox here: {sandbox.bwrap_status()}")
 
@@ -133,6 +133,7 @@ def test_without_bwrap_the_kernel_still_runs_with_limits_and_a_warning(capfd):
     assert "WITHOUT a sandbox" in capfd.readouterr().err
 
 
+@pytest.mark.fast
 def test_bwrap_command_starts_from_an_empty_root_and_binds_two_folders_writable(tmp_path):
     argv = sandbox.bwrap_argv(tmp_path / "w", tmp_path / "rt")
     text = " ".join(argv)
@@ -143,6 +144,7 @@ def test_bwrap_command_starts_from_an_empty_root_and_binds_two_folders_writable(
     assert "--remount-ro /" in text and f"{ROOT} " not in text.replace(f"{ROOT}/", "")
 
 
+@pytest.mark.fast
 def test_a_python_path_that_would_show_the_course_is_refused(monkeypatch):
     sandbox._exposed.cache_clear()
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
@@ -158,11 +160,11 @@ def test_the_probe_says_why_the_course_library_does_not_import(tmp_path):
     shadow = tmp_path / "shadow" / "llmrl"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('this llmrl is broken')\n")
-    proc = subprocess.run([sys.executable, str(ROOT / "autograder" / "sandbox.py"), "--probe"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "autograder.sandbox.bubblewrap", "--probe"], cwd=ROOT, capture_output=True,
                           text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(tmp_path / "shadow")))
     assert proc.returncode == 1
     assert "cannot be imported inside the grading sandbox" in proc.stdout and "this llmrl is broken" in proc.stdout
-    ok = subprocess.run([sys.executable, str(ROOT / "autograder" / "sandbox.py"), "--probe"], capture_output=True,
+    ok = subprocess.run([sys.executable, "-m", "autograder.sandbox.bubblewrap", "--probe"], cwd=ROOT, capture_output=True,
                         text=True, timeout=300)
     assert ok.returncode == 0, ok.stdout
 
@@ -216,6 +218,7 @@ def _answer(value, **extra) -> bytes:
     return wire.pack(header, enc.buffers)
 
 
+@pytest.mark.fast
 def test_the_wire_brings_values_back_as_exact_builtin_types():
     import numpy as np
     import torch
@@ -244,6 +247,7 @@ def test_the_wire_brings_values_back_as_exact_builtin_types():
     (lambda h: h.update(extra=1), "unknown header fields"),
     (lambda h: h.update(value={"t": "list", "v": [h["value"], h["value"]]}), "used twice"),
 ])
+@pytest.mark.fast
 def test_the_wire_refuses_what_is_not_the_format(change, words):
     import torch
 
@@ -435,6 +439,7 @@ def test_setup_cells_ignore_a_functions_own_variables():
     assert tworun.definitions_only("print(1)") is None
 
 
+@pytest.mark.fast
 def test_setup_cells_are_chosen_by_what_the_tests_read():
     src = nbformat.v4.new_notebook()
     src.cells = [nbformat.v4.new_code_cell("import math\nimport numpy as np"),
@@ -447,6 +452,7 @@ def test_setup_cells_are_chosen_by_what_the_tests_read():
         {"f", "z", "i"}, {"g", "y", "range"})
 
 
+@pytest.mark.fast
 def test_hidden_tests_are_removed_for_the_feedback_run():
     code = "a = 1\n### BEGIN HIDDEN TESTS\nassert secret()\n### END HIDDEN TESTS\nb = 2"
     assert tworun.strip_hidden(code) == "a = 1\nb = 2"
@@ -462,6 +468,7 @@ def test_hidden_tests_are_removed_for_the_feedback_run():
     ("import subprocess\nsubprocess.run(['ls'])", "calls subprocess.run()"),
     ("import sys\nsys.modules['torch'] = None", "uses sys.modules"),
 ])
+@pytest.mark.fast
 def test_scan_flags_suspicious_code(code, note):
     assert any(note in n for n in safety.scan_source(code)), safety.scan_source(code)
 
@@ -538,7 +545,7 @@ def test_each_class_of_issue_13_has_two_hostile_entries():
 # ----------------------------------------------------------------------------- command lines
 
 def test_batch_refuses_an_unknown_assignment():
-    proc = subprocess.run([sys.executable, str(ROOT / "autograder" / "batch.py"), "no_such_lab", "--no-merge"],
+    proc = subprocess.run([str(ROOT / "autograder" / "bin" / "batch"), "no_such_lab", "--no-merge"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "no_such_lab" in proc.stderr
 
@@ -547,29 +554,30 @@ def test_grade_refuses_an_oversized_file(tmp_path):
     big = tmp_path / "huge.ipynb"
     with open(big, "wb") as f:
         f.truncate((65 << 20))
-    proc = subprocess.run([str(ROOT / "autograder" / "grade"), corpus.available()[0], str(big)],
+    proc = subprocess.run([str(ROOT / "autograder" / "bin" / "grade"), corpus.available()[0], str(big)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "larger than" in proc.stderr
 
 
+@pytest.mark.fast
 def test_grade_refuses_a_notebook_that_is_a_symbolic_link(tmp_path):
     link = tmp_path / "llm_as_policy.ipynb"
     link.symlink_to(ROOT / "source" / "lab11" / "llm_as_policy.ipynb")  # the solutions, if it were followed
-    proc = subprocess.run([str(ROOT / "autograder" / "grade"), "lab11", str(link)], capture_output=True, text=True,
+    proc = subprocess.run([str(ROOT / "autograder" / "bin" / "grade"), "lab11", str(link)], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 1 and "symbolic link" in proc.stderr, proc.stderr
 
 
 @pytest.mark.slow
 def test_a_submission_leaning_on_the_library_is_held_for_review_with_the_answer_keys_notes(tmp_path):
-    """The grader runs the answer-key check (autograder/answer_key.py), static and at run time."""
-    from corpus._leans import LEANS
+    """The grader runs the answer-key check (autograder/review/answer_key.py), static and at run time."""
+    from autograder.corpus._library_leans import LEANS
 
     entry = LEANS["lab11"][0]
     built = corpus.build_entry("lab11", entry)
     path = tmp_path / f"{entry.notebook}.ipynb"
     path.write_text(next(iter(built.files.values())))
-    proc = subprocess.run([str(ROOT / "autograder" / "grade"), "lab11", str(path)], capture_output=True, text=True,
+    proc = subprocess.run([str(ROOT / "autograder" / "bin" / "grade"), "lab11", str(path)], capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr
     nb = json.loads(proc.stdout)["notebooks"][0]
@@ -586,7 +594,7 @@ def test_grade_tables_never_hold_a_spreadsheet_formula(tmp_path):
     apostrophe); numbers, negative ones included, stay numbers."""
     import csv
 
-    import files
+    from autograder.sandbox import safe_files as files
 
     hostile = ["=HYPERLINK(\"http://x\",\"a\")", "+1+1", "-1+cmd|' /C calc'!A0", "@SUM(A1)", "\tx", "\rx"]
     rows = [{"student": s, "points": p} for s, p in zip(hostile, [1, -2, "-2.5", 3.0, "+4", "1e3"])]

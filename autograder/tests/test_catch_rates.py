@@ -1,4 +1,4 @@
-"""The tests' strength, measured on the submission corpus and its hold-out set (autograder/catch_rates.py).
+"""The tests' strength, measured on the submission corpus and its hold-out set (autograder/corpus/catch_rates.py).
 
 Every corpus wrong answer (one edit of a `wrong-*` entry, applied alone to the reference) must fail
 a test cell of its own task; the visible tests a student sees must fail at least two thirds of them
@@ -18,10 +18,10 @@ from fractions import Fraction
 
 import pytest
 
-import catch_rates
-from catch_rates import failed
-import corpus
-from corpus import hostile
+from autograder.corpus import catch_rates
+from autograder.corpus.catch_rates import failed
+from autograder import corpus
+from autograder.corpus import hostile
 
 ASSIGNMENTS = corpus.available()
 VISIBLE_AT_LEAST = Fraction(2, 3)  # the course's target (issue 19): visible tests teach most of the mistakes

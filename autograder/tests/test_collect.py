@@ -19,9 +19,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
-import tiny
+from autograder.tests import tiny
 
-import course_collect
+from autograder.collect import exchange as course_collect
+
+pytestmark = pytest.mark.fast  # make test-fast runs this file
 
 ME = getpass.getuser()
 
@@ -48,12 +50,12 @@ def exchange_course(tmp_path):
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
 
-    import course as course_mod
+    from autograder.course import nbgrader_app
 
     root = tiny.make_course(tmp_path / "course")
     exchange = tmp_path / "exchange"
     exchange.mkdir()
-    cfg = course_mod.load_config(root)
+    cfg = nbgrader_app.load_config(root)
     cfg.Exchange.root = str(exchange)
     api = NbGraderAPI(CourseDirectory(config=cfg), config=cfg)
     assert api.release_assignment(tiny.ASSIGNMENT)["success"]

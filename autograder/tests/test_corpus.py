@@ -17,9 +17,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-import batch
-import corpus
-from course import ROOT
+from autograder.batch import gradebook_merge
+from autograder.batch import run as batch_run
+from autograder import corpus
+from autograder.course.layout import ROOT
 
 pytestmark = pytest.mark.slow  # minutes: the whole corpus is graded (make test-fast skips it)
 
@@ -45,7 +46,7 @@ def graded(tmp_path_factory):
     # More workers than cores: a grading waits on its kernels part of the time (CORPUS_WORKERS).
     workers = int(os.environ.get("LLMRL_CORPUS_WORKERS", 0)) or corpus.CORPUS_WORKERS
     result = corpus.grade_corpus(BUILT, work, workers=workers)
-    print("\n" + corpus.table(BUILT, result) + "\n" + batch.summary(result["batch"]))
+    print("\n" + corpus.table(BUILT, result) + "\n" + batch_run.summary(result["batch"]))
     return result
 
 
@@ -109,7 +110,7 @@ def _feedback_text(graded, b) -> str:
 
     path = graded["root"] / "feedback" / b.student / b.assignment / f"{b.entry.notebook}.html"
     if not path.exists():  # held back while a written answer awaits grading: the batch's record has it
-        import feedback
+        from autograder.export import feedback_pages as feedback
 
         r = graded["results"][b.student]
         nb = next(n for n in r.report["notebooks"] if n["notebook"] == b.entry.notebook)
@@ -180,7 +181,7 @@ def test_course_gradebook_and_folders_untouched(graded):
 
     (The course's gradebook.db is not compared byte for byte: in a working tree shared with other
     people, their `make release` rewrites it while the corpus runs; test_pipeline checks the hash
-    for autograder/grade in isolation.)"""
+    for autograder/bin/grade in isolation.)"""
     from nbgrader.api import Gradebook
 
     students = {b.student for b in BUILT}
@@ -228,7 +229,7 @@ def test_reference_entries_raise_no_false_alarm(graded):
 def test_gradebook_holds_exactly_the_reports(graded):
     from nbgrader.api import Gradebook
 
-    rows = batch.snapshot(graded["root"])
+    rows = gradebook_merge.snapshot(graded["root"])
     for b in BUILT:
         r = graded["results"][b.student]
         assert r.report is not None, f"{b.student}: {r.error}"
@@ -249,17 +250,17 @@ def test_regrading_one_student_changes_no_other(graded, tmp_path):
     """Merge a second result for one student: every other student's grade rows stay as they were."""
     root = graded["root"]
     target = next(b for b in BUILT if b.entry.name == "untouched")
-    before = batch.snapshot(root)
+    before = gradebook_merge.snapshot(root)
     others_files = {p: _digest(p) for p in (root / "autograded").rglob("*.ipynb") if target.student not in p.parts}
     # the student hands in the reference solution instead
     ref = next(b for b in BUILT if b.assignment == target.assignment and b.entry.notebook == target.entry.notebook
                and b.entry.name == "reference")
     sub = tmp_path / f"{target.entry.notebook}.ipynb"
     sub.write_text(ref.files[f"{ref.entry.notebook}.ipynb"])
-    out = batch.run_batch([target.assignment], root, jobs=[batch.Job(target.assignment, target.student, [sub])],
+    out = batch_run.run_batch([target.assignment], root, jobs=[batch_run.Job(target.assignment, target.student, [sub])],
                           csv_path=tmp_path / "one.csv", progress=False)
     assert out["results"][0].report is not None, out["results"][0].error
-    after = batch.snapshot(root)
+    after = gradebook_merge.snapshot(root)
     changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
     assert changed and all(k[1] == target.student for k in changed), sorted(changed)[:5]
     for p, d in others_files.items():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -20,10 +21,14 @@ from pathlib import Path
 import nbformat
 import pytest
 
-import course
-import tiny
-import written
-from course import ROOT, PipelineError
+from autograder.authoring import samples
+from autograder.course import layout
+from autograder.export import grades_csv
+from autograder.export import release_feedback
+from autograder.batch import run as batch_run
+from autograder.tests import tiny
+from autograder.tests import written
+from autograder.course.layout import ROOT, PipelineError
 
 HIDDEN_LINE = "negative numbers too"  # a line of tiny's hidden tests
 
@@ -71,9 +76,9 @@ def test_demo_grades_the_samples_in_its_own_course_and_never_touches_the_instruc
 
     demo_dir = tmp_path / "build" / "demo-course"
     demo_dir.mkdir(parents=True)
-    (demo_dir / course.DEMO_MARK).write_text("")
+    (demo_dir / layout.DEMO_MARK).write_text("")
     (demo_dir / "left-from-last-run.txt").write_text("stale")
-    table = course.demo([written.lab(instructor)], demo_dir, instructor, progress=False, workers=2)
+    table = samples.demo([written.lab(instructor)], demo_dir, instructor, progress=False, workers=2)
 
     # the instructor's course and the repository's own grading files are as they were
     assert hashlib.sha256((instructor / "gradebook.db").read_bytes()).hexdigest() == theirs_db
@@ -103,8 +108,8 @@ def test_demo_grades_the_samples_in_its_own_course_and_never_touches_the_instruc
     # plain nbgrader commands in the demo folder work on the demo course (its nbgrader_config.py),
     # and nbgrader's export writes the course's table
     (demo_dir / "grades.csv").unlink()
-    proc = subprocess.run([sys.executable, str(ROOT / "autograder" / "course.py"), "nbgrader", "export",
-                           "--log-level=ERROR"], cwd=demo_dir, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "autograder", "nbgrader", "export", "--log-level=ERROR"], cwd=demo_dir,
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert proc.returncode == 0, proc.stderr
     assert _csv(demo_dir / "grades.csv") == rows
 
@@ -115,9 +120,9 @@ def test_demo_refuses_a_folder_it_did_not_make(tmp_path):
     mine.mkdir()
     (mine / "thesis.tex").write_text("precious")
     with pytest.raises(PipelineError, match="is not a demo course"):
-        course.make_demo_course([written.lab(instructor)], mine, instructor)
+        samples.make_demo_course([written.lab(instructor)], mine, instructor)
     with pytest.raises(PipelineError, match="would replace the course"):
-        course.make_demo_course([written.lab(instructor)], instructor, instructor)
+        samples.make_demo_course([written.lab(instructor)], instructor, instructor)
     assert (mine / "thesis.tex").read_text() == "precious"
 
 
@@ -160,7 +165,7 @@ def graded(tmp_path_factory):
     _put(root, "gus", "scratch.ipynb", notes)  # an extra notebook
     _put(root, "hal", "tiny.ipynb", '{"cells": [')  # not a notebook at all
     (root / "grades.csv").write_text("a table of an earlier run\n")
-    result = course.grade_course([written.lab(root)], root, progress=False, workers=2)
+    result = samples.grade_course([written.lab(root)], root, progress=False, workers=2)
     return {"root": root, "result": result}
 
 
@@ -180,7 +185,7 @@ def test_misnamed_duplicated_and_extra_notebooks_are_matched_or_reported_per_stu
     assert "scratch.ipynb: not graded: no notebook of tiny" in rows["gus"]["reason"] and rows["gus"]["status"] == "graded"
     assert "notes.ipynb: not graded: no notebook of tiny" in rows["dan"]["reason"] and rows["dan"]["status"] == "missing"
     assert "tiny.ipynb: not graded: is not a valid notebook" in rows["hal"]["reason"] and rows["hal"]["status"] == "missing"
-    summary = course._batch().summary(result)
+    summary = batch_run.summary(result)
     assert "eve/tiny: tiny (1).ipynb: not graded" in summary
 
 
@@ -196,7 +201,7 @@ def test_grade_tables_keep_automatic_and_manual_apart_and_say_missing(graded):
         assert rows[who]["status"] == "missing" and rows[who]["automatic"] == rows[who]["total"] == "", rows[who]
     assert rows["cat"]["notes"] == "no submission" and rows["dan"]["notes"] == "tiny.ipynb missing"
     assert "explain_double" in rows["ann"]["notes"]
-    table = course.score_table([written.lab(root)], root)
+    table = samples.score_table([written.lab(root)], root)
     line = {ln.split()[1]: ln for ln in table.splitlines()[1:]}
     assert "2 / 2" in line["ann"] and "pending / 3" in line["ann"] and "pending" in line["ann"].split("/ 3")[1]
     assert "missing" in line["cat"] and " 0 " not in line["cat"] and "0 /" not in line["cat"]
@@ -211,7 +216,7 @@ def test_a_run_that_fails_leaves_no_stale_grades_csv(tmp_path):
     tiny.submit(root, "ann", tiny.submission(root, tiny.RIGHT))
     (root / "grades.csv").write_text("a table of an earlier run\n")
     with pytest.raises(PipelineError, match="self-check failed.*grades.csv was not written"):
-        course.grade_course([course.Lab(tiny.ASSIGNMENT, tiny.NOTEBOOK, root)], root, progress=False, workers=1)
+        samples.grade_course([layout.Lab(tiny.ASSIGNMENT, tiny.NOTEBOOK, root)], root, progress=False, workers=1)
     assert not (root / "grades.csv").exists()
 
 
@@ -223,11 +228,11 @@ def test_feedback_waits_for_the_written_answer_unless_forced(graded):
     assert (root / "feedback" / "bob" / tiny.ASSIGNMENT / f"{tiny.NOTEBOOK}.html").exists()
     assert (root / "autograded" / "ann" / tiny.ASSIGNMENT / f"{tiny.NOTEBOOK}.ipynb").exists()
 
-    done = course.feedback([lab], root=root)
+    done = release_feedback.feedback([lab], root=root)
     assert any(h.startswith("ann/tiny/tiny: 1 cell(s) awaiting grading (explain_double)") for h in done["held"]), done
     assert not page.exists() and "bob/tiny/tiny" in done["released"] and not done["problems"], done
 
-    done = course.feedback([lab], force=True, root=root)
+    done = release_feedback.feedback([lab], force=True, root=root)
     assert "ann/tiny/tiny (forced: 1 cell(s) awaiting grading)" in done["released"], done
     html = page.read_text()
     assert "Awaiting grading" in html and "3.0 more points awaiting grading" in html
@@ -242,19 +247,20 @@ def test_feedback_waits_for_the_written_answer_unless_forced(graded):
         g.manual_score, g.needs_manual_grade = 2.5, False
         gb.db.commit()
     page.unlink()
-    done = course.feedback([lab], root=root)
+    done = release_feedback.feedback([lab], root=root)
     assert "ann/tiny/tiny" in done["released"] and not any(h.startswith("ann/") for h in done["held"]), done
     html = page.read_text()
     assert "Awaiting grading" not in html and "Score: 2.5 / 3.0" in html and "Score: 4.5 / 5.0" in html
-    row = _csv(course.write_grades_csv(root))["ann"]
+    row = _csv(grades_csv.write_grades_csv(root))["ann"]
     assert (row["automatic"], row["manual"], row["manual_pending"], row["total"], row["status"]) == (
         "2", "2.5", "0", "4.5", "graded")
-    line = next(ln for ln in course.score_table([lab], root).splitlines() if ln.split()[1] == "ann")
+    line = next(ln for ln in samples.score_table([lab], root).splitlines() if ln.split()[1] == "ann")
     assert "2 / 2" in line and "2.5 / 3" in line and "4.5 / 5" in line and "graded" in line
 
 
 # ----------------------------------------------------------------------------- feedback pages
 
+@pytest.mark.fast
 def test_feedback_renders_the_tables_of_every_release_notebook_as_jupyterlab_does():
     """Tables inside a blockquote (the labs' overview tables, "> | task | ... |") or a list item are
     tables in the feedback page, as in JupyterLab, not paragraphs of pipes (nbconvert's default)."""
@@ -262,7 +268,7 @@ def test_feedback_renders_the_tables_of_every_release_notebook_as_jupyterlab_doe
 
     from nbconvert.exporters import HTMLExporter
 
-    import feedback
+    from autograder.export import feedback_pages as feedback
 
     plain = HTMLExporter()
     quoted = 0

@@ -24,13 +24,17 @@ from pathlib import Path
 import nbformat
 import pytest
 
-import batch
-import files
-import tiny
-from course import ROOT
+from autograder.batch import gradebook_merge
+from autograder.batch import jobs
+from autograder.batch import gradebook_merge, run as batch_run
+from autograder.sandbox import safe_files as files
+from autograder.course import layout
+from autograder.export import release_feedback
+from autograder.tests import tiny
+from autograder.course.layout import ROOT
 
 pytestmark = pytest.mark.slow
-BATCH = [sys.executable, str(ROOT / "autograder" / "batch.py"), tiny.ASSIGNMENT, "--no-progress"]
+BATCH = [str(ROOT / "autograder" / "bin" / "batch"), tiny.ASSIGNMENT, "--no-progress"]
 SLOW = "import time\ntime.sleep(4)"  # a free cell that makes a submission take a few seconds
 
 
@@ -58,7 +62,7 @@ def course(earlier_course, tmp_path) -> Path:
 
 def _earlier(root: Path) -> dict:
     """What belongs to the earlier student (and the shared CSV files), to compare after a fault."""
-    rows = {k: v for k, v in batch.snapshot(root).items() if k[1] == "earlier"}
+    rows = {k: v for k, v in gradebook_merge.snapshot(root).items() if k[1] == "earlier"}
     assert rows and all(v[0] == tiny.POINTS for v in rows.values()), rows
     return {"rows": rows, "autograded": _sha(root / "autograded" / "earlier" / "tiny" / "tiny.ipynb"),
             "feedback": _sha(root / "feedback" / "earlier" / "tiny" / "tiny.html")}
@@ -119,7 +123,7 @@ def test_a_batch_killed_after_two_students_reruns_exactly_the_missing_ones(cours
     assert f"graded {5 - len(graded)} now" in rerun.stdout, rerun.stdout
     table = _table(root)
     assert set(table) == {"earlier", "s1", "s2", "s3", "s4", "s5"} and set(table.values()) == {"graded"}, table
-    rows = batch.snapshot(root)
+    rows = gradebook_merge.snapshot(root)
     assert rows[("tiny", "s3", "tiny", "test_double")][0] == 0 and rows[("tiny", "s5", "tiny", "test_double")][0] == 2
     assert not _leftovers(proc.pid), "the re-run left the killed batch's scratch folders behind"
     _same_earlier(root, before)
@@ -128,20 +132,22 @@ def test_a_batch_killed_after_two_students_reruns_exactly_the_missing_ones(cours
 FULL_DISK = r'''
 import json, os, subprocess, sys
 from pathlib import Path
-sys.path[:0] = [sys.argv[3], sys.argv[3] + "/tests"]
-import batch, files, tiny
+sys.path[:0] = [sys.argv[3]]  # the folder holding the grader's package (this script runs from a temporary file)
+from autograder.batch import gradebook_merge, run as batch_run
+from autograder.sandbox import safe_files as files
+from autograder.tests import tiny
 mount = Path(sys.argv[1])
 subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount)], check=True)
 root = mount / "course"
 tiny.make_course(root)
 tiny.submit(root, "earlier", tiny.submission(root, tiny.RIGHT))
-batch.run_batch(["tiny"], root, progress=False, csv_path=root / "batch_grades.csv")
+batch_run.run_batch(["tiny"], root, progress=False, csv_path=root / "batch_grades.csv")
 def sha(p):
     import hashlib
     return hashlib.sha256(p.read_bytes()).hexdigest() if p.exists() else None
 keep = [root / "grades.csv", root / "autograded/earlier/tiny/tiny.ipynb", root / "feedback/earlier/tiny/tiny.html"]
 before = {str(p): sha(p) for p in keep}
-earlier_rows = {k: v for k, v in batch.snapshot(root).items() if k[1] == "earlier"}
+earlier_rows = {k: v for k, v in gradebook_merge.snapshot(root).items() if k[1] == "earlier"}
 for s in ("n1", "n2", "n3", "n4"):
     tiny.submit(root, s, tiny.submission(root, tiny.RIGHT))
 merged = []
@@ -159,13 +165,13 @@ def fill(result):
                 pass
 out = {}
 try:
-    batch.run_batch(["tiny"], root, progress=False, csv_path=root / "batch_grades.csv", on_merged=fill, workers=1)
+    batch_run.run_batch(["tiny"], root, progress=False, csv_path=root / "batch_grades.csv", on_merged=fill, workers=1)
     out["stopped"] = None
-except batch.BatchStop as e:
+except batch_run.BatchStop as e:
     out["stopped"] = str(e)
 import sqlite3
 out["integrity"] = sqlite3.connect(root / "gradebook.db").execute("PRAGMA integrity_check").fetchone()[0]
-rows = batch.snapshot(root)
+rows = gradebook_merge.snapshot(root)
 out["earlier_same"] = {k: v for k, v in rows.items() if k[1] == "earlier"} == earlier_rows
 out["merged_students"] = sorted({k[1] for k in rows} - {"earlier"})
 out["files_same"] = {str(p): sha(p) for p in keep} == before
@@ -175,11 +181,11 @@ with open(root / "batch_grades.csv", newline="") as f:
 for name in ("filler", "filler2", "filler3"):
     if (mount / name).exists():
         os.unlink(mount / name)
-again = batch.run_batch(["tiny"], root, progress=False, csv_path=root / "batch_grades.csv")
+again = batch_run.run_batch(["tiny"], root, progress=False, csv_path=root / "batch_grades.csv")
 out["rerun_graded"] = again["graded"]
 out["rerun_statuses"] = sorted({r["status"] for r in again["rows"]})
 out["rerun_students"] = sorted({r["student"] for r in again["rows"]})
-out["earlier_same_after_rerun"] = {k: v for k, v in batch.snapshot(root).items() if k[1] == "earlier"} == earlier_rows
+out["earlier_same_after_rerun"] = {k: v for k, v in gradebook_merge.snapshot(root).items() if k[1] == "earlier"} == earlier_rows
 print("RESULT " + json.dumps(out))
 '''
 
@@ -191,7 +197,7 @@ def test_a_full_disk_stops_the_batch_cleanly_and_a_rerun_finishes(tmp_path):
     mount = tmp_path / "disk"
     mount.mkdir()
     proc = subprocess.run(["unshare", "-rm", "--propagation", "private", sys.executable, str(script), str(mount),
-                           str(tmp_path), str(ROOT / "autograder")], capture_output=True, text=True, timeout=900)
+                           str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=900)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
     if line is None and "Operation not permitted" in proc.stderr:
         pytest.skip("user namespaces are not allowed here: " + proc.stderr.strip().splitlines()[-1])
@@ -232,7 +238,7 @@ def test_a_gradebook_locked_for_25_s_costs_no_student(course):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert time.monotonic() - started >= 25
     assert "FAILED" not in proc.stdout and set(_table(root).values()) == {"graded"}, proc.stdout
-    assert {k[1] for k, v in batch.snapshot(root).items() if v[0] == tiny.POINTS} == {"earlier", "a1", "a2", "a3"}
+    assert {k[1] for k, v in gradebook_merge.snapshot(root).items() if v[0] == tiny.POINTS} == {"earlier", "a1", "a2", "a3"}
     _same_earlier(root, before)
 
 
@@ -276,12 +282,12 @@ def test_a_damaged_gradebook_is_put_back_with_a_clear_error(course, damage):
             with open(db, "r+b") as f:
                 f.seek(2048)
                 f.write(b"\xff" * 8192)
-    with pytest.raises(batch.BatchStop, match="put back"):
-        batch.run_batch([tiny.ASSIGNMENT], root, progress=False, csv_path=root / "batch_grades.csv", workers=1,
+    with pytest.raises(batch_run.BatchStop, match="put back"):
+        batch_run.run_batch([tiny.ASSIGNMENT], root, progress=False, csv_path=root / "batch_grades.csv", workers=1,
                         on_merged=harm)
     assert _integrity(root) == "ok"
     _same_earlier(root, before)  # the backup holds the earlier student as it was
-    again = batch.run_batch([tiny.ASSIGNMENT], root, progress=False, csv_path=root / "batch_grades.csv")
+    again = batch_run.run_batch([tiny.ASSIGNMENT], root, progress=False, csv_path=root / "batch_grades.csv")
     assert {r["student"] for r in again["rows"] if r["status"] == "graded"} == {"earlier", "d1", "d2", "d3"}
     _same_earlier(root, before)
 
@@ -305,7 +311,7 @@ def test_ids_that_used_to_share_a_report_file_and_links_in_submissions(course):
     (root / "submitted" / "alias").symlink_to(root / "submitted" / "bob")
     proc = subprocess.run(BATCH + ["--root", str(root)], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 1, proc.stdout  # two submissions could not be graded
-    rows = batch.snapshot(root)
+    rows = gradebook_merge.snapshot(root)
     assert rows[("tiny", "bob", "tiny", "test_double")][0] == 0
     assert rows[("tiny", "bob.json", "tiny", "test_double")][0] == tiny.POINTS
     with open(root / "batch_grades.csv", newline="") as f:
@@ -346,11 +352,11 @@ def test_a_reference_that_fails_in_the_sandbox_stops_the_batch_before_any_studen
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "self-check failed" in lines[0] and "test_double" in lines[0], proc.stderr
     assert "the data file is missing" in lines[0]
-    assert not (root / "gradebook.db").exists() or ("tiny", "honest", "tiny", "test_double") not in batch.snapshot(root)
+    assert not (root / "gradebook.db").exists() or ("tiny", "honest", "tiny", "test_double") not in gradebook_merge.snapshot(root)
     assert not (root / "feedback").exists()
 
 
-@pytest.mark.skipif(__import__("sandbox").bwrap_status() != "ok", reason="needs the sandbox")
+@pytest.mark.skipif(__import__("autograder.sandbox.bubblewrap", fromlist=["x"]).bwrap_status() != "ok", reason="needs the sandbox")
 def test_a_course_library_that_does_not_import_in_the_sandbox_stops_the_batch(course, tmp_path):
     """Class 8: the import probe, before the first student."""
     root = course
@@ -371,7 +377,7 @@ def test_a_course_library_that_does_not_import_in_the_sandbox_stops_the_batch(co
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot be imported inside the grading sandbox" in lines[0], proc.stderr
-    assert "next" not in {k[1] for k in batch.snapshot(root)}
+    assert "next" not in {k[1] for k in gradebook_merge.snapshot(root)}
     _same_earlier(root, before)
 
 
@@ -497,9 +503,12 @@ def test_a_forged_stamp_is_graded_late_and_a_late_zero_stays_zero_after_manual_g
     from nbgrader.utils import parse_utc
     from traitlets.config import Config
 
-    import course as course_mod
-    import course_collect
-    import written
+    from autograder.course import layout
+    from autograder.course import nbgrader_app
+    from autograder.export import grades_csv
+    from autograder.export import release_feedback
+    from autograder.collect import exchange as course_collect
+    from autograder.tests import written
 
     root = written.make_course(tmp_path / "course")
     exchange = tmp_path / "exchange"
@@ -517,7 +526,7 @@ def test_a_forged_stamp_is_graded_late_and_a_late_zero_stays_zero_after_manual_g
                 c.source = "It adds x to itself: double(3) = 3 + 3."
         (tiny.submit(root, s, nb).parent / "timestamp.txt").write_text(course_collect.stamp_text(when))
 
-    cfg = course_mod.load_config(root)
+    cfg = nbgrader_app.load_config(root)
     cfg.Exchange.root = str(exchange)
     # one OS account plays both students here: the owner check (a folder counts only for the account that
     # owns it, test_collect.py and the hub's tests) is off, as on a machine where students share an account
@@ -584,7 +593,7 @@ def test_a_forged_stamp_is_graded_late_and_a_late_zero_stays_zero_after_manual_g
         # nbgrader's own penalty still covers only the automatic points
         late = gb.find_submission_notebook(tiny.NOTEBOOK, tiny.ASSIGNMENT, "late")
         assert (late.score, late.late_submission_penalty) == (tiny.POINTS + written.WRITTEN_POINTS, tiny.POINTS)
-    course_mod.write_grades_csv(root)  # as the batch and `nbgrader export` (course.GradesCsv) write it
+    grades_csv.write_grades_csv(root)  # as the batch and `nbgrader export` (autograder.export.grades_csv.GradesCsv) write it
     with open(root / "grades.csv", newline="") as f:
         table = {r["student_id"]: r for r in csv.DictReader(f)}
     full = tiny.POINTS + written.WRITTEN_POINTS
@@ -596,7 +605,7 @@ def test_a_forged_stamp_is_graded_late_and_a_late_zero_stays_zero_after_manual_g
     # the policy back to "none": late, nothing taken off, the final score is the points
     (root / "nbgrader_config.py").write_text('c = get_config()  # noqa: F821\n'
                                              'c.LateSubmissionPlugin.penalty_method = "none"\n')
-    course_mod.write_grades_csv(root)
+    grades_csv.write_grades_csv(root)
     with open(root / "grades.csv", newline="") as f:
         assert {r["student_id"]: r for r in csv.DictReader(f)}["late"]["total"] == f"{full:g}"
 
@@ -605,8 +614,6 @@ def test_a_notebook_held_for_review_says_so_in_its_feedback_and_has_no_points(tm
     """The gradebook gives a notebook held for review 0 until a person looks: its feedback (the
     batch's page, and the course's feedback from the gradebook) says so, never the automatic points."""
     from nbgrader.api import Gradebook
-
-    import course as course_mod
 
     root = tiny.make_course(tmp_path / "course", second_test=True)
     # The first test cell's calls are answered as usual (2 points); the last of them swaps the grader's
@@ -625,10 +632,10 @@ def test_a_notebook_held_for_review_says_so_in_its_feedback_and_has_no_points(tm
     total = tiny.POINTS + tiny.SECOND_POINTS
     page = root / "feedback" / "cheat" / tiny.ASSIGNMENT / f"{tiny.NOTEBOOK}.html"
     assert not page.exists(), "feedback held for review was released"
-    stored = list((root / batch.STATE / tiny.ASSIGNMENT).glob(f"*/files/{tiny.NOTEBOOK}.html"))
+    stored = list((root / jobs.STATE / tiny.ASSIGNMENT).glob(f"*/files/{tiny.NOTEBOOK}.html"))
     assert len(stored) == 1
-    lab = course_mod.Lab(tiny.ASSIGNMENT, tiny.NOTEBOOK, root)
-    done = course_mod.feedback([lab], force=True, root=root)  # the instructor releases it as it is
+    lab = layout.Lab(tiny.ASSIGNMENT, tiny.NOTEBOOK, root)
+    done = release_feedback.feedback([lab], force=True, root=root)  # the instructor releases it as it is
     assert done["released"] == ["cheat/tiny/tiny (forced: 2 cell(s) awaiting grading)"], done
     for text in (_feedback_text(stored[0]), _feedback_text(page)):  # the batch's own page and the released one
         assert f"tiny (Held for review: no points yet, of {total})" in text, text[:600]
@@ -640,14 +647,14 @@ def test_a_notebook_held_for_review_says_so_in_its_feedback_and_has_no_points(tm
         for g in gb.find_submission_notebook(tiny.NOTEBOOK, tiny.ASSIGNMENT, "cheat").grades:
             g.manual_score, g.needs_manual_grade = (tiny.POINTS if g.name == "test_double" else 0.0), False
         gb.db.commit()
-    done = course_mod.feedback([lab], root=root)
+    done = release_feedback.feedback([lab], root=root)
     assert done["released"] == ["cheat/tiny/tiny"], done
     text = _feedback_text(page)
     assert f"tiny (Score: {tiny.POINTS} / {total})" in text and "held for review" not in text.lower(), text[:600]
 
 
 def test_grade_alone_takes_the_time_and_due_date_from_its_command_line(tmp_path):
-    """autograder/grade without the batch: --timestamp and --duedate; the course folder's own late
+    """autograder/bin/grade without the batch: --timestamp and --duedate; the course folder's own late
     policy applies; the course's gradebook is not opened (here: not a database at all)."""
     import nbformat
 
@@ -657,7 +664,7 @@ def test_grade_alone_takes_the_time_and_due_date_from_its_command_line(tmp_path)
     (root / "gradebook.db").write_bytes(b"the course's gradebook: never opened by grade.py")
     path = tmp_path / f"{tiny.NOTEBOOK}.ipynb"
     nbformat.write(tiny.submission(root, tiny.RIGHT), path)
-    grade = [str(ROOT / "autograder" / "grade"), tiny.ASSIGNMENT, str(path), "--root", str(root),
+    grade = [str(ROOT / "autograder" / "bin" / "grade"), tiny.ASSIGNMENT, str(path), "--root", str(root),
              "--duedate", "2026-11-30 12:00:00 UTC"]
     proc = subprocess.run(grade + ["--timestamp", "2026-11-30 12:00:01.000000 UTC"], capture_output=True, text=True,
                           timeout=600)
@@ -677,7 +684,7 @@ def test_a_folder_named_in_the_future_neither_hides_later_submissions_nor_keeps_
     import datetime
     import getpass
 
-    import course_collect
+    from autograder.collect import exchange as course_collect
     from traitlets.config import Config
 
     inbound = tmp_path / "inbound"

@@ -1,4 +1,4 @@
-"""The LMS path (autograder/lms.py, docs/lms.md) on real files: class lists as Canvas and Moodle
+"""The LMS path (autograder/cli/lms.py, docs/lms.md) on real files: class lists as Canvas and Moodle
 export them, their submission downloads handed in through nbgrader's zip_collect, a real batch
 grading, and the grades written as Canvas's and Moodle's gradebook imports read them.
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import csv
 import io
+import os
 import stat
 import subprocess
 import sys
@@ -25,9 +26,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-import course
-import lms
-import tiny
+from autograder.authoring import samples
+from autograder.course import layout
+from autograder.course import nbgrader_app
+from autograder.collect import lms_downloads
+from autograder.course import roster as ag_roster
+from autograder.export import lms_grades
+from autograder.tests import tiny
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,7 +78,7 @@ def make_course(root: Path) -> Path:
     path = root / "source" / tiny.ASSIGNMENT / f"{tiny.NOTEBOOK}.ipynb"
     path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, path)
-    course.record_assignment(tiny.ASSIGNMENT, root)
+    nbgrader_app.record_assignment(tiny.ASSIGNMENT, root)
     return root
 
 
@@ -101,18 +106,19 @@ def read_csv(path: Path) -> list[list[str]]:
 def canvas_course(tmp_path):
     root = make_course(tmp_path / "course")
     (tmp_path / "list.csv").write_text(CANVAS_LIST, encoding="utf-8")
-    lms.import_roster(tmp_path / "list.csv", root)
+    ag_roster.import_roster(tmp_path / "list.csv", root)
     return root
 
 
 # ----------------------------------------------------------------------------- class lists
 
+@pytest.mark.fast
 def test_a_canvas_class_list_becomes_the_gradebooks_students(tmp_path):
     from nbgrader.api import Gradebook
 
     root = make_course(tmp_path / "course")
     (tmp_path / "list.csv").write_text(CANVAS_LIST, encoding="utf-8")
-    res = lms.import_roster(tmp_path / "list.csv", root)
+    res = ag_roster.import_roster(tmp_path / "list.csv", root)
     assert res["lms"] == "canvas" and res["students"] == 4
     assert any("test student" in s for s in res["skipped"])
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
@@ -120,7 +126,7 @@ def test_a_canvas_class_list_becomes_the_gradebooks_students(tmp_path):
     # the login where Canvas has one, else the SIS user id; names split from "Last, First"
     assert got == {"ada": ("Ada", "Lovelace", "101"), "blaise": ("Blaise", "Pascal", "102"),
                    "s003": ("Carl Friedrich", "Gauss", "103"), "hedy": ("Hedy", "Lamarr", "104")}
-    roster = lms.load_roster(root)
+    roster = ag_roster.load_roster(root)
     assert roster.columns == {"tiny": "tiny (5501)"}  # the Canvas assignment the export will fill in
     assert roster.by_id()["ada"].section == "LLM RL"
 
@@ -128,15 +134,15 @@ def test_a_canvas_class_list_becomes_the_gradebooks_students(tmp_path):
 def test_moodle_class_lists_grade_export_and_participants(tmp_path):
     root = make_course(tmp_path / "course")
     (tmp_path / "grades.txt").write_text(MOODLE_LIST, encoding="utf-8")
-    r = lms.read_roster(tmp_path / "grades.txt")
+    r = ag_roster.read_roster(tmp_path / "grades.txt")
     assert r.lms == "moodle"
     assert [(p.student_id, p.first_name, p.last_name, p.email) for p in r.people][:2] == [
         ("2026001", "Ada", "Lovelace", "ada@uni.example"), ("2026002", "José", "O'Neil", "jose@uni.example")]
     (tmp_path / "participants.csv").write_text(MOODLE_PARTICIPANTS, encoding="utf-8")
-    res = lms.import_roster(tmp_path / "participants.csv", root)
+    res = ag_roster.import_roster(tmp_path / "participants.csv", root)
     assert res["students"] == 1 and "Teacher" in res["skipped"][0]
-    assert lms.load_roster(root).people[0].student_id == "ada@uni.example"
-    r = lms.read_roster(tmp_path / "grades.txt", id_column="Email address")
+    assert ag_roster.load_roster(root).people[0].student_id == "ada@uni.example"
+    r = ag_roster.read_roster(tmp_path / "grades.txt", id_column="Email address")
     assert r.people[3].student_id == "jo2@uni.example"
 
 
@@ -149,9 +155,9 @@ def test_moodle_class_lists_grade_export_and_participants(tmp_path):
 def test_a_class_list_that_cannot_be_used_names_the_problem_and_imports_nothing(tmp_path, text, says):
     root = make_course(tmp_path / "course")
     (tmp_path / "list.csv").write_text(text, encoding="utf-8")
-    with pytest.raises(lms.LmsError, match=says):
-        lms.import_roster(tmp_path / "list.csv", root)
-    assert not (root / lms.ROSTER).exists() and not (root / "gradebook.db").exists() or \
+    with pytest.raises(ag_roster.LmsError, match=says):
+        ag_roster.import_roster(tmp_path / "list.csv", root)
+    assert not (root / ag_roster.ROSTER).exists() and not (root / "gradebook.db").exists() or \
         not _students(root)
 
 
@@ -165,7 +171,7 @@ def _students(root: Path) -> list[str]:
 def test_without_login_or_sis_id_the_canvas_user_number_is_the_id(tmp_path):
     (tmp_path / "list.csv").write_text("Student,ID,SIS User ID,SIS Login ID,Section\n\"A, B\",17,,,S\n",
                                        encoding="utf-8")
-    assert lms.read_roster(tmp_path / "list.csv").people[0].student_id == "17"
+    assert ag_roster.read_roster(tmp_path / "list.csv").people[0].student_id == "17"
 
 
 # ----------------------------------------------------------------------------- downloads in
@@ -182,7 +188,7 @@ def test_a_canvas_download_is_collected_by_user_number_and_the_rest_reported(can
         "lovelaceada_101_9001_notes.pdf": b"%PDF-1.4\n",
         "pascalblaise_102_9002_answers.zip": b"PK\x05\x06" + b"\x00" * 18,
     })
-    res = lms.collect(tiny.ASSIGNMENT, [z], root)
+    res = lms_downloads.collect(tiny.ASSIGNMENT, [z], root)
     assert res["collected"] == {"ada": ["tiny.ipynb"], "blaise": ["tiny-1.ipynb"],
                                 "s003": ["lovelaceada_101_9001_tiny.ipynb"]}
     assert (root / "submitted" / "ada" / "tiny" / "tiny.ipynb").read_bytes() == right
@@ -194,9 +200,10 @@ def test_a_canvas_download_is_collected_by_user_number_and_the_rest_reported(can
     assert sorted(p.name for p in (root / "submitted").iterdir()) == ["ada", "blaise", "s003"]
 
 
+@pytest.mark.fast
 def test_a_hostile_download_writes_nothing_outside_and_no_link(canvas_course, tmp_path, monkeypatch):
     root = canvas_course
-    monkeypatch.setattr(lms, "MAX_NOTEBOOK", 4000)
+    monkeypatch.setattr(lms_downloads, "MAX_NOTEBOOK", 4000)
     right = submission(root, tiny.RIGHT)
     z = tmp_path / "evil.zip"
     with zipfile.ZipFile(z, "w") as zf:
@@ -207,7 +214,7 @@ def test_a_hostile_download_writes_nothing_outside_and_no_link(canvas_course, tm
         zf.writestr(link, "/etc/passwd")
         zf.writestr("pascalblaise_102_2_big.ipynb", b"{" + b" " * 5000 + b"}")
         zf.writestr("lovelaceada_101_1_my note;$(rm -rf ~).ipynb", right)
-    res = lms.collect(tiny.ASSIGNMENT, [z], root)
+    res = lms_downloads.collect(tiny.ASSIGNMENT, [z], root)
     assert res["collected"] == {"ada": ["my note_(rm -rf _).ipynb"]}
     assert not (tmp_path / "escaped.ipynb").exists() and not (root / "escaped.ipynb").exists()
     skipped = "\n".join(res["skipped"])
@@ -220,7 +227,7 @@ def test_a_hostile_download_writes_nothing_outside_and_no_link(canvas_course, tm
 def test_a_moodle_download_in_folders_or_flat_is_collected_by_name(tmp_path):
     root = make_course(tmp_path / "course")
     (tmp_path / "grades.txt").write_text(MOODLE_LIST, encoding="utf-8")
-    lms.import_roster(tmp_path / "grades.txt", root)
+    ag_roster.import_roster(tmp_path / "grades.txt", root)
     right = submission(root, tiny.RIGHT)
     z = write_zip(tmp_path / "moodle.zip", {
         "Ada Lovelace_881_assignsubmission_file_/tiny.ipynb": right,           # Moodle >= 3.1: a folder each
@@ -229,7 +236,7 @@ def test_a_moodle_download_in_folders_or_flat_is_collected_by_name(tmp_path):
         "Participant_884_assignsubmission_file_/tiny.ipynb": right,             # blind marking
         "Ada Lovelace_881_assignsubmission_onlinetext_/onlinetext.html": b"<p>hi</p>",
     })
-    res = lms.collect(tiny.ASSIGNMENT, [z], root)
+    res = lms_downloads.collect(tiny.ASSIGNMENT, [z], root)
     assert res["collected"] == {"2026001": ["tiny.ipynb"], "2026002": ["tiny.ipynb"]}
     why = {Path(f).parent.name.split("_")[0]: w for f, w in res["not_collected"]}
     assert "2 students" in why["Jo Smith"] and "2026003, 2026004" in why["Jo Smith"]
@@ -240,18 +247,18 @@ def test_a_moodle_download_in_folders_or_flat_is_collected_by_name(tmp_path):
 def test_collect_refuses_a_course_without_class_list_or_assignment(tmp_path):
     root = make_course(tmp_path / "course")
     z = write_zip(tmp_path / "s.zip", {"a_1_2_tiny.ipynb": b"{}"})
-    with pytest.raises(lms.LmsError, match="import the class list first"):
-        lms.collect(tiny.ASSIGNMENT, [z], root)
+    with pytest.raises(ag_roster.LmsError, match="import the class list first"):
+        lms_downloads.collect(tiny.ASSIGNMENT, [z], root)
     (tmp_path / "list.csv").write_text(CANVAS_LIST, encoding="utf-8")
-    lms.import_roster(tmp_path / "list.csv", root)
-    with pytest.raises(lms.LmsError, match="is 'lab99' an assignment"):
-        lms.collect("lab99", [z], root)
+    ag_roster.import_roster(tmp_path / "list.csv", root)
+    with pytest.raises(ag_roster.LmsError, match="is 'lab99' an assignment"):
+        lms_downloads.collect("lab99", [z], root)
 
 
 # ----------------------------------------------------------------------------- grades out
 
 def _grade(root: Path) -> None:
-    course.grade_course(course.course_labs(root), root, progress=False, workers=1)
+    samples.grade_course(layout.course_labs(root), root, progress=False, workers=1)
 
 
 def _set_written(root: Path, student: str, points: float) -> None:
@@ -265,6 +272,7 @@ def _set_written(root: Path, student: str, points: float) -> None:
         gb.db.commit()
 
 
+@pytest.mark.fast
 def test_a_graded_class_exported_for_canvas_and_moodle(canvas_course, tmp_path):
     """Class list -> LMS download -> zip_collect -> the real batch grader -> the LMS's import files."""
     root = canvas_course
@@ -273,10 +281,10 @@ def test_a_graded_class_exported_for_canvas_and_moodle(canvas_course, tmp_path):
         "pascalblaise_102_9002_tiny.ipynb": submission(root, tiny.WRONG, "No idea."),
         "gausscarlfriedrich_103_9003_tiny.ipynb": submission(root, None),  # the release as it was
     })
-    lms.collect(tiny.ASSIGNMENT, [z], root)
+    lms_downloads.collect(tiny.ASSIGNMENT, [z], root)
     _grade(root)
 
-    header, rows, report = lms.lms_table(root, "canvas")
+    header, rows, report = lms_grades.lms_table(root, "canvas")
     # Canvas's importer: Student, ID first; Section the last column about the student; then assignments
     assert header[:5] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
     assert header[5:] == ["tiny (5501)", "tiny automatic", "tiny written"]
@@ -290,7 +298,7 @@ def test_a_graded_class_exported_for_canvas_and_moodle(canvas_course, tmp_path):
     assert any(line.startswith("ada tiny: awaiting grading") for line in report)
 
     _set_written(root, "ada", 2.5)
-    target, _ = lms.export(root, "canvas")
+    target, _ = lms_grades.export(root, "canvas")
     table = read_csv(target)
     assert table[0] == header and all(len(r) == len(header) for r in table)
     ada = next(r for r in table if r[3] == "ada")
@@ -298,7 +306,7 @@ def test_a_graded_class_exported_for_canvas_and_moodle(canvas_course, tmp_path):
     for r in table[2:]:  # Canvas reads every other text as a grade: only numbers or nothing
         assert all(c == "" or c.replace(".", "", 1).isdigit() for c in r[5:]), r
 
-    header, rows, _ = lms.lms_table(root, "canvas", totals_only=True)
+    header, rows, _ = lms_grades.lms_table(root, "canvas", totals_only=True)
     assert header[5:] == ["tiny (5501)"]
 
 
@@ -306,17 +314,18 @@ def test_nbgrader_export_with_the_moodle_plugin_and_spreadsheet_safe_cells(tmp_p
     root = make_course(tmp_path / "course")
     hostile = MOODLE_LIST.replace("Ada\tLovelace", "=HYPERLINK(\"http://x\";\"click\")\tLovelace")
     (tmp_path / "grades.txt").write_text(hostile, encoding="utf-8")
-    lms.import_roster(tmp_path / "grades.txt", root)
+    ag_roster.import_roster(tmp_path / "grades.txt", root)
     z = write_zip(tmp_path / "m.zip", {
         "=HYPERLINK(http___x_;_click_) Lovelace_1_assignsubmission_file_/tiny.ipynb":
             submission(root, tiny.RIGHT, "=1+1 is two")})
-    lms.collect(tiny.ASSIGNMENT, [z], root)
+    lms_downloads.collect(tiny.ASSIGNMENT, [z], root)
     _grade(root)
     (root / "nbgrader_config.py").write_text(
-        f"c = get_config()\nload_subconfig({str(course.CONFIG)!r})\nc.CourseDirectory.root = {str(root)!r}\n")
-    # nbgrader's own export command, as the course runs it (autograder/ on the path, where lms.py is)
-    proc = subprocess.run([sys.executable, str(ROOT / "autograder" / "course.py"), "nbgrader", "export",
-                           "--exporter=lms.MoodleGrades", "--to=moodle.csv"], cwd=root, capture_output=True, text=True)
+        f"c = get_config()\nload_subconfig({str(layout.CONFIG)!r})\nc.CourseDirectory.root = {str(root)!r}\n")
+    # nbgrader's own export command, as the course runs it (the grader's package on the path)
+    proc = subprocess.run([sys.executable, "-m", "autograder", "nbgrader", "export",
+                           "--exporter=autograder.export.lms_grades.MoodleGrades", "--to=moodle.csv"], cwd=root,
+                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert proc.returncode == 0, proc.stderr[-2000:]
     table = read_csv(root / "moodle.csv")
     assert table[0] == ["First name", "Last name", "ID number", "Institution", "Department", "Email address",

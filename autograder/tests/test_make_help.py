@@ -4,6 +4,10 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.fast  # make test-fast runs this file
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -54,12 +54,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # course.py
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # model_answer_claims.py
-from course import discover  # noqa: E402
+from autograder.course.layout import discover
 
-import model_answer_claims  # noqa: E402
-import prose_numbers as prose_numbers_table  # noqa: E402
+from autograder.tests import model_answer_claims  # noqa: E402
+from autograder.tests import prose_numbers as prose_numbers_table
 
 LABS = discover()
 

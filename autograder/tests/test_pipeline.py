@@ -1,7 +1,7 @@
 """The authoring -> release -> autograde pipeline, checked on every notebook under notebooks/.
 
 A notebook added under notebooks/<assignment>/ is covered here without any change: the tests are
-parametrized over what `course.discover()` finds.
+parametrized over what `layout.discover()` finds.
 """
 
 from __future__ import annotations
@@ -18,12 +18,16 @@ from pathlib import Path
 import nbformat
 import pytest
 
-import course
-from course import ROOT, PipelineError
+from autograder.authoring import execute as ag_execute
+from autograder.authoring import notebooks as ag_notebooks
+from autograder.authoring import samples
+from autograder.course import layout
+from autograder.course import nbgrader_app
+from autograder.course.layout import ROOT, PipelineError
 
-LABS = course.discover()
-ASSIGNMENTS = course.assignments(LABS)
-GRADE = ROOT / "autograder" / "grade"
+LABS = layout.discover()
+ASSIGNMENTS = layout.assignments(LABS)
+GRADE = ROOT / "autograder" / "bin" / "grade"
 lab_ids = [f"{lab.assignment}/{lab.name}" for lab in LABS]
 
 
@@ -49,9 +53,9 @@ def test_the_course_has_notebooks():
 
 @pytest.mark.parametrize("lab", LABS, ids=lab_ids)
 def test_source_notebook_is_built_from_the_current_jupytext_file(lab):
-    assert lab.source.exists(), f"{course.rel(lab.source)} missing: run make build"
-    assert course.normalized(read(lab.source)) == course.normalized(course.convert(lab.jupytext)), (
-        f"{course.rel(lab.source)} differs from {course.rel(lab.jupytext)}: run make build execute release"
+    assert lab.source.exists(), f"{layout.rel(lab.source)} missing: run make build"
+    assert ag_notebooks.normalized(read(lab.source)) == ag_notebooks.normalized(ag_notebooks.convert(lab.jupytext)), (
+        f"{layout.rel(lab.source)} differs from {layout.rel(lab.jupytext)}: run make build execute release"
     )
 
 
@@ -60,12 +64,12 @@ def test_source_notebook_is_stored_executed(lab):
     nb = read(lab.source)
     unexecuted = [i + 1 for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.strip()
                   and c.execution_count is None]
-    assert not unexecuted, f"{course.rel(lab.source)}: cells {unexecuted} have no stored run: make execute A={lab.assignment}"
+    assert not unexecuted, f"{layout.rel(lab.source)}: cells {unexecuted} have no stored run: make execute A={lab.assignment}"
 
 
 def test_no_source_or_release_notebook_without_a_jupytext_file():
-    wanted = {course.rel(p) for lab in LABS for p in (lab.source, lab.release)}
-    found = {course.rel(p) for d in ("source", "release") for p in (ROOT / d).glob("*/*.ipynb")}
+    wanted = {layout.rel(p) for lab in LABS for p in (lab.source, lab.release)}
+    found = {layout.rel(p) for d in ("source", "release") for p in (ROOT / d).glob("*/*.ipynb")}
     assert found - wanted == set()
 
 
@@ -73,8 +77,8 @@ def test_release_is_generated_from_the_current_source(tmp_path):
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
 
-    shutil.copytree(ROOT / "source", tmp_path / "source", ignore=course.COPY_IGNORE)
-    cfg = course.load_config(tmp_path)
+    shutil.copytree(ROOT / "source", tmp_path / "source", ignore=layout.COPY_IGNORE)
+    cfg = nbgrader_app.load_config(tmp_path)
     cfg.Application.log_level = "ERROR"
     api = NbGraderAPI(CourseDirectory(config=cfg), config=cfg)
     for a in ASSIGNMENTS:
@@ -82,8 +86,8 @@ def test_release_is_generated_from_the_current_source(tmp_path):
         assert result["success"], result.get("error")
     for lab in LABS:
         fresh = tmp_path / "release" / lab.assignment / f"{lab.name}.ipynb"
-        assert course.normalized(read(lab.release)) == course.normalized(read(fresh)), (
-            f"{course.rel(lab.release)} is out of date: run make release A={lab.assignment}"
+        assert ag_notebooks.normalized(read(lab.release)) == ag_notebooks.normalized(read(fresh)), (
+            f"{layout.rel(lab.release)} is out of date: run make release A={lab.assignment}"
         )
 
 
@@ -94,14 +98,15 @@ def _blocks(source: str, begin: str, end: str) -> list[str]:
 
 
 @pytest.mark.parametrize("lab", LABS, ids=lab_ids)
+@pytest.mark.fast
 def test_release_holds_no_solution_no_hidden_test_and_no_output(lab):
     src, rel_nb = read(lab.source), read(lab.release)
     release_text = "\n".join(c.source for c in rel_nb.cells)
-    for marker in course.SOLUTION_MARKERS + course.HIDDEN_MARKERS:
+    for marker in layout.SOLUTION_MARKERS + layout.HIDDEN_MARKERS:
         assert marker not in release_text
     secret, public = set(), set()
     for c in src.cells:
-        inside = _blocks(c.source, *course.SOLUTION_MARKERS) + _blocks(c.source, *course.HIDDEN_MARKERS)
+        inside = _blocks(c.source, *layout.SOLUTION_MARKERS) + _blocks(c.source, *layout.HIDDEN_MARKERS)
         lines = {l.strip() for block in inside for l in block.splitlines()}
         secret |= lines
         outside = c.source
@@ -111,7 +116,7 @@ def test_release_holds_no_solution_no_hidden_test_and_no_output(lab):
     # Lines that also occur outside the blocks (a bare `return`, a comment) are not secrets.
     secret = {l for l in secret - public if len(l) > 12 and not l.startswith("#")}
     leaked = sorted(l for l in secret if l in {x.strip() for x in release_text.splitlines()})
-    assert leaked == [], f"{course.rel(lab.release)} shows solution or hidden-test lines: {leaked}"
+    assert leaked == [], f"{layout.rel(lab.release)} shows solution or hidden-test lines: {leaked}"
     assert all(not c.get("outputs") for c in rel_nb.cells if c.cell_type == "code")
 
 
@@ -143,9 +148,10 @@ def test_sources_score_full_marks_and_releases_zero(assignment):
     assert zero["points"] == 0 and zero["max_points"] == full["max_points"]
 
     after = hashlib.sha256(db.read_bytes()).hexdigest() if db.exists() else None
-    assert before == after, "autograder/grade changed the course's gradebook.db"
+    assert before == after, "autograder/bin/grade changed the course's gradebook.db"
 
 
+@pytest.mark.fast
 def test_grade_never_writes_the_course_gradebook_even_through_links_a_kernel_plants(tmp_path):
     """A kernel that puts links named like nbgrader's outputs (and the gradebook) into its folder:
     the grader never reads or writes there, so nothing outside the scratch course changes."""
@@ -157,7 +163,7 @@ def test_grade_never_writes_the_course_gradebook_even_through_links_a_kernel_pla
     canary = ROOT / ".grade-canary"
     try:
         before = hashlib.sha256(db.read_bytes()).hexdigest()
-        nb = course.sample_submissions(lab)["reference"]
+        nb = samples.sample_submissions(lab)["reference"]
         attack = nbformat.v4.new_code_cell(
             "import os\n"
             f"for name, target in [({lab.name + '.ipynb'!r}, {str(db)!r}), ({lab.name + '.html'!r}, {str(db)!r}),\n"
@@ -187,16 +193,16 @@ def test_grade_never_writes_the_course_gradebook_even_through_links_a_kernel_pla
             canary.unlink()
 
 
-SAMPLES = sorted(course.SAMPLES.glob("*/*/*.py"))
+SAMPLES = sorted(layout.SAMPLES.glob("*/*/*.py"))
 
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=[f"{p.parent.parent.name}:{p.parent.name}" for p in SAMPLES])
 def test_hand_written_samples_score_what_they_say(sample, tmp_path):
     """Each sample names its expected score ("Expected: 2 of 5 points"): the hidden tests catch the mistake."""
     m = re.search(r"Expected: (\d+(?:\.\d+)?) of (\d+(?:\.\d+)?) points", sample.read_text())
-    assert m, f"{course.rel(sample)}: say 'Expected: N of M points' in its description"
-    lab = course.Lab(sample.parent.name, sample.stem)
-    nb = course.sample_submissions(lab)[sample.parent.parent.name]
+    assert m, f"{layout.rel(sample)}: say 'Expected: N of M points' in its description"
+    lab = layout.Lab(sample.parent.name, sample.stem)
+    nb = samples.sample_submissions(lab)[sample.parent.parent.name]
     path = tmp_path / f"{lab.name}.ipynb"
     nbformat.write(nb, path)
     # one sample's feedback page is read as a student reads it (test_feedback_page_as_a_student_reads_it)
@@ -286,19 +292,19 @@ def test_grade_rejects_an_unknown_assignment():
 
 def test_validate_names_each_test_cell_a_stub_would_pass_and_each_failing_source_cell(tmp_path):
     lab = LABS[0]
-    graded = course.graded_test_cells(read(lab.release))
-    subs = course.sample_submissions(lab)
+    graded = ag_execute.graded_test_cells(read(lab.release))
+    subs = samples.sample_submissions(lab)
     answered, stubbed = tmp_path / "answered.ipynb", tmp_path / "stubbed.ipynb"
     nbformat.write(subs["reference"], answered)
     nbformat.write(subs["untouched"], stubbed)
     # A "release" whose stubs already pass: every graded cell must be reported by name.
     with pytest.raises(PipelineError) as err:
-        course.validate_one(str(answered), invert=True)
+        ag_execute.validate_one(str(answered), invert=True)
     for gid in graded:
         assert gid in str(err.value)
     # A "source" whose solutions are stubs: every failing graded cell is named.
     with pytest.raises(PipelineError) as err:
-        course.validate_one(str(stubbed), invert=False)
+        ag_execute.validate_one(str(stubbed), invert=False)
     for gid in graded:
         assert gid in str(err.value)
 
@@ -362,7 +368,7 @@ def write_lab(root: Path, cells: list[str]) -> Path:
 
 def test_a_well_formed_source_builds(tmp_path):
     write_lab(tmp_path, [GOOD_SOLUTION, GOOD_TEST])
-    written = course.build(course.discover(root=tmp_path))
+    written = ag_notebooks.build(layout.discover(root=tmp_path))
     nb = read(written[0])
     assert [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells] == [None, "f", "test_f"]
 
@@ -371,19 +377,19 @@ def test_a_text_edit_keeps_the_stored_outputs_and_a_code_edit_drops_them(tmp_pat
     import nbformat
 
     path = write_lab(tmp_path, [GOOD_SOLUTION, GOOD_TEST])
-    target = course.build(course.discover(root=tmp_path))[0]
+    target = ag_notebooks.build(layout.discover(root=tmp_path))[0]
     nb = read(target)
     code = [c for c in nb.cells if c.cell_type == "code"]
     code[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="ran\n")]
     code[0].execution_count = 1
     nbformat.write(nb, target)
     path.write_text(path.read_text().replace("# A title", "# Another title"))  # the text only
-    assert course.build(course.discover(root=tmp_path)) == [target]
+    assert ag_notebooks.build(layout.discover(root=tmp_path)) == [target]
     nb = read(target)
     assert nb.cells[0].source == "Another title"
     assert [c.get("outputs") for c in nb.cells if c.cell_type == "code"][0][0]["text"] == "ran\n"
     path.write_text(path.read_text().replace("return 1", "return 2"))  # the code: the outputs are stale
-    course.build(course.discover(root=tmp_path))
+    ag_notebooks.build(layout.discover(root=tmp_path))
     assert all(not c.outputs for c in read(target).cells if c.cell_type == "code")
 
 
@@ -401,17 +407,18 @@ def test_bad_metadata_fails_the_build_naming_file_line_and_cell(tmp_path, bad_ce
     path = write_lab(tmp_path, [GOOD_SOLUTION, bad_cell])
     line = path.read_text().splitlines().index(bad_cell.splitlines()[0]) + 1  # the bad cell's header
     with pytest.raises(PipelineError) as err:
-        course.build(course.discover(root=tmp_path))
+        ag_notebooks.build(layout.discover(root=tmp_path))
     assert f"{path}:{line} (cell 3)" in str(err.value)
     assert words in str(err.value)
     assert not (tmp_path / "source").exists(), "nothing may be written when a source is bad"
 
 
+@pytest.mark.fast
 def test_make_build_exits_non_zero_and_names_the_file_and_cell(tmp_path):
     bad = GOOD_TEST.replace('"solution": false', '"solution": False')
     path = write_lab(tmp_path, [GOOD_SOLUTION, bad])
-    proc = subprocess.run([sys.executable, str(ROOT / "autograder" / "course.py"), "--root", str(tmp_path), "build"],
-                          capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "autograder", "--root", str(tmp_path), "build"],
+                          capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 1
     assert proc.stderr.startswith(f"error: {path}:11 (cell 3): the header's metadata did not parse"), proc.stderr
 
@@ -421,9 +428,9 @@ def test_a_file_without_cell_headers_is_refused(tmp_path):
     path.parent.mkdir(parents=True)
     path.write_text("def helper():\n    return 1\n")
     with pytest.raises(PipelineError, match="helper.py: no '# %%' cell header"):
-        course.build(course.discover(root=tmp_path))
+        ag_notebooks.build(layout.discover(root=tmp_path))
 
 
 def test_an_unknown_assignment_is_refused():
     with pytest.raises(PipelineError, match="no_such_lab"):
-        course.discover(["no_such_lab"])
+        layout.discover(["no_such_lab"])

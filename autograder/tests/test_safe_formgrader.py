@@ -1,4 +1,4 @@
-"""The formgrader's Manual Grading page (autograder/safe_formgrader.py) rendered from hostile notebooks.
+"""The formgrader's Manual Grading page (autograder/formgrader/safe_formgrader.py) rendered from hostile notebooks.
 
 The page is parsed (BeautifulSoup, Python's HTML parser) and every element that could run code or make
 the grader's browser request something is checked: scripts only the formgrader's own (with the
@@ -15,7 +15,9 @@ import re
 import nbformat
 import pytest
 
-import safe_formgrader
+from autograder.formgrader import safe_formgrader
+
+pytestmark = pytest.mark.fast  # make test-fast runs this file
 
 PNG = base64.b64encode(bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010806000000"

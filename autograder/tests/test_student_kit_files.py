@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-import course
-import student_kit
+from autograder.course import layout
+from autograder.kit import build as student_kit
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,7 +53,7 @@ def library_files() -> list[str]:
 
 
 def test_the_kit_holds_exactly_what_a_student_needs(kit):
-    labs = course.discover()
+    labs = layout.discover()
     want = {"README.md", "setup.sh", "lab.sh", "requirements.txt", "MANIFEST.txt", "LICENSE", "LICENSE-TEXT.md",
             f"wheels/llmrl-{student_kit.project()['version']}-py3-none-any.whl"}
     want |= {f"assignments/{lab.assignment}/{lab.name}.ipynb" for lab in labs}
@@ -70,7 +70,7 @@ def test_the_kit_holds_exactly_what_a_student_needs(kit):
 
 
 def test_the_notebooks_are_the_release_notebooks_byte_for_byte(kit):
-    for lab in course.discover():
+    for lab in layout.discover():
         kit_nb = kit.folder / "assignments" / lab.assignment / f"{lab.name}.ipynb"
         assert kit_nb.read_bytes() == lab.release.read_bytes(), f"{kit_nb.name} is not release/{lab.assignment}/"
         nb = json.loads(kit_nb.read_text())
@@ -95,7 +95,7 @@ def test_both_archives_hold_the_kit_folder_byte_for_byte_with_runnable_scripts(k
 def test_the_files_carry_the_time_the_course_last_changed_them(kit):
     """Not a made-up date (JupyterLab said "Modified 26y ago" of every file): the newest modification
     time of the notebooks, library and templates the kit is made of, in the archives and the folder."""
-    newest = max(int(lab.release.stat().st_mtime) for lab in course.discover())
+    newest = max(int(lab.release.stat().st_mtime) for lab in layout.discover())
     assert kit.time >= newest - 1 and kit.time > 1735689600  # zip's 2 s steps; after 2025-01-01
     assert kit.time <= time.time() + 1
     with zipfile.ZipFile(kit.archives[1]) as z:
@@ -157,11 +157,11 @@ def test_the_kit_gives_away_no_solution_hidden_test_or_instructor_file(kit, foun
 
 def test_the_secrets_cover_every_notebook(found):
     """The scan is only as good as its list: each notebook's answers and hidden tests are in it."""
-    for lab in course.discover():
+    for lab in layout.discover():
         nb = json.loads(lab.source.read_text())
-        where = course.rel(lab.source)
+        where = layout.rel(lab.source)
         kinds = {w.split("(")[-1].rstrip(")") for w in found.lines.values() if w.startswith(where + " ")}
-        has_hidden = any(course.HIDDEN_MARKERS[0] in "".join(c["source"]) for c in nb["cells"])
+        has_hidden = any(layout.HIDDEN_MARKERS[0] in "".join(c["source"]) for c in nb["cells"])
         assert "solution" in kinds or "written answer" in kinds, f"no answer text of {where} in the scan"
         assert ("hidden test" in kinds) == has_hidden, f"hidden tests of {where}: {kinds}"
     assert any("instructor's corpus" in w for w in found.lines.values())

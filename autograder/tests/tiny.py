@@ -56,13 +56,12 @@ def source_notebook(extra_setup: str = "", second_test: bool = False):
 
 def make_course(root: Path, extra_setup: str = "", second_test: bool = False) -> Path:
     """root/source/tiny/tiny.ipynb and root/release/tiny/tiny.ipynb (nbgrader generate_assignment)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    import course
+    from autograder.course import nbgrader_app
 
     path = root / "source" / ASSIGNMENT / f"{NOTEBOOK}.ipynb"
     path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(source_notebook(extra_setup, second_test), path)
-    course.record_assignment(ASSIGNMENT, root)
+    nbgrader_app.record_assignment(ASSIGNMENT, root)
     return root
 
 

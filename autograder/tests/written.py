@@ -8,7 +8,7 @@ from pathlib import Path
 
 import nbformat
 
-import tiny
+from autograder.tests import tiny
 
 WRITTEN, RUBRIC, WRITTEN_POINTS = "explain_double", "rubric_explain_double", 3.0
 RUBRIC_TEXT = "**1 point** says that doubling adds x to itself"
@@ -29,17 +29,17 @@ def source_notebook():
 
 
 def make_course(root: Path) -> Path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    import course
+    from autograder.course import layout
+    from autograder.course import nbgrader_app
 
     path = root / "source" / tiny.ASSIGNMENT / f"{tiny.NOTEBOOK}.ipynb"
     path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(source_notebook(), path)
-    course.record_assignment(tiny.ASSIGNMENT, root)
+    nbgrader_app.record_assignment(tiny.ASSIGNMENT, root)
     return root
 
 
 def lab(root: Path):
-    import course
+    from autograder.course import layout
 
-    return course.Lab(tiny.ASSIGNMENT, tiny.NOTEBOOK, root)
+    return layout.Lab(tiny.ASSIGNMENT, tiny.NOTEBOOK, root)

@@ -264,8 +264,8 @@ def test_course_cycle_three_students(course_hub, timings):
 
     with step(timings, "autograde (batch grader, sandboxed, 2 submissions)"):
         python = str(deploy.env_dir(cfg) / "bin" / "python")
-        sandbox = deploy.run_as(INSTRUCTOR, [python, "-c", "import sandbox; print(sandbox.bwrap_status())"], cfg,
-                                cwd=course_dir / "autograder").stdout.strip()
+        sandbox = deploy.run_as(INSTRUCTOR, [python, "-c", "from autograder.sandbox import bubblewrap; print(bubblewrap.bwrap_status())"], cfg,
+                                cwd=course_dir).stdout.strip()
         assert sandbox == "ok", f"the grading sandbox does not work for the instructor: {sandbox}"
         proc = deploy.run_as(INSTRUCTOR, [python, "course_tool.py", "autograde", A, "--workers", "2"], cfg,
                              cwd=course_dir, timeout=600, check=False)

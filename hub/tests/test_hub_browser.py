@@ -27,8 +27,7 @@ from hubclient import Formgrader, UserServer
 
 from hub import deploy
 
-sys.path.insert(0, str(REPO / "autograder" / "tests" / "browser"))
-import jlab  # noqa: E402  (chromium's flags for this machine)
+from autograder.tests.browser import jlab  # chromium's flags for this machine
 
 STUDENT = "llmrl-t-s4"
 A, NB = "lab11", "llm_as_policy"

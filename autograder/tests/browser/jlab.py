@@ -61,9 +61,10 @@ def copy_course(dest: Path) -> Path:
         if (REPO / d).is_dir():
             shutil.copytree(REPO / d, dest / d, ignore=ignore)
     shutil.copy2(REPO / "nbgrader_config.py", dest / "nbgrader_config.py")
-    (dest / "autograder").mkdir(exist_ok=True)
-    # Its CourseDirectory.root is the folder above the file: the copy, not the repository.
-    shutil.copy2(REPO / "autograder" / "nbgrader_config.py", dest / "autograder" / "nbgrader_config.py")
+    # The grader's package with its nbgrader_config.py, whose CourseDirectory.root is the folder above the
+    # file: the copy, not the repository (the config names the package's plugins).
+    shutil.copytree(REPO / "autograder", dest / "autograder", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("tests", "corpus", "samples", "kit", "bin", "__pycache__"))
     return dest
 
 

@@ -32,8 +32,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import jlab  # noqa: E402
+from autograder.tests.browser import jlab
 
 REPO = jlab.REPO
 SHOTS = REPO / "artifacts" / "browser"

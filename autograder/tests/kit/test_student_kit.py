@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-import course
-import student_kit
+from autograder.course import layout
+from autograder.kit import build as student_kit
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -176,7 +176,7 @@ def _expected_stop(nb: dict) -> tuple[list[str], dict]:
 
 
 @pytest.mark.parametrize("notebook", [f"{lab.assignment}/{lab.name}" for lab in
-                                      course.discover()])
+                                      layout.discover()])
 def test_each_notebook_runs_in_the_kit_up_to_its_first_task(installed, env, work, figures, notebook):
     path = installed / "assignments" / f"{notebook}.ipynb"
     result_path = work / f"{notebook.replace('/', '-')}.json"
@@ -232,7 +232,7 @@ def test_lab_sh_opens_jupyterlab_on_the_assignments(installed, env, work, figure
                 time.sleep(0.5)
         figures["./lab.sh until JupyterLab answers"] = f"{time.monotonic() - start:.1f} s"
         top = {c["name"] for c in get("/api/contents")["content"]}
-        assert top == {lab.assignment for lab in course.discover()}, top
+        assert top == {lab.assignment for lab in layout.discover()}, top
         names = {c["name"] for c in get("/api/contents/lab11")["content"]}
         assert "llm_as_policy.ipynb" in names
         specs = get("/api/kernelspecs")

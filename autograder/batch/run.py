@@ -1,0 +1,300 @@
+"""Grade every submission of one or more assignments in parallel, then merge into the gradebook.
+
+    python -m autograder.cli.batch [ASSIGNMENT ...] [--workers N] [--submitted DIR] [--csv FILE] [--no-merge]
+                     [--regrade] [--root DIR] [--no-progress]
+
+Submissions are read from submitted/<student>/<assignment>/*.ipynb (nbgrader's layout; a renamed
+notebook is matched by its graded cells; a folder or notebook that is a symbolic link is refused).
+
+Before the first student: the cached models are built, the sandbox's import probe checks that
+the course library imports inside the sandbox, gradebook.db is backed up (gradebook.db.backup,
+a consistent copy made with sqlite's backup API) and the **self-check** grades every assignment's
+reference solutions (source/) in the grading sandbox: anything less than full marks stops the
+batch with one error, before any student is graded.
+
+Then N workers (default: one per core) each grade one student at a time with
+autograder/grading/one_notebook.py, in its own process (which dies with the batch: PR_SET_PDEATHSIG), in a fresh
+copy of a scratch course prepared once per assignment, under a hard time limit. The workers
+never open the course's gradebook.db. Each finished result is first stored as a record
+(.grading/<assignment>/<hash of the student id>/: the report, the autograded notebook, the feedback
+HTML; written atomically, the record file last), then merged by the main process, serially:
+that student's rows of gradebook.db (a locked gradebook is retried for up to
+LLMRL_GRADEBOOK_WAIT seconds, default 120), autograded/<student>/<assignment>/ and
+feedback/<student>/<assignment>/. After every merge the gradebook must pass sqlite's
+integrity_check and every other student's rows must be exactly as before; otherwise the backup
+is put back and the batch stops with one error.
+
+A record whose submission, source notebooks and grader are unchanged is reused (merged again, not
+graded again): a batch that was killed re-runs only the students that are missing. --regrade
+grades everyone again.
+
+Outputs, each written atomically (a temporary file, then a rename):
+- the batch table (--csv, default batch_grades.csv): one row per student and notebook with
+  points, status (graded / missing / failed / review / pending), reason, seconds; written at the
+  start with every student pending and after every merge, so it never shows a stale batch;
+- grades.csv (nbgrader's export of the whole gradebook), at the end.
+
+A full disk under the course folder stops the batch cleanly: what was merged stays, nothing is
+half-written, one error says which file could not be written.
+"""
+
+from __future__ import annotations
+import os
+import resource
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from autograder.batch.gradebook_merge import backup_gradebook, copy_outputs, course_duedate, export_grades, gradebook_problem, load_record, merge, prepare_gradebook, restore_gradebook, save_record, with_gradebook_retry
+from autograder.batch.jobs import BatchStop, COLUMNS, Job, Result, SELF_CHECK, _digest_files, _digest_side, _kill_all, find_jobs, grader_version, run_job, settings_digest, source_digest
+from autograder.course.layout import PipelineError, ROOT
+from autograder.grading import one_notebook as grading
+from autograder.sandbox import safe_files as files
+
+# ----------------------------------------------------------------------------- batch
+
+def self_check(assignments: list[str], root: Path, templates: dict, work: Path, workers: int) -> None:
+    """Every assignment's reference solutions must score full marks in the grading sandbox."""
+    jobs = [Job(a, SELF_CHECK, list(grading.source_notebooks(a, root).values()), self_check=True) for a in assignments]
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(jobs)))) as pool:
+        results = list(pool.map(lambda ij: run_job(ij[1], templates[ij[1].assignment], work / "self-check", root,
+                                                   ij[0]), enumerate(jobs)))
+    for r in results:
+        if r.report is None:
+            raise PipelineError(f"self-check failed: grading {r.job.assignment}'s reference solutions in the sandbox "
+                                f"did not work ({r.error}); no student was graded")
+        for nb in r.report["notebooks"]:
+            bad = [c for c in nb["cells"] if not c["needs_manual_grade"] and c["points"] != c["max_points"]]
+            if bad or nb["needs_manual_review"]:
+                c = bad[0] if bad else {"grade_id": "-", "error": "; ".join(nb["review_reasons"])}
+                raise PipelineError(
+                    f"self-check failed: the reference solution of {r.job.assignment}/{nb['notebook']} scores "
+                    f"{nb['points']:g} of {nb['max_points']:g} in the grading sandbox ({c['grade_id']}: "
+                    f"{c['error']}); no student was graded")
+
+
+def run_batch(assignments: list[str], root: Path = ROOT, submitted: Path | None = None, workers: int | None = None,
+              merge_results: bool = True, csv_path: Path | None = None, progress: bool = True,
+              jobs: list[Job] | None = None, regrade: bool = False, check: bool = True, on_merged=None) -> dict:
+    from nbgrader.api import Gradebook
+
+    started = time.monotonic()
+    usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    submitted = submitted or root / "submitted"
+    jobs = find_jobs(assignments, submitted, root) if jobs is None else jobs
+    workers = max(1, workers or os.cpu_count() or 1)
+    files.sweep()  # scratch folders of earlier batches that were killed
+    work = files.scratch_dir("batch")
+    results: dict[int, Result] = {}
+    version = grader_version()
+    try:
+        names = sorted({j.assignment for j in jobs})
+        if not names:
+            return _finish([], started, usage0, workers, csv_path, 0)
+        grading._warm_model_cache()  # once, before the workers: kernels only read the cache
+        grading.check_environment([ROOT, root])
+        # late penalties are applied in each student's scratch course: it gets the course's due date
+        due = {a: with_gradebook_retry("reading the due dates", lambda: course_duedate(a, root),
+                                       db=root / "gradebook.db") for a in names}
+        templates = {a: grading.make_template(a, root, work / "templates" / a, duedate=due[a]) for a in names}
+        src_digests = {a: source_digest(a, root) + f"|due {due[a]}|{settings_digest(root)}" for a in names}
+        if check:
+            self_check(names, root, templates, work, workers)
+        backup = None
+        if merge_results:
+            for a in names:
+                prepare_gradebook(a, root)
+            backup = backup_gradebook(root)
+        digests = {i: _digest_files(j.files) + _digest_side(j.side) for i, j in enumerate(jobs)}
+        todo = []
+        for i, j in enumerate(jobs):
+            rec = None if regrade or j.problem else load_record(root, j, digests[i], src_digests[j.assignment], version)
+            if rec is not None and merge_results:
+                results[i] = rec
+            else:
+                todo.append(i)
+        _write_table(csv_path, jobs, results)
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+            bar = tqdm(total=len(jobs), unit="submission", desc="grading", file=sys.stderr, initial=len(results))
+        gb = None
+        if merge_results:
+            gb = with_gradebook_retry("opening gradebook.db", lambda: Gradebook(f"sqlite:///{root / 'gradebook.db'}"),
+                                      db=root / "gradebook.db")
+        try:
+            state: dict = {}
+            for i in sorted(results):  # results reused from an earlier run: merged again
+                _merge_one(gb, results[i], root, backup, on_merged, state)
+            _write_table(csv_path, jobs, results)
+            pool = ThreadPoolExecutor(max_workers=workers)
+            try:
+                futures = {pool.submit(run_job, jobs[i], templates[jobs[i].assignment], work, root, i): i for i in todo}
+                for f in as_completed(futures):
+                    i = futures[f]
+                    r = f.result()
+                    if r.report is not None and merge_results:
+                        save_record(root, r, digests[i], src_digests[r.job.assignment], version)
+                        _merge_one(gb, r, root, backup, on_merged, state)
+                    results[i] = r
+                    _write_table(csv_path, jobs, results)
+                    if bar is not None:
+                        bar.set_postfix_str(f"{r.job.student}/{r.job.assignment}", refresh=False)
+                        bar.update(1)
+            except BaseException:
+                pool.shutdown(wait=False, cancel_futures=True)
+                _kill_all()
+                raise
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
+            if gb is not None and results:
+                failed = {(r.job.assignment, r.job.student): r.error for r in results.values() if r.report is None}
+                with_gradebook_retry("exporting grades.csv", lambda: export_grades(gb, root, failed),
+                                     db=root / "gradebook.db")
+        finally:
+            if bar is not None:
+                bar.close()
+            if gb is not None:
+                gb.close()
+    except files.DiskFull as e:
+        raise BatchStop(f"no space left on the device while writing {e.path}; the gradebook and the files written "
+                        f"before are intact: free some space and run the batch again (it grades only the students "
+                        f"that are missing)") from None
+    finally:
+        files.rmtree(work)
+    return _finish([results[i] for i in sorted(results)], started, usage0, workers, csv_path, len(todo), jobs)
+
+
+def _merge_one(gb, r: Result, root: Path, backup: Path | None, on_merged, state: dict) -> None:
+    if gb is None or r.report is None:
+        return
+    who = f"{r.job.student}/{r.job.assignment}"
+    why, before, _ = with_gradebook_retry("checking gradebook.db", lambda: gradebook_problem(
+        root, r.job.student, None, state.get("rows", 0)))
+    if why is not None:
+        gb.close()
+        restore_gradebook(root, backup, f"{why}, before merging {who}")
+
+    def do():
+        try:
+            merge(gb, r, root)
+        except Exception:
+            gb.db.rollback()
+            raise
+    try:
+        with_gradebook_retry(f"merging {who}", do, db=root / "gradebook.db")
+    except BatchStop:
+        raise
+    except Exception as e:
+        r.error, r.report = f"merging into the gradebook failed: {e}", None
+        return
+    why, _, total = with_gradebook_retry("checking gradebook.db", lambda: gradebook_problem(
+        root, r.job.student, before, state.get("rows", 0)))
+    if why is not None:
+        gb.close()
+        restore_gradebook(root, backup, f"{why}, after merging {who}")
+    state["rows"] = total
+    copy_outputs(r, root)
+    if on_merged is not None:
+        on_merged(r)
+
+
+def _finish(results, started, usage0, workers, csv_path, graded, jobs=None) -> dict:
+    wall = time.monotonic() - started
+    usage1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime)
+    # Sandboxed kernels are not in RUSAGE_CHILDREN (bwrap's PID namespace): each reports its own.
+    cpu += sum((nb.get("events") or {}).get("kernel_cpu_s", 0.0) or 0.0 for r in results if r.report and not r.reused
+               for nb in r.report["notebooks"])
+    results = sorted(results, key=lambda r: (r.job.assignment, r.job.student))
+    rows = table_rows(results)
+    if csv_path is not None:
+        _write_csv(csv_path, rows)
+    return {"results": results, "rows": rows, "wall_s": wall, "cpu_s": cpu, "workers": workers,
+            "graded": graded, "reused": sum(r.reused for r in results)}
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    files.write_csv(path, COLUMNS, rows)
+
+
+def _write_table(csv_path: Path | None, jobs: list[Job], results: dict) -> None:
+    """The batch table as it stands: finished students with their rows, the others pending."""
+    if csv_path is None:
+        return
+    rows = []
+    for i, j in enumerate(jobs):
+        if i in results:
+            rows += table_rows([results[i]])
+        else:
+            rows.append({"student": j.student, "assignment": j.assignment, "notebook": "*", "points": "",
+                         "max_points": "", "status": "pending", "reason": "not graded yet", "seconds": "",
+                         "kernel_cpu_s": "", "late_penalty": ""})
+    rows.sort(key=lambda r: (r["assignment"], r["student"]))
+    _write_csv(csv_path, rows)
+
+
+def table_rows(results: list[Result]) -> list[dict]:
+    rows = []
+    for r in results:
+        base = {"student": r.job.student, "assignment": r.job.assignment}
+        unmatched = "; ".join(r.job.notes)
+        if r.report is None:
+            rows.append(dict(base, notebook="*", points="", max_points="", status="failed",
+                             reason="; ".join(x for x in (r.error, unmatched) if x), seconds=round(r.seconds, 1),
+                             kernel_cpu_s="", late_penalty=""))
+            continue
+        if r.report.get("feedback_error"):  # graded, but the student's feedback page could not be made
+            unmatched = "; ".join(x for x in (unmatched, f"no feedback page: {r.report['feedback_error']}") if x)
+        for nb in r.report["notebooks"]:
+            status = "review" if nb["needs_manual_review"] else nb["status"]
+            reason = "; ".join(nb["review_reasons"]) if nb["needs_manual_review"] else (nb["reason"] or "")
+            if nb["needs_manual_review"] and nb.get("points_held") is not None:
+                reason = f"{nb['points_held']:g} of {nb['max_points']:g} automatic points held until a person " \
+                         f"confirms them: {reason}"
+            notes = "; ".join(nb.get("review_notes", []))
+            ev = nb.get("events") or {}
+            extra = [k for k in ("notebook_timeout", "kernel_died") if ev.get(k)]
+            reason = "; ".join(x for x in (reason, ", ".join(extra), ("look at: " + notes) if notes else "",
+                                           unmatched) if x)
+            rows.append(dict(base, notebook=nb["notebook"], max_points=nb["max_points"],
+                             points="" if nb["status"] == "missing" else nb["points"],  # missing, not 0
+                             status=status, reason=reason, seconds=round(r.seconds, 1),
+                             kernel_cpu_s=round(ev.get("kernel_cpu_s", 0.0) or 0.0, 1),
+                             late_penalty=nb.get("late_penalty") or ""))
+    return rows
+
+
+def summary(batch: dict) -> str:
+    results = batch["results"]
+    failed = [r for r in results if r.report is None]
+    review = [r for r in results if r.report and r.report["needs_manual_review"]]
+    missing = [(r, nb) for r in results if r.report for nb in r.report["notebooks"] if nb["status"] == "missing"]
+    n = len(results)
+    graded = batch.get("graded", n)
+    lines = [f"graded {n - len(failed)} of {n} submissions in {batch['wall_s']:.0f} s with {batch['workers']} workers "
+             f"({60 * graded / max(batch['wall_s'], 1e-9):.1f} per minute); CPU time {batch['cpu_s']:.0f} s, "
+             f"CPU / wall = {batch['cpu_s'] / max(batch['wall_s'], 1e-9):.2f}"]
+    if batch.get("reused"):
+        lines.append(f"reused {batch['reused']} results of an earlier run (unchanged submissions); "
+                     f"graded {graded} now (--regrade grades everyone again)")
+    fresh = [r for r in results if not r.reused]
+    if fresh:
+        secs = sorted(r.seconds for r in fresh)
+        lines.append(f"seconds per submission: median {secs[len(secs) // 2]:.1f}, max {secs[-1]:.1f}")
+    for r in failed:
+        lines.append(f"FAILED  {r.job.student}/{r.job.assignment}: {r.error}")
+    for r in results:
+        for note in r.job.notes:
+            lines.append(f"file    {r.job.student}/{r.job.assignment}: {note}")
+        if r.report and r.report.get("feedback_error"):
+            lines.append(f"NO FEEDBACK {r.job.student}/{r.job.assignment}: nbgrader generate_feedback failed "
+                         f"({r.report['feedback_error'][:200]})")
+    for r, nb in missing:
+        lines.append(f"missing {r.job.student}/{r.job.assignment}/{nb['notebook']}: not handed in ({nb['reason']})")
+    for r in review:
+        reasons = [x for nb in r.report["notebooks"] for x in nb["review_reasons"]]
+        lines.append(f"REVIEW  {r.job.student}/{r.job.assignment}: 0 until reviewed: {'; '.join(reasons)}")
+    return "\n".join(lines)
+
+

@@ -1,0 +1,329 @@
+"""Start one grading kernel inside a sandbox: `python sandbox.py CONNECTION_FILE [ipykernel args]`.
+
+The grader (autograder/execution/sandboxed_kernel.py) launches every kernel through this file instead of
+`python -m ipykernel_launcher`, with the kernel's private working folder as its current folder and
+its private runtime folder (connection file, ipc sockets) next to the connection file. It
+
+1. sets resource limits that the kernel inherits: address space (LLMRL_GRADE_MEM_MB, default
+   4096), CPU seconds (LLMRL_GRADE_CPU_S, default 600), size of any file written
+   (LLMRL_GRADE_FSIZE_MB, default 64), no core files;
+2. when bubblewrap works (`bwrap`, Debian package `bubblewrap`), replaces itself with
+   `bwrap ... python -m ipykernel_launcher` on a new, empty root file system that shows only
+   (`exposed()`, all read-only):
+   - the system: /usr (with the /bin, /lib ... links to it), a handful of files of /etc (the
+     dynamic linker's cache, passwd, group, hosts, nsswitch.conf, localtime);
+   - the Python installation and environment: sys.base_prefix, sys.prefix, the environment's
+     site-packages with the folders its .pth files add (editable installs), PYTHONPATH, and the
+     folder the course library `llmrl` is imported from;
+   - the course's model cache (LLMRL_CACHE or ~/.cache/llmrl);
+   and, writable, exactly the kernel's working folder and runtime folder. /tmp, /var/tmp and
+   /dev/shm are empty and read-only; /proc is the kernel's own (its own PID namespace); there is
+   no network (own network namespace), no IPC or UTS sharing, no capabilities (no remounting).
+   Nothing else of the machine exists inside: not the course folder (source/, gradebook.db,
+   submitted/ ...), not other course folders, not /root, /home, /work or /srv;
+3. otherwise prints one warning on stderr and starts the kernel with the limits only.
+
+A folder that would expose the course's own files (the course folder itself or a parent of its
+source/ on sys.path, say) is refused: `exposed()` raises SandboxError saying which.
+
+`probe()` starts the same sandbox once with `python -c "import llmrl, torch, numpy, ipykernel"`;
+the grader calls it before the first student and stops with its one-line answer when the course
+library cannot be imported there.
+
+LLMRL_SANDBOX=0 turns the sandbox off on purpose (limits stay).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]  # the course folder, which holds autograder/
+# The environment's python as a plain absolute path (not resolved: a venv is found through it).
+PYTHON = os.path.normpath(os.path.abspath(sys.executable))
+# The files of /etc a Python process needs (the dynamic linker's cache, user and host names).
+ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "hosts", "nsswitch.conf", "localtime",
+       "host.conf", "fonts")
+# What a kernel's environment keeps of the grader's (besides what the grader sets itself).
+ENV_KEEP = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+            "NBGRADER_EXECUTION", "LLMRL_FAST", "LLMRL_GRADE_MEM_MB", "LLMRL_GRADE_CPU_S", "LLMRL_GRADE_FSIZE_MB",
+            "LLMRL_SANDBOX")
+
+
+class SandboxError(Exception):
+    """The sandbox cannot be set up as it must be (one line, names the cause)."""
+
+
+def _mb(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def limits() -> dict[str, int]:
+    return {"mem_mb": _mb("LLMRL_GRADE_MEM_MB", 4096), "cpu_s": _mb("LLMRL_GRADE_CPU_S", 600),
+            "fsize_mb": _mb("LLMRL_GRADE_FSIZE_MB", 64)}
+
+
+def apply_limits() -> None:
+    lim = limits()
+    for res, value in ((resource.RLIMIT_AS, lim["mem_mb"] << 20), (resource.RLIMIT_CPU, lim["cpu_s"]),
+                       (resource.RLIMIT_FSIZE, lim["fsize_mb"] << 20), (resource.RLIMIT_CORE, 0)):
+        if value > 0 or res == resource.RLIMIT_CORE:
+            soft, hard = resource.getrlimit(res)
+            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(res, (value, value))
+
+
+@lru_cache(maxsize=1)
+def bwrap_status() -> str:
+    """'ok', or why bubblewrap cannot be used here (one line)."""
+    if os.environ.get("LLMRL_SANDBOX", "1") == "0":
+        return "turned off with LLMRL_SANDBOX=0"
+    exe = shutil.which("bwrap")
+    if exe is None:
+        return "bwrap not found (apt-get install bubblewrap)"
+    try:
+        proc = subprocess.run([exe, "--ro-bind", "/usr", "/usr", "--dev", "/dev", "--proc", "/proc", "--unshare-all",
+                               "--cap-drop", "ALL", "--die-with-parent", "--symlink", "usr/bin", "/bin",
+                               "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "/usr/bin/true"],
+                              capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"bwrap does not start: {e}"
+    if proc.returncode != 0:
+        return "bwrap does not work here: " + (proc.stderr.strip().splitlines() or ["exit %d" % proc.returncode])[-1]
+    return "ok"
+
+
+def cache_dir() -> Path:
+    """The course's model cache, as llmrl.sft.checkpoints finds it."""
+    return Path(os.environ.get("LLMRL_CACHE") or Path.home() / ".cache" / "llmrl").resolve()
+
+
+def _library_dirs() -> list[Path]:
+    """Folders the course library is imported from (an editable install's source folder too)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("llmrl")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        return []
+    locations = list(spec.submodule_search_locations or []) or ([str(Path(spec.origin).parent)] if spec.origin else [])
+    return [Path(p).resolve() for p in locations]
+
+
+def _forbidden(course_roots: list[Path]) -> list[Path]:
+    out = []
+    for r in course_roots:
+        r = r.resolve()
+        out += [r / "source", r / "submitted", r / "autograded", r / "feedback", r / "gradebook.db", r / "notebooks",
+                r / ".git", r / "release"]
+    return out
+
+
+@lru_cache(maxsize=8)
+def _exposed(course_roots: tuple[Path, ...]) -> tuple[Path, ...]:
+    found: list[Path] = []
+
+    def add(p: Path | str) -> None:
+        p = Path(p)
+        if not p.is_absolute() or not p.exists():
+            return
+        p = p.resolve()
+        if p == Path("/"):
+            raise SandboxError("the Python path includes / itself; the sandbox cannot show only the environment")
+        found.append(p)
+
+    add(sys.base_prefix)
+    add(sys.base_exec_prefix)
+    add(sys.prefix)
+    add(sys.exec_prefix)
+    add(Path(sys.executable).resolve().parent.parent)
+    add(Path(PYTHON).parent.parent)
+    # The environment's site-packages and the folders its .pth files add (editable installs), not
+    # this process's sys.path (a test runner or a script puts its own folders there).
+    import site
+
+    # A .pth line "import site; site.addsitedir('/x')" (a thin environment on another one's packages,
+    # as hub/deploy.py builds) adds /x and runs /x's own .pth files: follow those too.
+    addsitedir = re.compile(r"""site\.addsitedir\(\s*(['"])([^'"]+)\1\s*\)""")
+    pending, seen = [Path(d) for d in site.getsitepackages()], set()
+    while pending:
+        d = pending.pop(0)
+        if d in seen:
+            continue
+        seen.add(d)
+        add(d)
+        for pth in sorted(d.glob("*.pth")) if d.is_dir() else []:
+            for line in pth.read_text(errors="replace").splitlines():
+                line = line.strip()
+                if line.startswith(("import ", "import\t")):
+                    pending += [Path(m.group(2)) for m in addsitedir.finditer(line) if os.path.isabs(m.group(2))]
+                elif line and not line.startswith("#"):
+                    add(line if os.path.isabs(line) else d / line)
+    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        add(entry)
+    for d in _library_dirs():
+        add(d.parent)
+    # Keep the outermost folders only; /usr is bound anyway.
+    keep: list[Path] = []
+    for p in sorted(set(found), key=lambda q: len(q.parts)):
+        if p == Path("/usr") or Path("/usr") in p.parents:
+            continue
+        if not any(k == p or k in p.parents for k in keep):
+            keep.append(p)
+    bad = _forbidden(list(course_roots))
+    for p in keep:
+        for f in bad:
+            if f == p or p in f.parents:
+                raise SandboxError(f"{p} is on the Python path and holds the course's {f.name}: the sandbox would "
+                                   f"show it to students; install the course library (pip install -e .) instead of "
+                                   f"putting the course folder on the path")
+    return tuple(keep)
+
+
+def exposed(course_roots: list[Path] | None = None) -> list[Path]:
+    """The folders (besides /usr and a few /etc files) a sandboxed kernel sees, all read-only."""
+    roots = tuple(sorted({Path(r).resolve() for r in (course_roots or [ROOT])}))
+    return list(_exposed(roots)) + ([cache_dir()] if cache_dir().is_dir() else [])
+
+
+def aliases() -> list[tuple[Path, Path]]:
+    """(real folder, the path it is reached by) for an environment reached through a symbolic link:
+    the kernel is started as PYTHON, so that path must exist inside too."""
+    out = []
+    for p in {Path(PYTHON).parent.parent, Path(os.path.normpath(os.path.abspath(sys.prefix)))}:
+        if p.exists() and p.resolve() != p:
+            out.append((p.resolve(), p))
+    return out
+
+
+def bwrap_argv(workdir: Path, runtime: Path, course_roots: list[Path] | None = None) -> list[str]:
+    argv = ["bwrap", "--unshare-all", "--cap-drop", "ALL", "--die-with-parent", "--new-session",
+            "--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        p = Path("/") / name
+        if p.is_symlink():
+            argv += ["--symlink", os.readlink(p), str(p)]
+        elif p.is_dir():
+            argv += ["--ro-bind", str(p), str(p)]
+    for name in ETC:
+        if (Path("/etc") / name).exists():
+            argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--tmpfs", "/dev/shm"]
+    for p in exposed(course_roots):
+        argv += ["--ro-bind", str(p), str(p)]
+    for real, alias in aliases():
+        argv += ["--ro-bind", str(real), str(alias)]
+    argv += ["--bind", str(workdir), str(workdir), "--bind", str(runtime), str(runtime),
+             "--setenv", "JPY_PARENT_PID", "1",  # its real parent is not visible in the new PID namespace
+             "--chdir", str(workdir)]
+    for path in ("/tmp", "/var/tmp", "/dev/shm", "/"):
+        argv += ["--remount-ro", path]
+    return argv
+
+
+def kernel_env(runtime: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The whole environment of a kernel: a few variables of the grader's, the private folders,
+    the model cache. No tokens, no paths of the machine beyond what the sandbox shows."""
+    env = {k: os.environ[k] for k in ENV_KEEP if k in os.environ}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env["PATH"] = os.pathsep.join([str(Path(PYTHON).parent)] + env["PATH"].split(os.pathsep))
+    env.update({"HOME": str(runtime / "home"), "TMPDIR": str(runtime / "tmp"), "MPLCONFIGDIR": str(runtime / "mpl"),
+                "IPYTHONDIR": str(runtime / "ipython"), "LLMRL_CACHE": str(cache_dir()), "PYTHONDONTWRITEBYTECODE": "1",
+                "MPLBACKEND": "module://matplotlib_inline.backend_inline"})
+    env.update(extra or {})
+    return env
+
+
+def prepare_runtime(runtime: Path) -> None:
+    for sub in ("tmp", "mpl", "ipython", "home"):
+        (runtime / sub).mkdir(exist_ok=True)
+    # matplotlib's font list, so that the kernel does not rebuild it (seconds) in its empty config dir
+    for f in (Path.home() / ".cache" / "matplotlib").glob("fontlist-*.json"):
+        shutil.copyfile(f, runtime / "mpl" / f.name)
+
+
+def _roots_from_env() -> list[Path]:
+    return [Path(p) for p in os.environ.get("LLMRL_SANDBOX_COURSES", "").split(os.pathsep) if p] or [ROOT]
+
+
+def main(argv: list[str]) -> None:
+    if not argv:
+        sys.exit("usage: sandbox.py CONNECTION_FILE [ipykernel arguments]")
+    connection_file = Path(argv[0]).resolve()
+    runtime = connection_file.parent
+    workdir = Path.cwd().resolve()
+    prepare_runtime(runtime)
+    kernel = [PYTHON, "-m", "ipykernel_launcher", "-f", str(connection_file), *argv[1:]]
+    _exec(kernel, workdir, runtime)
+
+
+def _exec(cmd: list[str], workdir: Path, runtime: Path) -> None:
+    apply_limits()
+    status = bwrap_status()
+    if status != "ok":
+        print(f"warning: grading kernel runs WITHOUT a sandbox ({status}); resource limits only",
+              file=sys.stderr, flush=True)
+        os.execv(cmd[0], cmd)
+    try:
+        full = bwrap_argv(workdir, runtime, _roots_from_env()) + cmd
+    except SandboxError as e:
+        sys.exit(f"error: {e}")
+    os.execvp(full[0], full)
+
+
+PROBE = ("import sys, llmrl, numpy, torch, ipykernel, matplotlib; "
+         "print(llmrl.__file__)")
+
+
+def probe(course_roots: list[Path] | None = None, timeout: float = 120) -> str | None:
+    """None when the course library imports inside the sandbox, else one line saying why not."""
+    from autograder.sandbox.safe_files import rmtree, scratch_dir
+
+    if bwrap_status() != "ok":
+        return None  # no sandbox: the kernel sees what the grader sees
+    runtime = scratch_dir("probe")
+    try:
+        prepare_runtime(runtime)
+        work = runtime / "work"
+        work.mkdir()
+        roots = course_roots or [ROOT]
+        try:
+            argv = bwrap_argv(work, runtime, roots)
+        except SandboxError as e:
+            return str(e)
+        env = kernel_env(runtime, {"NBGRADER_EXECUTION": "autograde"})  # exactly a grading kernel's
+        env["LLMRL_SANDBOX_COURSES"] = os.pathsep.join(map(str, roots))
+        try:
+            proc = subprocess.run(argv + [PYTHON, "-c", PROBE], capture_output=True, text=True,
+                                  timeout=timeout, env=env, preexec_fn=apply_limits)
+        except subprocess.TimeoutExpired:
+            return f"importing the course library inside the sandbox took longer than {timeout:.0f} s"
+        if proc.returncode != 0:
+            lines = [ln for ln in (proc.stderr or "").strip().splitlines() if ln.strip()]
+            last = lines[-1] if lines else f"exit status {proc.returncode}"
+            return (f"the course library cannot be imported inside the grading sandbox ({last}); the sandbox "
+                    f"shows {', '.join(map(str, exposed(roots)))}: install llmrl into the environment the "
+                    f"grader runs with ({sys.prefix})")
+        return None
+    finally:
+        rmtree(runtime)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--probe"]:
+        problem = probe([Path(p) for p in sys.argv[2:]] or None)
+        if problem:
+            print(problem)
+        sys.exit(1 if problem else 0)
+    main(sys.argv[1:])
