@@ -239,11 +239,13 @@ reproduce: $(STAMP)
 # tests marked `fast` (autograder/tests: one notebook graded end to end, the batch with LMS export, collect,
 # the answer-key check and its task map, the package's layer rules, the hub's copy of the grader, feedback
 # and formgrader pages, the wire format and the sandbox's rules), and whole library files: the pinned RL
-# steps, the toy LM, the core model and training loop, hw4's tasks (their non-slow tests).
+# steps, the toy LM, the core model and training loop, hw4's tasks (their non-slow tests), the library's
+# layers (import contract), the config fields' docs, the claims' data and the walk to the optimizer.
 FAST_LIB_TESTS := lib/tests/test_spine_equivalence.py lib/tests/test_toylm.py lib/tests/test_core_model.py \
-        lib/tests/test_core_train.py lib/tests/test_hw4_tasks.py
+        lib/tests/test_core_train.py lib/tests/test_hw4_tasks.py lib/tests/test_import_contract.py \
+        lib/tests/test_config_docs.py lib/tests/test_claims_data.py lib/tests/test_walks.py
 test-fast: $(STAMP)
-	$(PYTEST) -q -m "not slow" $(wildcard $(FAST_LIB_TESTS))
+	$(PYTEST) -q -m "not slow" $(FAST_LIB_TESTS)
 	$(PYTEST) -q -m fast autograder/tests
 
 # The sample students are graded in a course folder of their own (build/demo-course/, recreated on
