@@ -13,7 +13,7 @@ import pytest
 from llmrl.hw4.charlm import PretrainConfig
 from llmrl.hw4.trainer import HW4Config
 from llmrl.rl.config import RLConfig
-from llmrl.sft.train import ScheduleConfig, SFTConfig
+from llmrl.sft.supervised import ScheduleConfig, SFTConfig
 from llmrl.tinylm import TinyLMConfig
 from llmrl.utils import field_docs
 

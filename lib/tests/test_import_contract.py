@@ -144,6 +144,25 @@ def test_every_folder_of_the_library_is_a_layer():
     assert folders <= set(RANK), f"folders outside the contract: {sorted(folders - set(RANK))}"
 
 
+def same_named_modules(package: Path) -> dict[str, list[str]]:
+    """{file name: its modules} for every file name that more than one module of ``package`` has."""
+    by_name: dict[str, list[str]] = {}
+    for name, path in modules(package).items():
+        if path.stem not in ("__init__", "__main__"):
+            by_name.setdefault(path.name, []).append(name)
+    return {k: v for k, v in by_name.items() if len(v) > 1}
+
+
+def test_no_two_modules_of_the_library_share_a_file_name():
+    # Two trainer.py, backend.py and tasks.py once made a stack trace or an editor's tab ambiguous.
+    assert same_named_modules(PACKAGE) == {}
+
+
+def test_a_planted_second_module_of_the_same_name_is_caught(tmp_path):
+    pkg = _plant(tmp_path, {"rl/train.py": "", "sft/train.py": ""})
+    assert same_named_modules(pkg) == {"train.py": ["llmrl.rl.train", "llmrl.sft.train"]}
+
+
 def _plant(tmp_path: Path, files: dict[str, str]) -> Path:
     """A copy of the library under tmp_path with ``files`` (relative path -> source) added or replaced."""
     import shutil

@@ -37,9 +37,9 @@ NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 
 def _sft() -> dict:
     try:
-        from llmrl.sft.train import SFTConfig, Snapshot, sft_train
+        from llmrl.sft.supervised import SFTConfig, Snapshot, sft_train
     except ImportError:  # TEMP: recording on the code before the move
-        from llmrl.sft.train import SFTConfig, Snapshot, sft_train
+        from llmrl.sft.supervised import SFTConfig, Snapshot, sft_train
 
     _, taken, losses = sft_train(SFTConfig(seed=1, steps=30, warmup=5), {"early": Snapshot(10)})
     step, state = taken["early"]

@@ -14,7 +14,7 @@ from llmrl.sft import checkpoints
 from llmrl.store import shipped
 from llmrl.tools import rebuild_models
 from llmrl.sft.checkpoints import COURSE_SFT, COURSE_SNAPSHOTS, LAB21_SFT, LAB21_SNAPSHOTS, SHIPPED_RUNS, load_checkpoint
-from llmrl.sft.train import Snapshot
+from llmrl.sft.supervised import Snapshot
 from llmrl.hw4 import charlm
 
 

@@ -2,7 +2,7 @@
 
 Three backends implement :class:`PolicyBackend`:
 
-* :class:`llmrl.backends.tinylm.TinyLMBackend`: a TinyLM and a :class:`Codec` that turns prompt texts into token
+* :class:`llmrl.backends.tinylm_backend.TinyLMBackend`: a TinyLM and a :class:`Codec` that turns prompt texts into token
   ids and completions back into text. With the addition codec it is the policy of labs 11-21.
 * ``llmrl.hw4.char_backend.CharBackend``: the same class with hw4's character codec and the
   pretrained character model.

@@ -13,7 +13,7 @@ from typing import Callable
 
 #: kind -> "module:attribute" of a plug-in that is imported only when that kind is asked for
 ENTRY_POINTS = {
-    "tinylm": "llmrl.backends.tinylm:TinyLMBackend",
+    "tinylm": "llmrl.backends.tinylm_backend:TinyLMBackend",
     "char": "llmrl.hw4.char_backend:CharBackend",
     "hf": "llmrl.hw4.hf_backend:HFBackend",
 }

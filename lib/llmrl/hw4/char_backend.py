@@ -1,6 +1,6 @@
 """The character model of :mod:`llmrl.hw4.charlm` behind the :class:`llmrl.backends.protocol.PolicyBackend` seam.
 
-A :class:`llmrl.backends.tinylm.TinyLMBackend` with the character codec: prompts are ``<bos>`` + text +
+A :class:`llmrl.backends.tinylm_backend.TinyLMBackend` with the character codec: prompts are ``<bos>`` + text +
 ``<sep>`` left-padded to ``charlm.PROMPT_WIDTH``, completions end with ``<eos>`` and are cut to the
 longest one; PAD, BOS and SEP are never sampled. The whole small model is trained (no adapter);
 the reference policy is a frozen copy of the starting weights (a few hundred kilobytes, so a
@@ -13,7 +13,7 @@ import torch
 
 from ..backends.protocol import Codec, PolicyBackend  # noqa: F401  (PolicyBackend: hw4's historical home)
 from ..backends.registry import make_backend, register_backend  # noqa: F401  (make_backend: hw4's historical home)
-from ..backends.tinylm import TinyLMBackend
+from ..backends.tinylm_backend import TinyLMBackend
 from ..sampling import top_p_filter  # noqa: F401  (re-exported: hw4's tests and notebooks import it from here)
 from ..tinylm import TinyLM
 from . import charlm

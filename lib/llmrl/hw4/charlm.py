@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 import torch.nn.functional as F
 
-from ..sft.train import ScheduleConfig, supervised_train
+from ..sft.supervised import ScheduleConfig, supervised_train
 from ..store.checkpoint_files import FORMAT_VERSION, cache_dir, load_state, save_state
 from ..tinylm import TinyLM, TinyLMConfig
 

@@ -48,7 +48,7 @@ from ..addition import BUCKETS, TWO_DIGIT, eval_problems, is_correct
 from ..evaluation import evaluate, pass_at_k_per_problem
 from ..plotting import figure_png
 from ..sft.checkpoints import LAB21_SFT, load_checkpoint
-from ..sft.train import Snapshot
+from ..sft.supervised import Snapshot
 from ..runner import final, load_results as _load_results, result_from_history, results_dir, run_arms, \
     seeds_together, start_value, summary_table
 from ..rl.config import RLConfig, config_dict

@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from ..backends.tinylm import TinyLMBackend, as_backend
+from ..backends.tinylm_backend import TinyLMBackend, as_backend
 from ..losses import BUILTIN_LOSSES
 from ..rewards import exact_match
 from ..task_protocol import AdditionTask

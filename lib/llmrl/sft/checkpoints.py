@@ -40,7 +40,7 @@ from pathlib import Path
 from ..store import shipped
 from ..store.checkpoint_files import FORMAT_VERSION, cache_dir, load_state, save_state
 from ..tinylm import TinyLM, TinyLMConfig
-from .train import SFTConfig, Snapshot, sft_train
+from .supervised import SFTConfig, Snapshot, sft_train
 
 # The SFT steps of the shipped student (lab21's run; llmrl.tools.rebuild_models.choose, by its calibration) and sft (the
 # course's run; chosen by llmrl.tools.lab19_calibration) snapshots, on the instructors' machine;

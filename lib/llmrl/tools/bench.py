@@ -54,7 +54,7 @@ import torch
 from ..addition import PROMPT_LEN, RESPONSE_LEN
 from ..rl.train import rl_train
 from ..sft.checkpoints import LAB21_SFT, LAB21_SNAPSHOTS
-from ..sft.train import SFTConfig, sft_train
+from ..sft.supervised import SFTConfig, sft_train
 from ..tinylm import TinyLM
 from ..utils import repo_root, set_threads
 
@@ -280,7 +280,7 @@ def against_main(rev: str, steps: int, rounds: int, S: int) -> list[dict]:
 #: What ``--profile`` times: (label, owner, attribute); nested calls are listed under their stage.
 PROFILED = (
     ("collect", "rl.step", "collect"),
-    ("  generate (sampling)", "backends.tinylm", "TinyLMBackend.generate"),
+    ("  generate (sampling)", "backends.tinylm_backend", "TinyLMBackend.generate"),
     ("score", "rl.step", "score"),
     ("  task rewards + correctness", "rl.step", "task_score"),
     ("  task correctness", "rl.step", "task_correct"),

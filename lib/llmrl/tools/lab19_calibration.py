@@ -170,7 +170,7 @@ def candidate(activation: str, seed: int, step: int):
     """Within: the library's shipped sft model is this candidate (forked workers inherit it)."""
     from ..sft import checkpoints
     from ..store import shipped
-    from ..sft.train import Snapshot
+    from ..sft.supervised import Snapshot
 
     old = shipped.MODELS_DIR, dict(checkpoints.SHIPPED_RUNS)
     shipped.MODELS_DIR = _models_dir(activation, seed, step)

@@ -173,7 +173,7 @@ def candidate(activation: str, seed: int, step: int):
     """Within: the library's shipped teacher and student are the run's (forked workers inherit it)."""
     from ..sft import checkpoints
     from ..store import shipped
-    from ..sft.train import Snapshot
+    from ..sft.supervised import Snapshot
 
     cfg = run_config(activation, seed)
     snaps = {"student": Snapshot(step), "teacher": Snapshot(cfg.steps)}

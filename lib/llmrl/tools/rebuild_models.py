@@ -58,7 +58,7 @@ def choose(scan: list[dict], role: str) -> dict:
 
 def train_keeping(cfg, keep, progress: bool = True) -> tuple[dict, dict]:
     """One SFT run of ``cfg``: (final state, {step: state} for every step in ``keep``)."""
-    from ..sft.train import sft_train
+    from ..sft.supervised import sft_train
 
     keep, states = set(keep), {}
 
