@@ -144,6 +144,28 @@ def test_every_folder_of_the_library_is_a_layer():
     assert folders <= set(RANK), f"folders outside the contract: {sorted(folders - set(RANK))}"
 
 
+def grader_imports(package: Path) -> list[str]:
+    """``module: imported name`` for every import of the grader (``autograder``) in ``package``."""
+    out = []
+    for name, path in modules(package).items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            out += [f"{name}: {n}" for n in names if n.split(".")[0] == "autograder"]
+    return out
+
+
+def test_the_library_never_imports_the_grader():
+    # The grader imports the library (its answer key names library functions), never the reverse:
+    # the student's wheel holds the library alone.
+    assert grader_imports(PACKAGE) == []
+
+
+def test_a_planted_import_of_the_grader_is_caught(tmp_path):
+    pkg = _plant(tmp_path, {"tools/planted.py": "def f():\n    from autograder.course import layout\n"})
+    assert grader_imports(pkg) == ["llmrl.tools.planted: autograder.course"]
+
+
 def same_named_modules(package: Path) -> dict[str, list[str]]:
     """{file name: its modules} for every file name that more than one module of ``package`` has."""
     by_name: dict[str, list[str]] = {}
