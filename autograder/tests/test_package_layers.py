@@ -108,3 +108,11 @@ def test_the_layer_rules_have_no_cycle():
     for f in ALLOWED:
         visit(f, [])
     assert len(order) == len(ALLOWED)
+
+
+MAX_LINES = 700  # issue 32: a file a newcomer can read in one sitting; data (the task map) lives in .json
+
+
+def test_no_module_of_the_package_is_over_700_lines():
+    long = {str(rel): n for rel, p in _modules() if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}, f"split these along their seams (docs/architecture.md): {long}"

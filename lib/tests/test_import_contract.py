@@ -229,3 +229,9 @@ def test_a_folder_outside_the_contract_is_reported(tmp_path):
 def test_a_modules_layer_is_read_from_its_path(name, layer):
     graph(PACKAGE)
     assert layer_of(name) == layer
+
+
+def test_no_module_of_the_library_is_over_700_lines():
+    # issue 32: a file a newcomer can read in one sitting; tables (claims.json) are data files.
+    long = {name: n for name, path in modules(PACKAGE).items() if (n := len(path.read_text().splitlines())) > 700}
+    assert long == {}, f"split these along their seams (docs/architecture.md): {long}"
