@@ -69,3 +69,43 @@ def test_the_shipped_sft_model_is_the_rules_choice():
     runs = {(r["activation"], r["seed"]) for r in C._record("runs")}
     assert runs == set(C.RUNS), f"runs of the rule not scanned: {set(C.RUNS) - runs}"
     json.dumps(best)
+
+
+def test_a_candidate_is_what_the_library_loads_inside_the_block_and_only_there(tmp_path, monkeypatch):
+    # The search judges each candidate through the library's own loader (candidate_models.models_copy
+    # and shipped_as): inside the block load_checkpoint("sft") must give the candidate's weights with
+    # its step, outside it the shipped model, and the other roles stay the shipped files.
+    import torch
+
+    from llmrl.sft.checkpoints import load_checkpoint
+
+    monkeypatch.setattr(C, "WORK", tmp_path)
+    _, state = shipped.load_state("sft")
+    bumped = {k: v + 1.0 if v.is_floating_point() else v for k, v in state.items()}
+    run = tmp_path / "runs" / "relu-seed1"
+    run.mkdir(parents=True)
+    torch.save(bumped, run / "step123.pt")
+    shipped_dir, shipped_runs = shipped.MODELS_DIR, dict(checkpoints.SHIPPED_RUNS)
+
+    with C.candidate("relu", 1, 123):
+        model, meta = load_checkpoint("sft", with_meta=True, progress=False)
+        assert meta["step"] == 123 and shipped.MODELS_DIR == run / "models-step123"
+        assert all(torch.equal(model.state_dict()[k], bumped[k]) for k in bumped)
+        assert shipped.load_state("teacher", run / "models-step123")[0]["sha256"] == \
+            shipped.load_state("teacher", shipped_dir)[0]["sha256"]
+    assert shipped.MODELS_DIR == shipped_dir and checkpoints.SHIPPED_RUNS == shipped_runs
+    model = load_checkpoint("sft", progress=False)
+    assert all(torch.equal(model.state_dict()[k], state[k]) for k in state)
+
+    with pytest.raises(RuntimeError, match="judging"):  # put back when the block raises, too
+        with C.candidate("relu", 1, 123):
+            raise RuntimeError("judging failed")
+    assert shipped.MODELS_DIR == shipped_dir and checkpoints.SHIPPED_RUNS == shipped_runs
+
+
+def test_a_models_copy_names_a_role_the_library_does_not_ship(tmp_path):
+    from llmrl.tools import candidate_models
+
+    with pytest.raises(ValueError, match="'tutor'"):
+        candidate_models.models_copy(tmp_path / "models", {"tutor": (tmp_path / "x.pt", 1)}, recipe="test")
+    assert not (tmp_path / "models").exists()

@@ -49,10 +49,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
-import io
 import json
-import shutil
 import sys
 import time
 from dataclasses import replace
@@ -62,7 +59,7 @@ from typing import Sequence
 import torch
 
 from ..utils import repo_root
-from . import rebuild_models
+from . import candidate_models, rebuild_models
 from .lab21_calibration import outcome_cell, parse_run, tally
 
 ROOT = (repo_root() or Path.cwd())
@@ -145,42 +142,19 @@ def scan_run(activation: str, seed: int, log=print) -> dict:
 
 def _models_dir(activation: str, seed: int, step: int) -> Path:
     """A copy of the shipped models folder whose sft model is this candidate (manifest updated)."""
-    from ..store import shipped
-
     d = _run_dir(activation, seed)
-    out = d / f"models-step{step}"
-    if (out / shipped.MANIFEST_NAME).exists():
-        return out
-    tmp = d / f"models-step{step}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(shipped.MODELS_DIR, tmp)
-    blob = json.loads((tmp / shipped.MANIFEST_NAME).read_text())
-    buf = io.BytesIO()
-    torch.save(torch.load(d / f"step{step}.pt", weights_only=True), buf)
-    (tmp / shipped.FILES["sft"]).write_bytes(buf.getvalue())
-    blob["models"]["sft"].update(sha256=hashlib.sha256(buf.getvalue()).hexdigest(), bytes=len(buf.getvalue()),
-                                 step=step, recipe=f"lab19_calibration.run_config({activation!r}, {seed})")
-    (tmp / shipped.MANIFEST_NAME).write_text(json.dumps(blob, indent=1) + "\n")
-    tmp.rename(out)
-    return out
+    return candidate_models.models_copy(d / f"models-step{step}", {"sft": (d / f"step{step}.pt", step)},
+                                        recipe=f"lab19_calibration.run_config({activation!r}, {seed})")
 
 
 @contextlib.contextmanager
 def candidate(activation: str, seed: int, step: int):
     """Within: the library's shipped sft model is this candidate (forked workers inherit it)."""
-    from ..sft import checkpoints
-    from ..store import shipped
     from ..sft.supervised import Snapshot
 
-    old = shipped.MODELS_DIR, dict(checkpoints.SHIPPED_RUNS)
-    shipped.MODELS_DIR = _models_dir(activation, seed, step)
-    checkpoints.SHIPPED_RUNS["sft"] = (run_config(activation, seed), {"sft": Snapshot(step)})
-    try:
+    run = (run_config(activation, seed), {"sft": Snapshot(step)})
+    with candidate_models.shipped_as(_models_dir(activation, seed, step), {"sft": run}):
         yield
-    finally:
-        shipped.MODELS_DIR = old[0]
-        checkpoints.SHIPPED_RUNS.clear()
-        checkpoints.SHIPPED_RUNS.update(old[1])
 
 
 def gates(outcomes: dict) -> dict:

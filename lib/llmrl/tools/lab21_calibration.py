@@ -36,10 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
-import io
 import json
-import shutil
 import sys
 import time
 from dataclasses import replace
@@ -49,7 +46,7 @@ from typing import Sequence
 import torch
 
 from ..utils import repo_root
-from . import rebuild_models
+from . import candidate_models, rebuild_models
 
 ROOT = (repo_root() or Path.cwd())
 WORK = ROOT / "artifacts" / "lab21-calibration"
@@ -147,45 +144,21 @@ def scan_run(activation: str, seed: int, log=print) -> dict:
 
 def _models_dir(activation: str, seed: int, step: int) -> Path:
     """A copy of the shipped models folder whose teacher and student are the run's (manifest updated)."""
-    from ..store import shipped
-
     d = _run_dir(activation, seed)
-    out = d / "models"
-    if (out / shipped.MANIFEST_NAME).exists():
-        return out
-    tmp = d / "models.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(shipped.MODELS_DIR, tmp)
-    blob = json.loads((tmp / shipped.MANIFEST_NAME).read_text())
-    for name, at in (("student", step), ("teacher", run_config(activation, seed).steps)):
-        buf = io.BytesIO()
-        torch.save(torch.load(d / f"{name}.pt", weights_only=True), buf)
-        (tmp / shipped.FILES[name]).write_bytes(buf.getvalue())
-        blob["models"][name].update(sha256=hashlib.sha256(buf.getvalue()).hexdigest(), bytes=len(buf.getvalue()),
-                                    step=at, recipe=f"lab21_calibration.run_config({activation!r}, {seed})")
-    (tmp / shipped.MANIFEST_NAME).write_text(json.dumps(blob, indent=1) + "\n")
-    tmp.rename(out)
-    return out
+    weights = {"student": (d / "student.pt", step), "teacher": (d / "teacher.pt", run_config(activation, seed).steps)}
+    return candidate_models.models_copy(d / "models", weights,
+                                        recipe=f"lab21_calibration.run_config({activation!r}, {seed})")
 
 
 @contextlib.contextmanager
 def candidate(activation: str, seed: int, step: int):
     """Within: the library's shipped teacher and student are the run's (forked workers inherit it)."""
-    from ..sft import checkpoints
-    from ..store import shipped
     from ..sft.supervised import Snapshot
 
     cfg = run_config(activation, seed)
     snaps = {"student": Snapshot(step), "teacher": Snapshot(cfg.steps)}
-    old = shipped.MODELS_DIR, dict(checkpoints.SHIPPED_RUNS)
-    shipped.MODELS_DIR = _models_dir(activation, seed, step)
-    checkpoints.SHIPPED_RUNS.update(student=(cfg, snaps), teacher=(cfg, snaps))
-    try:
+    with candidate_models.shipped_as(_models_dir(activation, seed, step), {"student": (cfg, snaps), "teacher": (cfg, snaps)}):
         yield
-    finally:
-        shipped.MODELS_DIR = old[0]
-        checkpoints.SHIPPED_RUNS.clear()
-        checkpoints.SHIPPED_RUNS.update(old[1])
 
 
 def judge_run(activation: str, seed: int, seeds: Sequence[int], workers: int = 1, log=print) -> dict:
