@@ -4,6 +4,7 @@
 candidate's (their manifest entries updated, so the usual sha256 check still holds);
 :func:`shipped_as` points the library at such a folder, with the SFT runs that made it, for the
 length of a ``with`` block (forked workers started inside it inherit the change).
+:func:`read_record` and :func:`save_record` keep a search's judged rows in its committed JSON files.
 """
 
 from __future__ import annotations
@@ -63,3 +64,18 @@ def shipped_as(models_dir: Path, runs: dict[str, tuple]):
         shipped.MODELS_DIR = old_dir
         checkpoints.SHIPPED_RUNS.clear()
         checkpoints.SHIPPED_RUNS.update(old_runs)
+
+
+def read_record(folder: Path, name: str) -> list[dict]:
+    """The rows of the committed record ``folder/name.json`` ([] when there is none yet)."""
+    path = Path(folder) / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+def save_record(folder: Path, name: str, rows: list[dict], key) -> None:
+    """Merge ``rows`` into the record ``folder/name.json`` (a row replaces the one with its ``key``),
+    sorted by ``key``."""
+    keep = {key(r): r for r in read_record(folder, name)}
+    keep.update({key(r): r for r in rows})
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    (Path(folder) / f"{name}.json").write_text(json.dumps(sorted(keep.values(), key=key), indent=1) + "\n")

@@ -199,15 +199,11 @@ def _key(r: dict):
 
 
 def _record(name: str) -> list[dict]:
-    path = RECORD / f"{name}.json"
-    return json.loads(path.read_text()) if path.exists() else []
+    return candidate_models.read_record(RECORD, name)
 
 
 def _save_record(name: str, rows: list[dict], key) -> None:
-    keep = {key(r): r for r in _record(name)}
-    keep.update({key(r): r for r in rows})
-    RECORD.mkdir(parents=True, exist_ok=True)
-    (RECORD / f"{name}.json").write_text(json.dumps(sorted(keep.values(), key=key), indent=1) + "\n")
+    candidate_models.save_record(RECORD, name, rows, key)
 
 
 # ------------------------------------------------------------------------------ the report

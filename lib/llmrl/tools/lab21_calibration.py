@@ -87,16 +87,11 @@ def project_claims(project: str) -> list:
 
 
 def _record(name: str) -> list[dict]:
-    path = RECORD / f"{name}.json"
-    return json.loads(path.read_text()) if path.exists() else []
+    return candidate_models.read_record(RECORD, name)
 
 
 def _save_record(name: str, rows: list[dict], key) -> None:
-    """Merge ``rows`` into the committed record ``name`` (a row replaces the one with its ``key``)."""
-    keep = {key(r): r for r in _record(name)}
-    keep.update({key(r): r for r in rows})
-    RECORD.mkdir(parents=True, exist_ok=True)
-    (RECORD / f"{name}.json").write_text(json.dumps(sorted(keep.values(), key=key), indent=1) + "\n")
+    candidate_models.save_record(RECORD, name, rows, key)
 
 
 # ------------------------------------------------------------------------------ the first search: the SFT run
