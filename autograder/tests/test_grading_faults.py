@@ -30,30 +30,12 @@ from autograder.tests import tiny
 from autograder.course.layout import ROOT
 
 pytestmark = pytest.mark.slow
-BATCH = [str(ROOT / "autograder" / "bin" / "batch"), tiny.ASSIGNMENT, "--no-progress"]
+BATCH = tiny.BATCH
 SLOW = "import time\ntime.sleep(4)"  # a free cell that makes a submission take a few seconds
 
 
 def _sha(p: Path) -> str | None:
     return hashlib.sha256(p.read_bytes()).hexdigest() if p.exists() else None
-
-
-@pytest.fixture(scope="module")
-def earlier_course(tmp_path_factory) -> Path:
-    """The tiny course after a batch that graded one student, "earlier" (made once, copied per test)."""
-    root = tmp_path_factory.mktemp("earlier") / "course"
-    tiny.make_course(root)
-    tiny.submit(root, "earlier", tiny.submission(root, tiny.RIGHT))
-    proc = subprocess.run(BATCH + ["--root", str(root)], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    return root
-
-
-@pytest.fixture
-def course(earlier_course, tmp_path) -> Path:
-    root = tmp_path / "course"
-    shutil.copytree(earlier_course, root, symlinks=True)
-    return root
 
 
 def _earlier(root: Path) -> dict:

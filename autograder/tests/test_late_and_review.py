@@ -1,7 +1,7 @@
 """Late submissions and review holds on the tiny course of tiny.py with the real batch grader (issue 14):
 the course's late policy, forged and future time stamps, a late zero that manual grading cannot lift, a
 notebook held for review (its feedback says so, no points), and grade's own time and due date. Like
-test_grading_faults.py, whose course fixture and helpers these tests share, each checks that the
+test_grading_faults.py, whose helpers these tests share (the course fixture: conftest.py), each checks that the
 earlier student's results are untouched.
 """
 
@@ -26,7 +26,7 @@ from autograder.course.layout import ROOT
 from autograder.export import release_feedback
 from autograder.sandbox import safe_files as files
 from autograder.tests import tiny
-from autograder.tests.test_grading_faults import BATCH, _earlier, _same_earlier, course, earlier_course  # noqa: F401  (fixtures)
+from autograder.tests.test_grading_faults import BATCH, _earlier, _same_earlier
 
 pytestmark = pytest.mark.slow
 

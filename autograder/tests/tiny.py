@@ -14,6 +14,8 @@ from pathlib import Path
 import nbformat
 
 ASSIGNMENT, NOTEBOOK = "tiny", "tiny"
+# The real batch grader on this course (add "--root", its folder).
+BATCH = [str(Path(__file__).resolve().parents[1] / "bin" / "batch"), ASSIGNMENT, "--no-progress"]
 POINTS = 2.0
 SECOND, SECOND_POINTS = "test_double_int", 1.0  # make_course(second_test=True): a second test cell
 
