@@ -198,7 +198,7 @@ def available(root: Path = ROOT) -> list[str]:
     return out
 
 
-SHARED_SPECS = {"hostile", "evasion"}
+SHARED_SPECS = {"hostile", "evasion", "delegation"}
 TOOLS = {"catch_rates"}  # modules of this folder that are no spec (catch_rates.py measures the tests on the corpus)
 # Workers for grading the corpus: one more than the cores, since each grading waits on its kernels
 # (startup, the calls between its two kernels) part of the time.

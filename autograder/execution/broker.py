@@ -32,7 +32,7 @@ class Settings:
     notebook_timeout: float = 600
     cell_cap: int = 500_000
     notebook_cap: int = 5_000_000
-    student_kernel: str = "reuse"          # or "fresh": never grade in the feedback run's kernel
+    library_view: Path | None = None       # the answer kernel's view of the course library (declarations only)
     probe: tuple | None = None             # the answer-key probe (code, expression, [(key, function)])
     watch: str | None = None               # source of the answer-key watch (module _llmrl_watch) for the
     #                                        student's kernel: every graded call runs under it

@@ -8,9 +8,10 @@ import copy
 import os
 from pathlib import Path
 from nbformat import NotebookNode
-from traitlets import Bool, Integer, Unicode
+from traitlets import Bool, Integer
 from nbgrader.preprocessors import NbGraderPreprocessor
 from autograder.execution.broker import NotebookResult, Settings
+from autograder.sandbox import library_view
 from autograder.execution.tworun import apply, run_notebook
 
 # ----------------------------------------------------------------------------- nbgrader preprocessors
@@ -42,8 +43,7 @@ def settings_from_env(**kw) -> Settings:
             return float(os.environ.get(name, default))
         except ValueError:
             return float(default)
-    s = Settings(cell_timeout=num("LLMRL_GRADE_CELL_TIMEOUT", 300), notebook_timeout=num("LLMRL_GRADE_NOTEBOOK_TIMEOUT", 600),
-                 student_kernel=os.environ.get("LLMRL_GRADE_STUDENT_KERNEL", "reuse"))
+    s = Settings(cell_timeout=num("LLMRL_GRADE_CELL_TIMEOUT", 300), notebook_timeout=num("LLMRL_GRADE_NOTEBOOK_TIMEOUT", 600))
     for k, v in kw.items():
         setattr(s, k, v)
     return s
@@ -54,7 +54,6 @@ class TwoRunExecute(NbGraderPreprocessor):
 
     cell_cap = Integer(500_000, help="bytes of output kept per cell").tag(config=True)
     notebook_cap = Integer(5_000_000, help="bytes of output kept per notebook").tag(config=True)
-    student_kernel = Unicode("reuse", help="'reuse' the feedback run's kernel for grading, or 'fresh'").tag(config=True)
     feedback = Bool(True, help="run the notebook for the feedback (False: grading run only)").tag(config=True)
 
     def preprocess(self, nb, resources):
@@ -62,8 +61,8 @@ class TwoRunExecute(NbGraderPreprocessor):
         result = RESULTS.pop(name, None)
         if result is None:  # plain `nbgrader autograde`: run it now
             src = source_notebook(self.config, resources["nbgrader"]["assignment"], name)
-            s = settings_from_env(cell_cap=self.cell_cap, notebook_cap=self.notebook_cap,
-                                  student_kernel=self.student_kernel, feedback=self.feedback)
+            s = settings_from_env(cell_cap=self.cell_cap, notebook_cap=self.notebook_cap, feedback=self.feedback,
+                                  library_view=library_view.build())
             result = asyncio.run(run_notebook(nb, src, s))
             REPORTS[name] = result
         apply(nb, result)

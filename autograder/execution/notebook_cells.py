@@ -167,14 +167,26 @@ def source_tests(source_nb) -> list[tuple[int, str, str]]:
 
 
 
-def definitions_only(source: str) -> str | None:
+def _literal(node: ast.AST) -> bool:
+    try:
+        ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return True
+
+
+def definitions_only(source: str, constants: bool = False) -> str | None:
     """A cell's imports, functions and classes, without the code it runs at its top level (a
-    student's own check that calls a function which crashes the kernel); None when nothing is left."""
+    student's own check that calls a function which crashes the kernel, an experiment); with
+    `constants`, also its assignments of a literal to plain names (EPS = 1e-8). None when nothing
+    is left."""
     try:
         tree = ast.parse(_python(source))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     keep = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom, ast.FunctionDef,
-                                                    ast.AsyncFunctionDef, ast.ClassDef))]
+                                                    ast.AsyncFunctionDef, ast.ClassDef))
+            or constants and isinstance(n, ast.Assign) and all(isinstance(t, ast.Name) for t in n.targets)
+            and _literal(n.value)]
     return ast.unparse(ast.Module(body=keep, type_ignores=[])) if keep else None
 

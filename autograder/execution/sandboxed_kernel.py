@@ -208,8 +208,11 @@ class Kernel:
     """One sandboxed kernel in its own scratch folder."""
 
     def __init__(self, label: str, parent: Path | None = None, env: dict | None = None,
-                 course_roots: list[Path] | None = None, use_sandbox: bool = True):
+                 course_roots: list[Path] | None = None, use_sandbox: bool = True, view: Path | None = None):
+        """`view`: the answer kernel's view of the course library (autograder/sandbox/library_view.py),
+        which its sandbox shows in place of the library."""
         self.label = label
+        self.view = view
         self.dir = files.scratch_dir("kernel", parent)
         self.work = self.dir / "work"
         self.runtime = self.dir / "rt"
@@ -239,6 +242,10 @@ class Kernel:
         if not self.use_sandbox:
             sandbox.prepare_runtime(self.runtime)
         env = sandbox.kernel_env(self.runtime, self.env_extra)
+        if self.view is not None:
+            env["LLMRL_SANDBOX_LIBRARY"] = str(self.view)
+            if not self.use_sandbox:
+                env["PYTHONPATH"] = ":".join([str(self.view)] + [p for p in env.get("PYTHONPATH", "").split(":") if p])
         if self.course_roots:
             env["LLMRL_SANDBOX_COURSES"] = ":".join(str(p) for p in self.course_roots)
         self.km = km

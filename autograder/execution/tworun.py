@@ -9,22 +9,25 @@ notebook it saves. What changes is how that notebook is run (`run_notebook`, cal
    every test cell, runs top to bottom in a sandboxed kernel (autograder/execution/sandboxed_kernel.py), in a private
    scratch folder. Its outputs, capped, become the outputs of the notebook's cells: this is what
    the student sees in the feedback. Nothing of the grading run below reaches the feedback.
-2. **Grading run.** A *tests' kernel*, sandboxed too, starts while the feedback run runs. It
-   never executes student code: it runs the course's own set-up cells (from source/, the ones the
-   test cells need, found by `setup_cells`) and then the test cells, visible and hidden, from
-   source/. Every name the source's solution cells define is bound there to a proxy
-   (autograder/execution/remote_calls.py): calling it sends the call to the *student's kernel* and brings the
-   answer back through the strict format of autograder/execution/wire_format.py as new objects of exactly the
-   built-in types. The student's kernel is the feedback run's kernel, once that run is over (so
-   the functions graded are the ones the feedback shows, helpers from the student's own cells
-   included); when that kernel died, hangs or used up its time, a fresh one runs the course's
-   set-up cells and the student's solution cells only (`fresh_student`). A call that does not
-   return in time, or a student's kernel that dies, fails that call (the kernel is restarted for
-   the later calls; a function that crashed it `MAX_CRASHES` times is not run again, so a crashing
-   function costs only the tests that call it); an answer outside the format fails the call and
-   flags the notebook for review. Every call runs under the answer-key watch
-   (autograder/review/answer_key.py, module `_llmrl_watch` in the student's kernel), whose report of what
-   the call ran comes back with the answer (`Broker.watch`).
+2. **Grading run.** It runs beside the feedback run, in two kernels of its own. The *tests'
+   kernel* (sandboxed, with the whole course library) never executes student code: it runs the
+   course's own set-up cells (from source/, the ones the test cells need, found by `setup_cells`)
+   and then the test cells, visible and hidden, from source/. Every name the source's solution
+   cells define is bound there to a proxy (autograder/execution/remote_calls.py): calling it sends
+   the call to the *answer kernel* and brings the answer back through the strict format of
+   autograder/execution/wire_format.py as new objects of exactly the built-in types. The answer kernel is
+   a fresh sandboxed kernel that sees the course library as a view with its declarations only
+   (autograder/sandbox/library_view.py): it runs the student's solution cells, the definitions of the
+   cells the student added, and the course's set-up cells those read (`answer_cells`), never the
+   course's experiments. Nothing in it computes a graded answer, so a function that hands its task
+   to the library finds nothing to call, whatever it does inside its own process to hide the call.
+   A call that does not return in time, or an answer kernel that dies, fails that call (the kernel
+   is restarted for the later calls; a function that crashed it `MAX_CRASHES` times is not run
+   again, so a crashing function costs only the tests that call it); an answer outside the format
+   fails the call and flags the notebook for review. Every call also runs under the answer-key
+   watch (autograder/review/answer_key.py, module `_llmrl_watch` in the answer kernel), a second line
+   that reports copies of the library's code pasted into the notebook (`Broker.watch`); no verdict
+   rests on it.
 3. **Score.** A test cell earns its points exactly when the tests' kernel answered its
    execute_request with status "ok". Its outputs in the saved notebook are set to nothing (pass)
    or one error output with the failure's message, first line, capped (fail): nbgrader's
@@ -33,7 +36,9 @@ notebook it saves. What changes is how that notebook is run (`run_notebook`, cal
 
 So the verdict is computed in a process the student's code never runs in: hooks, input or AST
 transformers, custom exception handlers, patched libraries, dispatcher modes and subclasses whose
-comparisons always agree act in the student's kernel only, and what comes back is plain data.
+comparisons always agree act in the student's kernels only, and what comes back is plain data. And
+the process where the student's functions answer holds no code of the course that could answer for
+them.
 """
 
 from __future__ import annotations
@@ -55,6 +60,8 @@ from autograder.execution import sandboxed_kernel as kernels
 from autograder.execution.broker import CALL_GRACE, PROBE_TIMEOUT
 
 HERE = Path(__file__).resolve().parent
+# How a report's events name the kernel the student's functions were called in.
+ANSWER_KERNEL = "the answer kernel (the course library's declarations only)"
 
 
 # ----------------------------------------------------------------------------- running one notebook
@@ -172,11 +179,64 @@ async def _answer_key(kernel: kernels.Kernel, probe: tuple | None, s: Settings,
     return json.dumps(merged), ends
 
 
+def answer_cells(submission, source_nb) -> list[tuple[str, str, str | None]]:
+    """What the answer kernel runs, in the submission's order: (key, code, its definitions only).
+
+    The student's solution cells (by grade_id); the cells the student added (a code cell that is
+    neither a solution nor a test and whose id is no cell of the course's), their imports, functions,
+    classes and literal constants only (a helper the student wrote runs, a free cell's experiment or
+    loop does not); and the course's set-up cells that these read (the source's version, where the
+    submission has the cell; first, where it does not). Not the course's experiments, not the tests."""
+    course_ids = {c.get("id") for c in source_nb.cells if c.get("id")}
+    source_gids = {nbmeta(c).get("grade_id") for c in source_nb.cells if is_solution_cell(c)}
+    picked: list[tuple[str, str, str | None, object]] = []   # (key, code, definitions, cell)
+    wanted: set[str] = set()
+    for c in source_nb.cells:
+        if is_solution_cell(c):
+            defined, used, _ = names(c.source)
+            wanted |= used - defined
+    for n, c in enumerate(submission.cells, 1):
+        if c.get("cell_type") != "code" or not c.source.strip():
+            continue
+        gid = nbmeta(c).get("grade_id")
+        if is_solution_cell(c) and gid in source_gids:
+            picked.append((f"solution cell {gid}", c.source, definitions_only(c.source), c))
+        elif not is_test_cell(c) and not is_solution_cell(c) and c.get("id") not in course_ids:
+            code = definitions_only(c.source, constants=True)
+            if code is not None:
+                picked.append((f"your cell {n}", code, None, c))
+        else:
+            continue
+        defined, used, _ = names(picked[-1][1])
+        wanted |= used - defined
+    setup = set(setup_cells(source_nb, wanted))
+    where = {c.get("id"): i for i, c in enumerate(submission.cells) if c.get("id") in course_ids}
+    out: list[tuple[str, str, str | None]] = []
+    placed: set[int] = set()
+    missing = [i for i in sorted(setup) if source_nb.cells[i].get("id") not in where]
+    out += [(f"set-up cell {i + 1}", source_nb.cells[i].source, None) for i in missing]
+    placed |= set(missing)
+    order = {id(c): n for n, c in enumerate(submission.cells)}
+    setup_at = {where[source_nb.cells[i].get("id")]: i for i in setup if i not in placed}
+    for n in range(len(submission.cells)):
+        if n in setup_at:
+            i = setup_at[n]
+            out.append((f"set-up cell {i + 1}", source_nb.cells[i].source, None))
+        for key, code, defs, cell in picked:
+            if order[id(cell)] == n:
+                out.append((key, code, defs))
+    return out
+
+
 async def fresh_student(submission, source_nb, s: Settings, label: str, deadline: float,
                         crashed: dict | None = None, events: dict | None = None) -> kernels.Kernel:
-    """A new student's kernel: the course's set-up cells the student's solutions read, then the
-    student's solution cells (by grade_id, in the source's order). The student's other cells do
-    not run.
+    """A new answer kernel: the student's kernel in which the grader calls their functions.
+
+    It runs on the course library's view (`s.library_view`, autograder/sandbox/library_view.py:
+    the library's modules with their declarations only, no code that computes), so a graded
+    function that hands its work to the library finds nothing to call, however it tries: on a thread,
+    with tracing off, in a subprocess, from a copy. It runs what `answer_cells` picks, never the
+    course's experiments.
 
     A cell that kills (or hangs) the kernel while it starts is left out of the next fresh kernel, so
     that a function which crashes costs only the tests that call it: a solution cell keeps its
@@ -184,22 +244,7 @@ async def fresh_student(submission, source_nb, s: Settings, label: str, deadline
     function, is dropped), then, if that still kills the kernel, goes; a set-up cell goes.
     `crashed` (cell key -> "definitions" or "skipped") carries that from one fresh kernel to the next."""
     crashed = {} if crashed is None else crashed
-    by_id = {nbmeta(c).get("grade_id"): c for c in submission.cells if is_solution_cell(c)}
-    wanted: set[str] = set()
-    for c in source_nb.cells:
-        if is_solution_cell(c):
-            sub = by_id.get(nbmeta(c).get("grade_id"))
-            for code in (c.source, sub.source if sub is not None else ""):
-                defined, used, _ = names(code)
-                wanted |= used - defined
-    setup = set(setup_cells(source_nb, wanted))
-    cells = []
-    for i, c in enumerate(source_nb.cells):
-        if i in setup:
-            cells.append((f"set-up cell {i + 1}", c.source, None))
-        elif is_solution_cell(c) and nbmeta(c).get("grade_id") in by_id:
-            code = by_id[nbmeta(c)["grade_id"]].source
-            cells.append((f"solution cell {nbmeta(c)['grade_id']}", code, definitions_only(code)))
+    cells = answer_cells(submission, source_nb)
     while True:
         run = []
         for key, code, defs in cells:
@@ -208,7 +253,7 @@ async def fresh_student(submission, source_nb, s: Settings, label: str, deadline
                 run.append((key, code))
             elif state == "definitions" and defs is not None:
                 run.append((key, defs))
-        k = kernels.Kernel(f"student ({label})", s.scratch, _env(), s.course_roots, s.use_sandbox)
+        k = kernels.Kernel(f"answer ({label})", s.scratch, _env(), s.course_roots, s.use_sandbox, view=s.library_view)
         await k.start()
         killer = await _run_cells(k, run, s, deadline)
         if killer is None or asyncio.get_running_loop().time() >= deadline:
@@ -310,8 +355,50 @@ class GradingError(Exception):
     """The grader itself failed on this notebook (not the student's fault); one line."""
 
 
-async def run_notebook(nb, source_nb, s: Settings) -> NotebookResult:
+async def _grading_run(source_nb, tests, s: Settings, broker: Broker, tests_kernel_task, events: dict,
+                       kernels_used: list, start_fresh) -> tuple[dict, str | None, dict]:
+    """The grading run: the answer kernel (started at once, beside the feedback run), the answer-key
+    probe in it, then every test cell of the source in the tests' kernel. (verdicts, probe's answer,
+    how probe calls ended)."""
     loop = asyncio.get_running_loop()
+    verdicts: dict = {}
+    broker.student = await start_fresh("first")
+    events["student_kernel"] = ANSWER_KERNEL
+    grading_deadline = loop.time() + s.notebook_timeout
+    broker.grading_deadline = grading_deadline
+    probe_answer, probe_ends = await _answer_key(broker.student, s.probe, s, events)
+    broker.ready.set()
+    tk = await tests_kernel_task
+    kernels_used.append(tk)
+    for i, c in enumerate(source_nb.cells):
+        if i in tk.setup and i not in tk.done:
+            await _tests_setup_cell(tk, source_nb, i, s, events)
+            continue
+        if not is_test_cell(c):
+            continue
+        gid = nbmeta(c)["grade_id"]
+        left = grading_deadline - loop.time()
+        if left <= 0:
+            verdicts[gid] = f"GraderTimeoutError: not run: the grading run used up its {s.notebook_timeout:.0f} s"
+            continue
+        if tk.dead:
+            tk = await _start_tests_kernel(source_nb, tests, s, broker, events, upto=i)
+            kernels_used.append(tk)
+            events["tests_kernel_restarts"] = events.get("tests_kernel_restarts", 0) + 1
+        timeout = min(s.cell_timeout, left)
+        broker.deadline = loop.time() + timeout  # calls of the student's code end by then; the
+        r = await tk.execute(c.source, timeout=timeout + CALL_GRACE)  # test gets a little longer
+        broker.deadline = None
+        verdicts[gid] = _verdict_message(r, timeout)
+        if r.status in ("died", "hung"):
+            tk.dead = True
+    return verdicts, probe_answer, probe_ends
+
+
+async def run_notebook(nb, source_nb, s: Settings) -> NotebookResult:
+    """Both runs of one notebook, side by side: the feedback run in the student's kernel (the course
+    library as students have it), the grading run with the student's functions in the answer kernel
+    (the library's declarations only) and the tests in the tests' kernel."""
     events = {"notebook_timeout": False, "kernel_died": None, "cells_skipped": 0, "calls": 0, "restarts": 0,
               "student_kernel": None}
     review: list = []
@@ -319,13 +406,12 @@ async def run_notebook(nb, source_nb, s: Settings) -> NotebookResult:
     kernels_used: list[kernels.Kernel] = []
     broker = None
     started = time.monotonic()
+    grading = tests_kernel_task = None
     try:
-        tests_kernel_task = None
-        grading_deadline = None
-
         crashed_cells: dict = {}
 
         async def start_fresh(label):
+            loop = asyncio.get_running_loop()
             k = await fresh_student(nb, source_nb, s, label, loop.time() + s.notebook_timeout, crashed_cells, events)
             kernels_used.append(k)
             return k
@@ -333,69 +419,21 @@ async def run_notebook(nb, source_nb, s: Settings) -> NotebookResult:
         if tests:
             broker = Broker(s, start_fresh, review, events)
             tests_kernel_task = asyncio.ensure_future(_start_tests_kernel(source_nb, tests, s, broker, events))
+            grading = asyncio.ensure_future(_grading_run(source_nb, tests, s, broker, tests_kernel_task, events,
+                                                         kernels_used, start_fresh))
         outputs: list = [None] * len(nb.cells)
         counts: list = [None] * len(nb.cells)
-        student = None
+        cpu = 0.0
         if s.feedback:
             fb, outputs, counts = await _feedback_run(nb, s, events)
-            kernels_used.append(fb)
-            student = fb
+            if not fb.dead:
+                cpu += await fb.cpu_seconds() or 0.0
+            await fb.shutdown()  # nothing of it is graded: its kernel goes as soon as its outputs are in
         events["feedback_s"] = round(time.monotonic() - started, 1)
         verdicts: dict = {}
         probe_answer, probe_ends = None, {}
-        if tests:
-            grading_deadline = loop.time() + s.notebook_timeout
-            broker.grading_deadline = grading_deadline
-            why_fresh = None
-            if student is None:
-                why_fresh = "grading only" if not s.feedback else None
-            elif s.student_kernel == "fresh":
-                why_fresh = "fresh kernel asked for"
-            elif student.dead:
-                why_fresh = "the feedback run's kernel died"
-            elif events["notebook_timeout"]:
-                why_fresh = "the feedback run used up its time"
-            else:
-                status, _ = await student.expression("1", timeout=10)
-                if status != "ok":
-                    why_fresh = f"the feedback run's kernel does not answer ({status})"
-                elif not await _inject(student, watch=s.watch):
-                    why_fresh = "the feedback run's kernel could not load the grader's code"
-            if why_fresh is None:
-                broker.student = student
-                events["student_kernel"] = "the feedback run's kernel"
-            else:
-                if student is not None:
-                    await student.shutdown()
-                broker.student = await start_fresh("fresh")
-                events["student_kernel"] = f"a fresh kernel ({why_fresh})"
-            probe_answer, probe_ends = await _answer_key(broker.student, s.probe, s, events)
-            broker.ready.set()
-            tk = await tests_kernel_task
-            kernels_used.append(tk)
-            for i, c in enumerate(source_nb.cells):
-                if i in tk.setup and i not in tk.done:
-                    await _tests_setup_cell(tk, source_nb, i, s, events)
-                    continue
-                if not is_test_cell(c):
-                    continue
-                gid = nbmeta(c)["grade_id"]
-                left = grading_deadline - loop.time()
-                if left <= 0:
-                    verdicts[gid] = f"GraderTimeoutError: not run: the grading run used up its {s.notebook_timeout:.0f} s"
-                    continue
-                if tk.dead:
-                    tk = await _start_tests_kernel(source_nb, tests, s, broker, events, upto=i)
-                    kernels_used.append(tk)
-                    events["tests_kernel_restarts"] = events.get("tests_kernel_restarts", 0) + 1
-                timeout = min(s.cell_timeout, left)
-                broker.deadline = loop.time() + timeout  # calls of the student's code end by then; the
-                r = await tk.execute(c.source, timeout=timeout + CALL_GRACE)  # test gets a little longer
-                broker.deadline = None
-                verdicts[gid] = _verdict_message(r, timeout)
-                if r.status in ("died", "hung"):
-                    tk.dead = True
-        cpu = 0.0
+        if grading is not None:
+            verdicts, probe_answer, probe_ends = await grading
         for k in kernels_used + (broker.retired if broker else []):
             if not k.dead:
                 cpu += await k.cpu_seconds() or 0.0
@@ -404,6 +442,17 @@ async def run_notebook(nb, source_nb, s: Settings) -> NotebookResult:
         return NotebookResult(outputs, counts, verdicts, events, review, [c.get("source") for c in nb.cells],
                               probe_answer if tests else None, probe_ends, broker.watch if broker else {})
     finally:
+        for task in (grading, tests_kernel_task):
+            if task is None:
+                continue
+            if not task.done():
+                task.cancel()
+            try:
+                k = await task
+            except (asyncio.CancelledError, Exception):
+                k = None
+            if isinstance(k, kernels.Kernel):
+                kernels_used.append(k)
         if broker is not None:
             await broker.close()
         for k in set(kernels_used + (broker.retired if broker else []) + ([broker.student] if broker and broker.student else [])):

@@ -292,6 +292,16 @@ def _warm_model_cache() -> None:
     _wait(proc, "building the cached models (python -m llmrl.tools.cache) failed")
 
 
+def _library_view() -> Path:
+    """The answer kernel's view of the course library (autograder/sandbox/library_view.py), built once."""
+    from autograder.sandbox import library_view
+
+    try:
+        return library_view.build()
+    except library_view.ViewError as e:
+        raise PipelineError(f"the answer kernel's view of the course library: {e}") from None
+
+
 def check_environment(course_roots: list[Path] | None = None) -> None:
     """The course library must import inside the sandbox: PipelineError with the probe's line."""
     global _PROBING
@@ -303,7 +313,7 @@ def check_environment(course_roots: list[Path] | None = None) -> None:
         return
     from autograder.sandbox import bubblewrap as sandbox
 
-    problem = sandbox.probe(course_roots)
+    problem = sandbox.probe(course_roots) or sandbox.probe(course_roots, view=_library_view())
     if problem:
         raise PipelineError(problem)
 
@@ -441,12 +451,12 @@ def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Pa
             _autograde(_scratch_config(course_dir, [nbgrader_preprocessors.StageNotebooks], root), assignment, student)
             stage("nbgrader_restore")
             settings = {}
+            view = _library_view()
             for name in nbgrader_preprocessors.STAGED:
                 probe, watch = (None, None) if self_check else _answer_key_probe(assignment, name)
                 settings[name] = nbgrader_preprocessors.settings_from_env(
                     course_roots=[ROOT, root], scratch=scratch, feedback=not self_check,
-                    student_kernel="fresh" if self_check else os.environ.get("LLMRL_GRADE_STUDENT_KERNEL", "reuse"),
-                    probe=probe, watch=watch)
+                    library_view=view, probe=probe, watch=watch)
             try:
                 staged = nbgrader_preprocessors.STAGED
                 results = asyncio.run(_run_all(dict(staged), {n: sources[n] for n in staged}, settings))

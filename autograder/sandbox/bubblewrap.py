@@ -23,6 +23,14 @@ its private runtime folder (connection file, ipc sockets) next to the connection
    submitted/ ...), not other course folders, not /root, /home, /work or /srv;
 3. otherwise prints one warning on stderr and starts the kernel with the limits only.
 
+The *answer kernel*, where the grader calls the student's graded functions, is started with
+LLMRL_SANDBOX_LIBRARY set to a view of the course library (autograder/sandbox/library_view.py: its
+modules with their declarations only). Its sandbox binds the view's `llmrl` over the real package,
+hides the rest of the folder the real package sits in when that is a source folder (an editable
+install's lib/: its tests, its egg-info), every other file or folder named llmrl* within a few
+levels of what it shows (a wheel, an sdist, a copy), and the model cache: nothing the kernel can
+read holds the library's code. Without bubblewrap the view only comes first on the kernel's path.
+
 A folder that would expose the course's own files (the course folder itself or a parent of its
 source/ on sys.path, say) is refused: `exposed()` raises SandboxError saying which.
 
@@ -100,6 +108,17 @@ def bwrap_status() -> str:
     if proc.returncode != 0:
         return "bwrap does not work here: " + (proc.stderr.strip().splitlines() or ["exit %d" % proc.returncode])[-1]
     return "ok"
+
+
+def library_view() -> Path | None:
+    """The folder holding the answer kernel's view of the library (LLMRL_SANDBOX_LIBRARY), or None."""
+    v = os.environ.get("LLMRL_SANDBOX_LIBRARY")
+    if not v:
+        return None
+    p = Path(v)
+    if not (p / "llmrl" / "_grading_view.py").is_file():
+        raise SandboxError(f"LLMRL_SANDBOX_LIBRARY={v} holds no view of the course library (llmrl/_grading_view.py)")
+    return p
 
 
 def cache_dir() -> Path:
@@ -191,10 +210,66 @@ def _exposed(course_roots: tuple[Path, ...]) -> tuple[Path, ...]:
     return tuple(keep)
 
 
-def exposed(course_roots: list[Path] | None = None) -> list[Path]:
-    """The folders (besides /usr and a few /etc files) a sandboxed kernel sees, all read-only."""
+def exposed(course_roots: list[Path] | None = None, answer_kernel: bool = False) -> list[Path]:
+    """The folders (besides /usr and a few /etc files) a sandboxed kernel sees, all read-only (the
+    answer kernel: without the model cache, which it has no use for)."""
     roots = tuple(sorted({Path(r).resolve() for r in (course_roots or [ROOT])}))
-    return list(_exposed(roots)) + ([cache_dir()] if cache_dir().is_dir() else [])
+    return list(_exposed(roots)) + ([cache_dir()] if cache_dir().is_dir() and not answer_kernel else [])
+
+
+def _is_site_dir(p: Path) -> bool:
+    return p.name in ("site-packages", "dist-packages")
+
+
+def library_copies(roots: list[Path], depth: int = 4) -> list[Path]:
+    """Files and folders named llmrl* (any case) within `depth` levels of `roots`: a wheel, an sdist,
+    a copy of the package, its metadata. Python packages other than llmrl are not entered (nothing
+    the grader installs puts a copy of the library inside torch)."""
+    found: list[Path] = []
+    todo = [(Path(r), 0) for r in roots]
+    seen: set[Path] = set()
+    while todo:
+        d, k = todo.pop()
+        if d in seen:
+            continue
+        seen.add(d)
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        for e in entries:
+            if e.name.lower().startswith("llmrl"):
+                found.append(Path(e.path))
+            elif k < depth and e.is_dir(follow_symlinks=False) and not os.path.exists(os.path.join(e.path, "__init__.py")):
+                todo.append((Path(e.path), k + 1))
+    return sorted(found)
+
+
+def _answer_binds(view: Path, shown: list[Path]) -> list[str]:
+    """The binds that put the view in place of the course library, and hide every other copy of it."""
+    pkgs = _library_dirs()
+    if not pkgs:
+        raise SandboxError("the course library llmrl is not installed: the answer kernel has no library to show")
+    argv: list[str] = []
+    hidden: set[Path] = set()
+    for pkg in pkgs:
+        parent = pkg.parent
+        if not pkg.is_dir():
+            raise SandboxError(f"llmrl is imported from {pkg}, not a folder: the answer kernel cannot hide it")
+        if _is_site_dir(parent):
+            argv += ["--ro-bind", str(view / "llmrl"), str(pkg)]
+        else:  # a source folder (an editable install's lib/): nothing of it but the view
+            argv += ["--tmpfs", str(parent), "--ro-bind", str(view / "llmrl"), str(pkg), "--remount-ro", str(parent)]
+            hidden.add(parent)
+        hidden.add(pkg)
+    for p in library_copies([r for r in shown if not any(h == r or h in r.parents for h in hidden)]):
+        if p in hidden or any(h in p.parents for h in hidden):
+            continue
+        if p.is_dir() and not p.is_symlink():
+            argv += ["--tmpfs", str(p), "--remount-ro", str(p)]
+        else:
+            argv += ["--ro-bind", "/dev/null", str(p)]
+    return argv
 
 
 def aliases() -> list[tuple[Path, Path]]:
@@ -207,7 +282,9 @@ def aliases() -> list[tuple[Path, Path]]:
     return out
 
 
-def bwrap_argv(workdir: Path, runtime: Path, course_roots: list[Path] | None = None) -> list[str]:
+def bwrap_argv(workdir: Path, runtime: Path, course_roots: list[Path] | None = None,
+               view: Path | None = None) -> list[str]:
+    """bubblewrap's arguments for a kernel; `view`: the answer kernel's view of the library."""
     argv = ["bwrap", "--unshare-all", "--cap-drop", "ALL", "--die-with-parent", "--new-session",
             "--ro-bind", "/usr", "/usr"]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
@@ -220,10 +297,13 @@ def bwrap_argv(workdir: Path, runtime: Path, course_roots: list[Path] | None = N
         if (Path("/etc") / name).exists():
             argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
     argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--tmpfs", "/dev/shm"]
-    for p in exposed(course_roots):
+    shown = exposed(course_roots, answer_kernel=view is not None)
+    for p in shown:
         argv += ["--ro-bind", str(p), str(p)]
     for real, alias in aliases():
         argv += ["--ro-bind", str(real), str(alias)]
+    if view is not None:
+        argv += _answer_binds(view, shown) + ["--unsetenv", "LLMRL_SANDBOX_LIBRARY"]
     argv += ["--bind", str(workdir), str(workdir), "--bind", str(runtime), str(runtime),
              "--setenv", "JPY_PARENT_PID", "1",  # its real parent is not visible in the new PID namespace
              "--chdir", str(workdir)]
@@ -271,12 +351,19 @@ def main(argv: list[str]) -> None:
 def _exec(cmd: list[str], workdir: Path, runtime: Path) -> None:
     apply_limits()
     status = bwrap_status()
+    try:
+        view = library_view()
+    except SandboxError as e:
+        sys.exit(f"error: {e}")
     if status != "ok":
-        print(f"warning: grading kernel runs WITHOUT a sandbox ({status}); resource limits only",
+        print(f"warning: grading kernel runs WITHOUT a sandbox ({status}); resource limits only"
+              + ("; the course library's view only comes first on its path" if view else ""),
               file=sys.stderr, flush=True)
+        if view is not None:
+            os.environ["PYTHONPATH"] = os.pathsep.join([str(view)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
         os.execv(cmd[0], cmd)
     try:
-        full = bwrap_argv(workdir, runtime, _roots_from_env()) + cmd
+        full = bwrap_argv(workdir, runtime, _roots_from_env(), view) + cmd
     except SandboxError as e:
         sys.exit(f"error: {e}")
     os.execvp(full[0], full)
@@ -284,10 +371,45 @@ def _exec(cmd: list[str], workdir: Path, runtime: Path) -> None:
 
 PROBE = ("import sys, llmrl, numpy, torch, ipykernel, matplotlib; "
          "print(llmrl.__file__)")
+# In the answer kernel's sandbox: the library imports as the view, and nothing on the kernel's path
+# holds another copy of it (a folder or file named llmrl*, an archive with an llmrl/ inside).
+PROBE_ANSWER = r"""
+import os, sys, zipfile
+import numpy, torch, ipykernel
+import llmrl, llmrl.sampling
+from llmrl import _grading_view
+if not isinstance(llmrl.sampling.gather_logprobs, _grading_view.Absent):
+    sys.exit("the answer kernel's llmrl still holds the library's functions")
+pkg = os.path.dirname(os.path.abspath(llmrl.__file__))
+found = []
+for entry in [p for p in sys.path if p] + [sys.prefix, os.path.expanduser("~")]:
+    if os.path.isfile(entry):
+        try:
+            if any(n.split("/")[0].lower().startswith("llmrl") for n in zipfile.ZipFile(entry).namelist()):
+                found.append(entry)
+        except (OSError, zipfile.BadZipFile):
+            pass
+        continue
+    for d, dirs, files in os.walk(entry):
+        if d.count(os.sep) - entry.count(os.sep) >= 3:
+            dirs[:] = []
+        for name in dirs + files:
+            path = os.path.join(d, name)
+            if name.lower().startswith("llmrl") and os.path.abspath(path) != pkg and os.path.getsize(path) > 0:
+                if os.path.isdir(path) and not os.listdir(path):
+                    continue
+                found.append(path)
+        dirs[:] = [x for x in dirs if not x.lower().startswith("llmrl") and not os.path.exists(os.path.join(d, x, "__init__.py"))]
+if found:
+    sys.exit("the answer kernel can still see copies of the course library: " + ", ".join(sorted(set(found))[:5]))
+print(llmrl.__file__)
+"""
 
 
-def probe(course_roots: list[Path] | None = None, timeout: float = 120) -> str | None:
-    """None when the course library imports inside the sandbox, else one line saying why not."""
+def probe(course_roots: list[Path] | None = None, timeout: float = 120, view: Path | None = None) -> str | None:
+    """None when the course library imports inside the sandbox, else one line saying why not. With
+    `view` (the answer kernel's view of the library): None when the answer kernel's sandbox shows the
+    view and no other copy of the library."""
     from autograder.sandbox.safe_files import rmtree, scratch_dir
 
     if bwrap_status() != "ok":
@@ -299,19 +421,21 @@ def probe(course_roots: list[Path] | None = None, timeout: float = 120) -> str |
         work.mkdir()
         roots = course_roots or [ROOT]
         try:
-            argv = bwrap_argv(work, runtime, roots)
+            argv = bwrap_argv(work, runtime, roots, view)
         except SandboxError as e:
             return str(e)
         env = kernel_env(runtime, {"NBGRADER_EXECUTION": "autograde"})  # exactly a grading kernel's
         env["LLMRL_SANDBOX_COURSES"] = os.pathsep.join(map(str, roots))
         try:
-            proc = subprocess.run(argv + [PYTHON, "-c", PROBE], capture_output=True, text=True,
-                                  timeout=timeout, env=env, preexec_fn=apply_limits)
+            proc = subprocess.run(argv + [PYTHON, "-c", PROBE if view is None else PROBE_ANSWER], capture_output=True,
+                                  text=True, timeout=timeout, env=env, preexec_fn=apply_limits)
         except subprocess.TimeoutExpired:
             return f"importing the course library inside the sandbox took longer than {timeout:.0f} s"
         if proc.returncode != 0:
             lines = [ln for ln in (proc.stderr or "").strip().splitlines() if ln.strip()]
             last = lines[-1] if lines else f"exit status {proc.returncode}"
+            if view is not None:
+                return f"the answer kernel's sandbox is not as it must be: {last}"
             return (f"the course library cannot be imported inside the grading sandbox ({last}); the sandbox "
                     f"shows {', '.join(map(str, exposed(roots)))}: install llmrl into the environment the "
                     f"grader runs with ({sys.prefix})")
@@ -322,7 +446,13 @@ def probe(course_roots: list[Path] | None = None, timeout: float = 120) -> str |
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--probe"]:
-        problem = probe([Path(p) for p in sys.argv[2:]] or None)
+        from autograder.sandbox import library_view
+
+        roots = [Path(p) for p in sys.argv[2:]] or None
+        try:
+            problem = probe(roots) or probe(roots, view=library_view.build())
+        except library_view.ViewError as e:
+            problem = str(e)
         if problem:
             print(problem)
         sys.exit(1 if problem else 0)
