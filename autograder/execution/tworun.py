@@ -203,8 +203,9 @@ def answer_cells(submission, source_nb) -> list[tuple[str, str, str | None]]:
             picked.append((f"solution cell {gid}", c.source, definitions_only(c.source), c))
         elif not is_test_cell(c) and not is_solution_cell(c) and c.get("id") not in course_ids:
             code = definitions_only(c.source, constants=True)
-            if code is not None:
-                picked.append((f"your cell {n}", code, None, c))
+            if code is None:  # nothing in it but statements that run: an experiment, a loop
+                continue
+            picked.append((f"your cell {n}", code, None, c))
         else:
             continue
         defined, used, _ = names(picked[-1][1])

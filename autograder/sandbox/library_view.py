@@ -83,6 +83,9 @@ class Absent:
     def __mro_entries__(self, bases):
         self._fail()
 
+    def __reduce__(self):  # pickled (to a subprocess, say), it is the same placeholder again
+        return (Absent, (object.__getattribute__(self, "_llmrl_absent_name"),))
+
     __call__ = __getitem__ = __setitem__ = __iter__ = __len__ = __bool__ = __contains__ = _fail
     __enter__ = __exit__ = __index__ = __int__ = __float__ = __await__ = _fail
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _fail
@@ -347,14 +350,14 @@ def write_view(dest: Path, src: Path, allow: dict[str, dict[str, str]]) -> dict[
     return {mod: (kept, absent) for mod, (_, kept, absent) in report.items()}
 
 
-def build(src: Path | None = None, root: Path | None = None) -> Path:
+def build(src: Path | None = None, root: Path | None = None, allow_file: Path = ALLOW_FILE) -> Path:
     """The folder holding the view's `llmrl` package for the library in `src` (built once, then reused)."""
     import compileall
 
     src = library_source() if src is None else Path(src).resolve()
     root = cache_root() if root is None else Path(root)
-    allow = allow_list()
-    final = root / fingerprint(src)
+    allow = allow_list(allow_file)
+    final = root / fingerprint(src, allow_file)
     if (final / PACKAGE / f"{MARKER}.py").is_file():
         return final
     try:
