@@ -4,7 +4,8 @@ watch inside the student's process cannot see (issue 41), graded by the real bat
 Shared spec (like hostile.py and evasion.py): `entries(assignment)` gives the entries placed on that
 assignment's notebook. Against the grader that called the student's functions in the feedback run's
 kernel, with the whole library loaded and a trace function watching each call, the lab11 entry
-scored 18/18 with no hold: every way below is invisible to sys.settrace. They are a class, not a
+scored 17.5 of 18 points with no hold and no note (one task 2 edge test failed only because the
+library's sampler draws differently from the handout's): every way below is invisible to sys.settrace. They are a class, not a
 list: any watch inside the process can be sidestepped from inside it. What stops them now is that
 the answer kernel, where the grader calls these functions, holds no code of the library that
 computes anything (autograder/sandbox/library_view.py): each delegated task scores 0, whatever
@@ -257,7 +258,7 @@ def kl_objective(p, ref_probs, rewards, beta):
     return _untraced(_toylm.kl_objective, p, ref_probs, rewards, beta)
 '''),
               ], review=True, lose=tuple(t for task in elsewhere for t in tasks[task]) + tasks["task5_token_level_optimum"],
-              reasons=("task2_sample_with_temperature: sample_with_temperature uses unpickling (torch.load)",
+              reasons=("task2_sample_with_temperature: sample_with_temperature uses unpickling (pickle.load)",
                        "task3_kl_estimators: kl_estimators uses module my_llmrl.losses, which is not installed",
                        "task4_tilted_optimum: tilted_optimum uses module unpacked_llmrl.toylm, which is not installed")),
     ]

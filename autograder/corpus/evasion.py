@@ -7,9 +7,14 @@ a way the answer-key check of issue 13 did not see (the library copied into the 
 imported from there, a function fetched by unpickling, a code object found through the garbage
 collector and rebuilt under another file name, code unmarshalled from bytes pasted into the
 notebook, a function that dies or stalls only when the probe calls it, a trace or profile function
-set before the grader's calls). Every answer is right (all tests pass), so only the hold for review
-tells it from an honest notebook; `reasons` lists what the review reasons must say, one entry per
-attack, so each attack is checked on its own.
+set before the grader's calls). Against the grader of issue 28 every answer was right (all tests
+passed), so only the hold for review told it from an honest notebook. Since issue 41 the answer
+kernel holds none of the library's code: an attack that reaches for the library itself (a copy of
+its files, a pickled reference, a walk of the garbage collector) finds nothing that computes and its
+task loses its tests (`lose`); one that brings the library's bytecode in as pasted bytes (marshal, a
+crafted pickle) still computes, and the watch names the copy. Every attack sits in a solution cell:
+a cell the student added runs only its definitions in the answer kernel. `reasons` lists what the
+review reasons must say, one entry per attack, so each attack is checked on its own.
 
 The crash entries are honest notebooks whose one function kills the kernel: they lose exactly the
 tests that call that function and are held for review (a graded call that kills the kernel cannot
@@ -57,6 +62,15 @@ def tests_calling(assignment: str, notebook: str, function: str) -> tuple:
                 and re.search(rf"\b{re.escape(function)}\s*\(", text):
             out.append(meta["grade_id"])
     return tuple(out)
+
+
+def _lost(assignment: str, notebook: str, *tasks: str) -> tuple:
+    """The test cells of these tasks (by solution grade_id): what an attack costs once the library's
+    code it reaches for is not in the answer kernel (issue 41)."""
+    from autograder.corpus.delegation import task_tests_of
+
+    tests = task_tests_of(assignment, notebook)
+    return tuple(t for task in tasks for t in tests[task])
 
 
 # ----------------------------------------------------------------------------- blobs a student pastes
@@ -178,13 +192,12 @@ def _lab11() -> list[Entry]:
         Entry("evade-copies-a", L11, "1a imports a copy of the library from its own folder, 3 is unpickled "
               "(a reference to lab11.reference_kl_estimators), 4's tilted_optimum is found through the garbage "
               "collector and rebuilt under another file name, 1b is unmarshalled from pasted bytes", [
-                  insert(COPY_PACKAGE, after="start"),
-                  solve("task1a_response_logprobs", '''
+                  solve("task1a_response_logprobs", COPY_PACKAGE + _code('''
                       import mylib.sampling as _mine
 
                       def response_logprobs(logits, tokens, prompt_len):
                           return _mine.gather_logprobs(logits[:, prompt_len - 1:-1], tokens[:, prompt_len:])
-                  '''),
+                  ''')),
                   solve("task1b_sequence_logprob", f'''
                       import marshal, types
 
@@ -207,14 +220,13 @@ def _lab11() -> list[Entry]:
                                   _o.__code__.replace(co_filename="<my optimum>"), _o.__globals__, "tilted_optimum")
                               break
                   '''),
-              ], review=True,
-              reasons=("task1a_response_logprobs: response_logprobs ran a copy of llmrl.sampling.gather_logprobs",
-                       "a file written at run time",
+              ], review=True, lose=_lost("lab11", L11, "task1a_response_logprobs", "task1b_sequence_logprob",
+                                         "task3_kl_estimators"),
+              reasons=("task1a_response_logprobs: response_logprobs uses module mylib.sampling, which is not installed "
+                       "(a file written at run time)",
                        "task1b_sequence_logprob: sequence_logprob ran a copy of llmrl.labs.lab11.reference_sequence_logprob",
                        "task1b_sequence_logprob: sequence_logprob uses unmarshalled code (marshal.loads)",
-                       "task3_kl_estimators: kl_estimators ran llmrl.labs.lab11.reference_kl_estimators",
                        "task3_kl_estimators: kl_estimators uses unpickling (pickle.loads)",
-                       "task4_tilted_optimum: tilted_optimum ran a copy of llmrl.toylm.tilted_optimum",
                        "task4_tilted_optimum: tilted_optimum uses a walk of the garbage collector (gc.get_objects)")),
         Entry("crash-segfault", L11, "correct, but sample_with_temperature segfaults (ctypes): only task 2's test "
               "fails, and the notebook is held (a graded call that kills the kernel cannot be watched)", [
@@ -232,16 +244,15 @@ def _lab19() -> list[Entry]:
         Entry("evade-copies-b", L19, "1c from one library file copied under another name (loaded with "
               "importlib), 1b from a crafted pickle that unmarshals the library's code, 2 from the losses module "
               "unmarshalled whole, 3 from clipped_surrogate found through gc.get_referents and rebuilt", [
-                  insert(COPY_ONE_FILE, after="start"),
                   solve("task1b_best_of_n_stats", f'''
                       import pickle as _p
 
                       best_of_n_stats = _p.loads({_pickled_rebuilt("llmrl.overopt", "best_of_n_stats", "<pool>")!r})
                   '''),
-                  solve("task1c_fit_gao_bon", '''
+                  solve("task1c_fit_gao_bon", COPY_ONE_FILE + _code('''
                       def fit_gao_bon(d, gold_gain):
                           return _fit_notes.fit_gao_bon(d, gold_gain)
-                  '''),
+                  ''')),
                   then("task2_kl_penalized_rewards", f'''
                       import marshal as _m, sys as _sys, types as _types
 
@@ -267,14 +278,13 @@ def _lab19() -> list[Entry]:
                                                batch.eps_low, batch.eps_high)
                           return loss
                   '''),
-              ], review=True,
-              reasons=("task1c_fit_gao_bon: fit_gao_bon ran a copy of llmrl.overopt.fit_gao_bon",
-                       "code loaded from fit_notes.py (in the kernel's own folder), a file written at run time",
+              ], review=True, lose=_lost("lab19", L19, "task1b_best_of_n_stats", "task1c_fit_gao_bon",
+                                         "task3_clipped_pg_loss"),
+              reasons=("task1c_fit_gao_bon: fit_gao_bon uses a module loaded from a file (importlib.util.spec_from_file_location)",
                        "task1b_best_of_n_stats: best_of_n_stats ran a copy of llmrl.overopt.best_of_n_stats",
                        "task1b_best_of_n_stats: best_of_n_stats uses unpickling (pickle.loads)",
                        "task2_kl_penalized_rewards: kl_penalized_rewards ran a copy of llmrl.losses.kl_estimate",
                        "task2_kl_penalized_rewards: kl_penalized_rewards uses unmarshalled code (marshal.loads)",
-                       "task3_clipped_pg_loss: clipped_pg_loss ran a copy of llmrl.losses.clipped_surrogate",
                        "task3_clipped_pg_loss: clipped_pg_loss uses a walk of the garbage collector (gc.get_referents)")),
         Entry("crash-own-check", L19, "correct, but fit_gao_bon kills the kernel (SIGSEGV), and its solution cell "
               "calls it as the student's own check: only task 1c's test fails (the fresh kernel runs that cell's "
@@ -293,11 +303,10 @@ def _lab19() -> list[Entry]:
 
 def _lab21() -> list[Entry]:
     return [
-        Entry("evade-probe-a", L21, "a trace function set in a free cell; pass_at_k stalls (waits on an event) when the answer-key probe "
+        Entry("evade-probe-a", L21, "a trace function set in a solution cell; pass_at_k stalls (waits on an event) when the answer-key probe "
               "calls it and hands the tests' calls to llmrl.evaluation.pass_at_k (unpickled); maxrl_advantages exits "
               "the kernel when probed and is right otherwise", [
-                  insert(SPY_TRACE, after="start"),
-                  solve("task4_pass_at_k", UNDER_PROBE + _code(f'''
+                  solve("task4_pass_at_k", SPY_TRACE + UNDER_PROBE + _code(f'''
                       import pickle
 
                       _library_pass_at_k = pickle.loads({_pickled_reference("llmrl.evaluation", "pass_at_k")!r})
@@ -317,10 +326,9 @@ def _lab21() -> list[Entry]:
                               os._exit(0)            # the probe's kernel dies
                           return _honest_maxrl(rewards)
                   ''')),
-              ], review=True,
+              ], review=True, lose=_lost("lab21", L21, "task4_pass_at_k"),
               reasons=("a trace or profile function was already set (sys.settrace)",
                        "task4_pass_at_k: pass_at_k did not return when the answer-key probe called it, yet answered",
-                       "task4_pass_at_k: pass_at_k ran llmrl.evaluation.pass_at_k",
                        "task4_pass_at_k: pass_at_k uses unpickling (pickle.loads)",
                        "task5_maxrl_advantages: maxrl_advantages killed the student's kernel when the answer-key probe "
                        "called it")),
@@ -329,12 +337,11 @@ def _lab21() -> list[Entry]:
 
 def _hw4() -> list[Entry]:
     return [
-        Entry("evade-probe-b", HW4, "a profile function set in a free cell (sys.setprofile, threading.setprofile); "
+        Entry("evade-probe-b", HW4, "a profile function set in a solution cell (sys.setprofile, threading.setprofile); "
               "approx_kl_from_logprobs sleeps through interrupts when probed and is right otherwise; "
               "iter_minibatches kills the kernel (SIGSEGV) when probed and hands the tests' calls to "
               "llmrl.rl.step.minibatches (unpickled)", [
-                  insert(SPY_PROFILE, after="start"),
-                  then("task3_approx_kl", UNDER_PROBE + _code('''
+                  then("task3_approx_kl", SPY_PROFILE + UNDER_PROBE + _code('''
                       _honest_kl = approx_kl_from_logprobs
 
                       def approx_kl_from_logprobs(logprobs, ref_logprobs, mask):
@@ -358,13 +365,12 @@ def _hw4() -> list[Entry]:
                               raise ValueError(f"fields with different row counts: {{sizes}}")
                           yield from _split(batch, minibatch_size, generator)
                   ''')),
-              ], review=True,
+              ], review=True, lose=_lost("hw4", HW4, "task4_iter_minibatches"),
               reasons=("a trace or profile function was already set (sys.setprofile, threading.setprofile)",
                        "task3_approx_kl: approx_kl_from_logprobs did not return when the answer-key probe called it, "
                        "yet answered",
                        "task4_iter_minibatches: iter_minibatches killed the student's kernel when the answer-key probe "
                        "called it",
-                       "task4_iter_minibatches: iter_minibatches ran llmrl.rl.step.minibatches",
                        "task4_iter_minibatches: iter_minibatches uses unpickling (pickle.loads)")),
     ]
 
@@ -383,13 +389,14 @@ def entries(assignment: str, root=None) -> list[Entry]:
 # batch in autograder/tests/test_grading_faults.py (test_ids_that_used_to_share_a_report_file_...).
 CLASSES = {
     "library copied into the kernel's folder": [("evade-copies-a", "a file written at run time"),
-                                                ("evade-copies-b", "fit_notes.py (in the kernel's own folder)")],
+                                                ("evade-copies-b", "fit_gao_bon uses a module loaded from a file")],
     "function fetched by unpickling": [("evade-copies-a", "kl_estimators uses unpickling"),
                                        ("evade-copies-b", "best_of_n_stats ran a copy"),
                                        ("evade-probe-a", "pass_at_k uses unpickling"),
                                        ("evade-probe-b", "iter_minibatches uses unpickling")],
     "code object found through gc, rebuilt under another file name": [
-        ("evade-copies-a", "tilted_optimum ran a copy"), ("evade-copies-b", "clipped_pg_loss ran a copy")],
+        ("evade-copies-a", "tilted_optimum uses a walk of the garbage collector"),
+        ("evade-copies-b", "clipped_pg_loss uses a walk of the garbage collector")],
     "code unmarshalled from pasted bytes": [("evade-copies-a", "sequence_logprob ran a copy"),
                                             ("evade-copies-b", "kl_penalized_rewards ran a copy")],
     "a function that kills the kernel when probed": [("evade-probe-a", "maxrl_advantages killed"),
