@@ -40,6 +40,12 @@
 # > in the same cells (bf16 and very peaked logits, `-inf` padding, batches that do not divide,
 # > shuffled minibatches), so a visible pass is necessary, not sufficient. The cell above each
 # > report answer says what the grader looks for.
+# >
+# > **When graded**, your functions run in a kernel where the course library `llmrl` keeps its
+# > names and constants but none of its code: they have torch, numpy, `math` and Python's
+# > standard library, the helpers you write and this notebook's other functions (Tasks 7 and 8 call your Task 3),
+# > and a call to a library function fails its test with `LibraryNotAvailable`. Of a cell you add,
+# > only its imports, functions, classes and constants run there.
 #
 # In this homework you write the algorithmic core of outcome-reward RL for language models and then
 # use it to train a policy twice: once with **GR-REINFORCE** (group-relative advantages, one

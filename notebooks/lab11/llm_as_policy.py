@@ -34,6 +34,12 @@
 # > and the experiments print numbers close to the ones in "What you should see". The grader
 # > runs further tests in the same cells (the edge cases the text warns about: padding that holds
 # > `-inf`, very peaked logits, very small $\beta$), so a visible pass is necessary, not sufficient.
+# >
+# > **When graded**, your functions run in a kernel where the course library `llmrl` keeps its
+# > names and constants but none of its code: they have torch, numpy, `math` and Python's
+# > standard library, the helpers you write and this notebook's other functions (Task 5 calls your Task 4),
+# > and a call to a library function fails its test with `LibraryNotAvailable`. Of a cell you add,
+# > only its imports, functions, classes and constants run there.
 #
 # A language model that writes a response one token at a time is a policy: the state is the
 # prompt plus the tokens written so far, the action is the next token, and

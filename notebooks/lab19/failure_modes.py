@@ -36,6 +36,12 @@
 # > same seed; the printed tables show your numbers beside the published ones. The grader runs further tests in the same cells (ties,
 # > `-inf` padding, very unlikely tokens, peaked logits), so a visible pass is necessary, not
 # > sufficient.
+# >
+# > **When graded**, your functions run in a kernel where the course library `llmrl` keeps its
+# > names and constants but none of its code: they have torch, numpy, `math` and Python's
+# > standard library, the helpers you write and this notebook's other functions,
+# > and a call to a library function fails its test with `LibraryNotAvailable`. Of a cell you add,
+# > only its imports, functions, classes and constants run there.
 #
 # Optimizing a reward is only as good as the reward. In this lab you make three classic failures
 # happen on purpose, small enough to run on a laptop, and measure them:

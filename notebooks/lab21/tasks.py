@@ -34,6 +34,13 @@
 # > task to look at), and Project 0's table and plot show the ordering described under "Reading
 # > the result". The grader runs further tests in the same cells (`-inf` padding, very confident
 # > logits, n above 170 for pass@k), so a visible pass is necessary, not sufficient.
+# >
+# > **When graded**, your functions run in a kernel where the course library `llmrl` keeps its
+# > names and constants but none of its code: they have torch, numpy, `math` and Python's
+# > standard library, the helpers you write and this notebook's other functions (the OPD loss
+# > may call your `reverse_kl_rewards`),
+# > and a call to a library function fails its test with `LibraryNotAvailable`. Of a cell you add,
+# > only its imports, functions, classes and constants run there.
 #
 # This lab is a small research kit. In this notebook you write five short functions that the
 # experiments need, then run a complete worked experiment (Project 0) on your own code. The second
