@@ -224,6 +224,17 @@ def holdout_set(entry_name: str) -> str:
     return "B" if "-ho2-" in entry_name else "A"
 
 
+def source_json(assignment: str, notebook: str) -> dict:
+    """The source notebook of `assignment`, as JSON (what the specs read its test cells from)."""
+    return json.loads((ROOT / "source" / assignment / f"{notebook}.ipynb").read_text())
+
+
+def tests_of(assignment: str, notebook: str, *tasks: str) -> tuple:
+    """The test cells of these tasks (solution grade_ids) in the source notebook, task by task."""
+    tests = task_tests(source_json(assignment, notebook))
+    return tuple(t for task in tasks for t in tests[task])
+
+
 def task_tests(nb) -> dict[str, list[str]]:
     """{solution grade_id: [its test cells' grade_ids]}: the graded test cells that follow a solution
     cell, up to the next solution cell, belong to its task (a task's tests are split by concern,

@@ -33,7 +33,7 @@ Each entry is expected to lose every test of the tasks it delegates and nothing 
 
 from __future__ import annotations
 
-from autograder.corpus import Entry, solve, task_tests
+from autograder.corpus import Entry, solve, tests_of
 
 L11, HW4 = "llm_as_policy", "llm_rl"
 
@@ -188,7 +188,6 @@ import unpacked_llmrl.toylm as _toylm
 
 
 def _lab11() -> list[Entry]:
-    tasks = task_tests_of("lab11", L11)
     unseen = ("task1a_response_logprobs", "task1b_sequence_logprob", "task2_sample_with_temperature",
               "task3_kl_estimators", "task4_tilted_optimum", "task5_token_level_optimum")
     elsewhere = ("task2_sample_with_temperature", "task3_kl_estimators", "task4_tilted_optimum")
@@ -235,7 +234,7 @@ def token_level_optimum(first_probs, second_probs, rewards, beta):
     return _on_my_thread(_find(toylm, "first_probs", "second_probs", "rewards"), first_probs, second_probs,
                          rewards, beta)
 '''),
-              ], lose=tuple(t for task in unseen for t in tasks[task])),
+              ], lose=tests_of("lab11", L11, *unseen)),
         Entry("delegate-elsewhere", L11, "three graded functions hand their work to the library outside the process or "
               "from a copy: 2 in a subprocess, 3 from a copy of the installed package written into the kernel's "
               "folder, 4 from the library's source unpacked from its installed distribution (tracing off for both); "
@@ -257,7 +256,7 @@ def tilted_optimum(ref_probs, rewards, beta):
 def kl_objective(p, ref_probs, rewards, beta):
     return _untraced(_toylm.kl_objective, p, ref_probs, rewards, beta)
 '''),
-              ], review=True, lose=tuple(t for task in elsewhere for t in tasks[task]) + tasks["task5_token_level_optimum"],
+              ], review=True, lose=tests_of("lab11", L11, *elsewhere, "task5_token_level_optimum"),
               reasons=("task2_sample_with_temperature: sample_with_temperature uses unpickling (pickle.load)",
                        "task3_kl_estimators: kl_estimators uses module my_llmrl.losses, which is not installed",
                        "task4_tilted_optimum: tilted_optimum uses module unpacked_llmrl.toylm, which is not installed")),
@@ -265,7 +264,6 @@ def kl_objective(p, ref_probs, rewards, beta):
 
 
 def _hw4() -> list[Entry]:
-    tasks = task_tests_of("hw4", HW4)
     return [Entry("delegate-unseen", HW4, "three graded functions hand their work to the library's code, found by its "
                   "parameters (no name written), unseen by a watch in the process: task 1 and task 4 with tracing off, "
                   "task 5 on a thread started before the watch", [
@@ -302,18 +300,8 @@ def compute_group_advantages(rewards, group_size, eps=1e-6):
         return torch.zeros_like(rewards, dtype=torch.float32)
     return _on_my_thread(_find(_advantages, "rewards", "group_size", "kind"), rewards.float(), group_size, "std", eps)
 '''),
-                  ], lose=tasks["task1_per_token_logprobs"] + tasks["task4_iter_minibatches"]
-                  + tasks["task5_group_advantages"])]
-
-
-def task_tests_of(assignment: str, notebook: str) -> dict[str, tuple]:
-    """{solution grade_id: its test cells} of the source notebook."""
-    import json
-
-    from autograder.corpus import ROOT
-
-    nb = json.loads((ROOT / "source" / assignment / f"{notebook}.ipynb").read_text())
-    return {k: tuple(v) for k, v in task_tests(nb).items()}
+                  ], lose=tests_of("hw4", HW4, "task1_per_token_logprobs", "task4_iter_minibatches",
+                                   "task5_group_advantages"))]
 
 
 _BY_ASSIGNMENT = {"lab11": _lab11, "hw4": _hw4}

@@ -29,7 +29,7 @@ from __future__ import annotations
 import marshal
 import pickle
 
-from autograder.corpus import Entry, _code, insert, solve
+from autograder.corpus import Entry, _code, solve, source_json, tests_of
 
 L11, L19, L21, HW4 = "llm_as_policy", "failure_modes", "tasks", "llm_rl"
 
@@ -48,12 +48,9 @@ def then(gid: str, code: str):
 def tests_calling(assignment: str, notebook: str, function: str) -> tuple:
     """The test cells of the source notebook whose code calls `function` (by name, hidden tests
     included): the cells a function that crashes must cost, however the tests are split into cells."""
-    import json
     import re
 
-    from autograder.corpus import ROOT
-
-    nb = json.loads((ROOT / "source" / assignment / f"{notebook}.ipynb").read_text())
+    nb = source_json(assignment, notebook)
     out = []
     for c in nb["cells"]:
         meta = c.get("metadata", {}).get("nbgrader") or {}
@@ -62,15 +59,6 @@ def tests_calling(assignment: str, notebook: str, function: str) -> tuple:
                 and re.search(rf"\b{re.escape(function)}\s*\(", text):
             out.append(meta["grade_id"])
     return tuple(out)
-
-
-def _lost(assignment: str, notebook: str, *tasks: str) -> tuple:
-    """The test cells of these tasks (by solution grade_id): what an attack costs once the library's
-    code it reaches for is not in the answer kernel (issue 41)."""
-    from autograder.corpus.delegation import task_tests_of
-
-    tests = task_tests_of(assignment, notebook)
-    return tuple(t for task in tasks for t in tests[task])
 
 
 # ----------------------------------------------------------------------------- blobs a student pastes
@@ -220,7 +208,7 @@ def _lab11() -> list[Entry]:
                                   _o.__code__.replace(co_filename="<my optimum>"), _o.__globals__, "tilted_optimum")
                               break
                   '''),
-              ], review=True, lose=_lost("lab11", L11, "task1a_response_logprobs", "task1b_sequence_logprob",
+              ], review=True, lose=tests_of("lab11", L11, "task1a_response_logprobs", "task1b_sequence_logprob",
                                          "task3_kl_estimators"),
               reasons=("task1a_response_logprobs: response_logprobs uses module mylib.sampling, which is not installed "
                        "(a file written at run time)",
@@ -278,7 +266,7 @@ def _lab19() -> list[Entry]:
                                                batch.eps_low, batch.eps_high)
                           return loss
                   '''),
-              ], review=True, lose=_lost("lab19", L19, "task1b_best_of_n_stats", "task1c_fit_gao_bon",
+              ], review=True, lose=tests_of("lab19", L19, "task1b_best_of_n_stats", "task1c_fit_gao_bon",
                                          "task3_clipped_pg_loss"),
               reasons=("task1c_fit_gao_bon: fit_gao_bon uses a module loaded from a file (importlib.util.spec_from_file_location)",
                        "task1b_best_of_n_stats: best_of_n_stats ran a copy of llmrl.overopt.best_of_n_stats",
@@ -326,7 +314,7 @@ def _lab21() -> list[Entry]:
                               os._exit(0)            # the probe's kernel dies
                           return _honest_maxrl(rewards)
                   ''')),
-              ], review=True, lose=_lost("lab21", L21, "task4_pass_at_k"),
+              ], review=True, lose=tests_of("lab21", L21, "task4_pass_at_k"),
               reasons=("a trace or profile function was already set (sys.settrace)",
                        "task4_pass_at_k: pass_at_k did not return when the answer-key probe called it, yet answered",
                        "task4_pass_at_k: pass_at_k uses unpickling (pickle.loads)",
@@ -365,7 +353,7 @@ def _hw4() -> list[Entry]:
                               raise ValueError(f"fields with different row counts: {{sizes}}")
                           yield from _split(batch, minibatch_size, generator)
                   ''')),
-              ], review=True, lose=_lost("hw4", HW4, "task4_iter_minibatches"),
+              ], review=True, lose=tests_of("hw4", HW4, "task4_iter_minibatches"),
               reasons=("a trace or profile function was already set (sys.setprofile, threading.setprofile)",
                        "task3_approx_kl: approx_kl_from_logprobs did not return when the answer-key probe called it, "
                        "yet answered",
