@@ -101,6 +101,13 @@ class _llmrl_answer_key_Watch:
                 self.canary = True
             elif kind == "lib":
                 self.lib.add(what)
+            elif kind == "absent":
+                # the answer kernel's placeholder for a library name was used: which name it stands for
+                try:
+                    self.lib.add("absent:" + str(object.__getattribute__(frame.f_locals["self"],
+                                                                         "_llmrl_absent_name"))[:200])
+                except Exception:
+                    pass
             else:
                 self.copies.add(what)
         return None
@@ -112,6 +119,8 @@ class _llmrl_answer_key_Watch:
         name = frame.f_globals.get("__name__", "?") if isinstance(frame.f_globals, dict) else "?"
         filename = code.co_filename if isinstance(code.co_filename, str) else "?"
         if filename.startswith(self.pkg):
+            if code.co_qualname == "Absent._fail" and str(name).endswith("._grading_view"):
+                return [("absent", None)]
             out.append(("lib", str(name)[:200] + "." + code.co_qualname))
         try:
             if len(code.co_code) in self.lengths:
@@ -354,10 +363,15 @@ def _entry_notes(t: Task, lib: Library, reached, copies, text, what: str) -> lis
     for name in reached if isinstance(reached, list) else []:
         if not isinstance(name, str):
             continue
-        canon = lib.canonical(name.replace(".<locals>", ""))
+        absent = name.startswith("absent:")
+        canon = lib.canonical(name.removeprefix("absent:").replace(".<locals>", ""))
         if canon in targets and canon not in seen:
             seen.add(canon)
-            notes.append(f"{t.grade_id}: {t.function} ran {canon} (seen at run time), which {targets[canon].does}")
+            if absent:  # the answer kernel's view: the call failed, but it says where the answer was meant to come from
+                notes.append(f"{t.grade_id}: {t.function} called {canon} (seen at run time), which "
+                             f"{targets[canon].does}; the grader does not hold it, so the call failed")
+            else:
+                notes.append(f"{t.grade_id}: {t.function} ran {canon} (seen at run time), which {targets[canon].does}")
     for where in copies if isinstance(copies, list) else []:
         if isinstance(where, (list, tuple)) and where and where[0] in targets:
             note = _copy_note(t, where[0], targets[where[0]], list(where), text, lib)

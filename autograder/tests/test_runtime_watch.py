@@ -80,6 +80,37 @@ def test_the_watch_knows_the_library_by_content_wherever_its_code_comes_from(tmp
                      "run time), which does this task"], notes
 
 
+def test_a_call_to_a_name_the_answer_kernel_does_not_hold_is_noted_by_that_name():
+    """In the answer kernel the library is a view (autograder/sandbox/library_view.py) bound where the
+    library lives: a graded function that calls a library name reaches its placeholder, the call
+    fails, and the watch still says which name it was meant to be."""
+    import sys
+    import types
+    from pathlib import Path
+
+    import llmrl
+    from autograder.sandbox import library_view
+
+    view = types.ModuleType("llmrl._grading_view")
+    where = str(Path(llmrl.__file__).parent / "_grading_view.py")   # where the sandbox binds it
+    exec(compile(library_view._ABSENT_SOURCE, where, "exec"), view.__dict__)
+    absent = view.Absent("llmrl.toylm.tilted_optimum")
+
+    def delegating():
+        try:
+            return absent(1, 2, 3)
+        except ImportError as e:
+            return str(e)
+
+    seen = _watched(delegating)
+    assert seen["lib"] == ["absent:llmrl.toylm.tilted_optimum"], seen
+    t = next(t for t in ag_answer_key.TASKS if t.function == "tilted_optimum")
+    notes = runtime_watch._entry_notes(t, static_notes.library(), seen["lib"], seen["copies"], set(), "a graded call")
+    assert notes == ["task4_tilted_optimum: tilted_optimum called llmrl.toylm.tilted_optimum (seen at run time), "
+                     "which does this task; the grader does not hold it, so the call failed"], notes
+    assert "llmrl._grading_view" not in sys.modules
+
+
 def test_code_the_notebook_typed_is_a_copy_only_when_it_is_long():
     """The same bytecode typed into a cell: a one-line library function (gather_logprobs) is a
     plausible coincidence and gets no note; a 4-line one (tilted_optimum) copied line for line does."""
