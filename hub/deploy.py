@@ -57,6 +57,7 @@ REPO = Path(__file__).resolve().parent.parent
 HERE = REPO / "hub"
 sys.path.insert(0, str(HERE))
 import limits as L  # noqa: E402
+import on_submit  # noqa: E402
 VENV = REPO / ".venv"
 PROXY = HERE / "node_modules" / ".bin" / "configurable-http-proxy"
 COURSE_ID = "llmrl"
@@ -83,14 +84,19 @@ class HubConfig:
     port: int = 8500                 # public; the proxy's API, the hub and the course service use the next three
     assignments: list[str] | None = None  # default: every assignment with source notebooks
     limits: L.Limits = field(default_factory=L.Limits)  # each student's (and the class's) limits
+    grader: str = ""                 # the account grading on submit (default: the instructor's name + "-grader")
+    on_submit_workers: int = 0       # gradings on submit at once (0: one per free core, on_submit.py)
+    on_submit_rate: int = 10         # gradings on submit of one student in an hour, at most
 
     def __post_init__(self):
         self.dir = Path(self.dir).resolve()
-        for name in [self.instructor, *self.students]:
+        self.grader = self.grader or f"{self.instructor[:25]}-grader"
+        for name in [self.instructor, *self.students, self.grader]:
             if not NAME_RE.match(name):
                 raise HubError(f"account name {name!r}: it must start with 'llmrl-' and hold only a-z, 0-9 and '-' "
                                "(at most 32 characters)")
-        if len(set(self.students)) != len(self.students) or self.instructor in self.students:
+        if len(set(self.students)) != len(self.students) or self.instructor in self.students or \
+                self.grader in (self.instructor, *self.students):
             raise HubError("every account name must be different")
         if not 0 < self.port < 65533:
             raise HubError(f"port {self.port}: the hub needs it and the next three")
@@ -167,6 +173,10 @@ class HubConfig:
     @property
     def course_dir(self) -> Path:
         return home_of(self.instructor) / COURSE_ID
+
+    @property
+    def on_submit_dir(self) -> Path:  # grading on submit (on_submit.py): spool/, results/, course/
+        return self.dir / "on-submit"
 
 
 # ----------------------------------------------------------------------------- accounts
@@ -450,8 +460,9 @@ def build_thin_environment(base: Path, env: Path) -> None:
     if not site_dirs:
         raise HubError(f"no site-packages in {VENV}")
     target = next((env / "lib").glob("python3.*/site-packages"))
-    # addsitedir also runs .venv's own .pth files (the editable install of the course library)
-    (target / "llmrl-hub-course-env.pth").write_text(f"import site; site.addsitedir({str(site_dirs[0])!r})\n")
+    # addsitedir also runs .venv's own .pth files (the editable install of the course library). Not
+    # named llmrl*: the answer kernel's sandbox masks every such file as a copy of the library.
+    (target / "course-hub-env.pth").write_text(f"import site; site.addsitedir({str(site_dirs[0])!r})\n")
     for sub in ("share", "etc"):  # jupyter data (lab extensions, kernels) and server extension config
         if (VENV / sub).exists():
             (env / sub).symlink_to(VENV / sub)
@@ -551,9 +562,10 @@ def make_course(cfg: HubConfig, assignments: list[str]) -> None:
     env = env_dir(cfg)
     write_json(course / "course_tool.json", {
         # what the batch grader's processes must not see (course_tool.py), and what they need from it
-        "hide": [str(cfg.exchange), str(REPO)],
+        "hide": [str(cfg.exchange), str(REPO), str(cfg.on_submit_dir / "spool")],
         "show": sorted({str(VENV), str(REPO / "lib"), str(env)}),
         "writable": [str(cfg.cache)],
+        "on_submit_results": str(cfg.on_submit_dir / "results"),  # read by on-submit-grades, accept-on-submit
     })
     (course / "nbgrader_config.py").write_text(
         "# The course's nbgrader settings (written by hub/deploy.py): the grader's, with the hub's exchange.\n"
@@ -627,6 +639,9 @@ def write_settings(cfg: HubConfig, env: Path) -> None:
         "singleuser": [str(env / "bin" / "python"), "-m", "jupyterhub.singleuser"],
         "course_dir": str(cfg.course_dir), "users_config": str(cfg.users_config),
         "service_config": str(cfg.service_config), "templates": str(HERE / "templates"),
+        "grader": cfg.grader,
+        "on_submit": {"dir": str(cfg.on_submit_dir), "poll_s": 2.0, "rate_per_hour": cfg.on_submit_rate,
+                      "workers": cfg.on_submit_workers or on_submit.default_workers()},
     }
     write_json(cfg.settings, settings)
     cfg.settings.chmod(0o644)
@@ -668,6 +683,7 @@ def setup(cfg: HubConfig, passwords: dict[str, str] | None = None, log=print) ->
     t0 = time.monotonic()
     cgroups_of(cfg)  # the machine must provide them (limits.py): said now, before any account is made
     check_disk(cfg)
+    ensure_user(cfg.grader, "grader", manifest, cfg)  # no password: it never logs in
     for name, role in [(cfg.instructor, "instructor")] + [(s, "student") for s in cfg.students]:
         created = ensure_user(name, role, manifest, cfg)
         pw = wanted.get(name) or (None if not created and name in known else secrets.token_urlsafe(12))
@@ -689,6 +705,7 @@ def setup(cfg: HubConfig, passwords: dict[str, str] | None = None, log=print) ->
     t0 = time.monotonic()
     make_course(cfg, assignments)
     log(f"course folder: {cfg.course_dir} with {', '.join(assignments)} ({time.monotonic() - t0:.1f} s)")
+    on_submit.prepare(cfg.settings)
     return {n: known[n] for n in [cfg.instructor, *cfg.students]}
 
 
@@ -800,7 +817,7 @@ class RunningHub:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
-        left = end_processes_of([self.cfg.instructor, *self.cfg.students])
+        left = end_processes_of([self.cfg.instructor, *self.cfg.students, self.cfg.grader])
         _stop_proxy_left_over(self.cfg)
         return left
 
@@ -936,6 +953,7 @@ def config_from_args(args) -> HubConfig:
     kw["limits"] = lim
     if args.assignments:
         kw["assignments"] = [a for a in args.assignments.split(",") if a]
+    kw["on_submit_workers"], kw["on_submit_rate"] = args.on_submit_workers, args.on_submit_rate
     return HubConfig(**kw)
 
 
@@ -954,6 +972,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--disk-mib", type=int, default=None, help="each student's filesystem: home, /tmp and submissions "
                    f"(default {L.Limits().disk_bytes >> 20})")
     p.add_argument("--assignments", default=None, help="comma separated (default: every assignment in source/)")
+    p.add_argument("--on-submit-workers", type=int, default=0, help="gradings on submit at once (default: one per "
+                   "free core)")
+    p.add_argument("--on-submit-rate", type=int, default=10, help="gradings on submit of one student in an hour, at "
+                   "most (default 10)")
     args = p.parse_args(argv)
     try:
         if args.command == "remove":

@@ -126,3 +126,16 @@ c.JupyterHub.services.append({
         "PYTHONUNBUFFERED": "1",
     },
 })
+
+# ----------------------------------------------------------------------------- grading on submit
+# hub/on_submit.py as a hub-managed service: root's (it reads the students' inbounds and writes their
+# feedback as each student), grading as the grading account; it stops with the hub and resumes its
+# queue when the hub starts again. Nothing is graded until the instructor turns an assignment on
+# (`python course_tool.py on-submit ASSIGNMENT feedback|score`).
+if S.get("on_submit"):
+    c.JupyterHub.services.append({
+        "name": f"{COURSE}-on-submit",
+        "command": [S["confine_python"], "-m", "hub.on_submit", "serve", os.environ["LLMRL_HUB_SETTINGS"]],
+        "cwd": S["on_submit"]["dir"],
+        "environment": {"PATH": PATH, "PYTHONPATH": S["repo"], "PYTHONUNBUFFERED": "1", "LANG": "C.UTF-8"},
+    })

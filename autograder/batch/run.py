@@ -165,6 +165,28 @@ def run_batch(assignments: list[str], root: Path = ROOT, submitted: Path | None 
     return _finish([results[i] for i in sorted(results)], started, usage0, workers, csv_path, len(todo), jobs)
 
 
+def merge_stored(results: list[Result], root: Path) -> None:
+    """Merge results graded elsewhere (the hub's grading on submit, accepted by the instructor:
+    hub/course_tool.py accept-on-submit) exactly as the batch merges its own: the gradebook backed up,
+    each student's rows checked before and after, autograded/ and feedback/, grades.csv."""
+    from nbgrader.api import Gradebook
+
+    for a in sorted({r.job.assignment for r in results}):
+        prepare_gradebook(a, root)
+    backup = backup_gradebook(root)
+    gb = with_gradebook_retry("opening gradebook.db", lambda: Gradebook(f"sqlite:///{root / 'gradebook.db'}"),
+                              db=root / "gradebook.db")
+    try:
+        state: dict = {}
+        for r in results:
+            _merge_one(gb, r, root, backup, None, state)
+            if r.report is None:
+                raise BatchStop(f"{r.job.student}/{r.job.assignment}: {r.error}")
+        with_gradebook_retry("exporting grades.csv", lambda: export_grades(gb, root, {}), db=root / "gradebook.db")
+    finally:
+        gb.close()
+
+
 def _merge_one(gb, r: Result, root: Path, backup: Path | None, on_merged, state: dict) -> None:
     if gb is None or r.report is None:
         return

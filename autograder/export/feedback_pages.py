@@ -19,6 +19,7 @@ it awaits grading, unless the instructor forces it.
 from __future__ import annotations
 
 import copy
+import os
 import re
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from nbgrader.preprocessors import GetGrades
 from traitlets.config import Config
 
 AWAITING = "awaiting grading"
+HIDE_SCORES_ENV = "LLMRL_FEEDBACK_SCORES"  # "hidden": pages without points (grading on submit, hub/on_submit.py)
 
 
 def _needs_person(grade) -> bool:
@@ -70,7 +72,10 @@ class GetGradesPending(GetGrades):
 TEMPLATE = r"""{%- extends 'index.html.j2' -%}
 
 {% macro llmrl_points(cell) -%}
-{%- if cell.metadata.nbgrader.held -%}
+{%- if resources.llmrl_hide_scores and not cell.metadata.nbgrader.held and not cell.metadata.nbgrader.pending -%}
+{%- set verdict = cell | llmrl_verdict -%}
+{{ "Passed" if verdict == "passed" else ("Failed" if verdict == "failed" else "Graded") }} (points hidden until your instructor releases them)
+{%- elif cell.metadata.nbgrader.held -%}
 <span class="held-for-review">Held for review</span>, {{ cell.metadata.nbgrader.points | float | round(2) }} points
 {%- elif cell.metadata.nbgrader.pending -%}
 <span class="awaiting-grading">Awaiting grading</span>, {{ cell.metadata.nbgrader.points | float | round(2) }} points
@@ -139,7 +144,9 @@ Score: {{ cell.metadata.nbgrader.score | float | round(2) }} / {{ cell.metadata.
       <div class="panel-heading">
         {%- set pending = resources.nbgrader.pending_points | default(0) | float -%}
         {%- set graded_max = resources.nbgrader.max_score | float - pending -%}
-        {% if resources.nbgrader.held_for_review %}
+        {% if resources.llmrl_hide_scores and not resources.nbgrader.held_for_review %}
+        <h4>{{ resources.nbgrader.notebook }} (which tests pass: the points are hidden until your instructor releases them)</h4>
+        {% elif resources.nbgrader.held_for_review %}
         <h4>{{ resources.nbgrader.notebook }} (Held for review: no points yet, of {{ resources.nbgrader.max_score | float | round(2) }})</h4>
         <p class="held-for-review">A person will look at this notebook before it is scored: until then it has no points. This page will be updated once it has been reviewed.</p>
         {% elif pending > 0 %}
@@ -148,7 +155,9 @@ Score: {{ cell.metadata.nbgrader.score | float | round(2) }} / {{ cell.metadata.
         {% else %}
         <h4>{{ resources.nbgrader.notebook }} (Score: {{ resources.nbgrader.score | float | round(2) }} / {{ resources.nbgrader.max_score | float | round(2) }})</h4>
         {% endif %}
-        {% if resources.nbgrader.late_penalty > 0 %}
+        {% if resources.nbgrader.late_penalty > 0 and resources.llmrl_hide_scores %}
+        <p class="late-penalty">Submitted after the due date: the course's late policy takes points off this notebook.</p>
+        {% elif resources.nbgrader.late_penalty > 0 %}
         <p class="late-penalty">Submitted after the due date: the course's late policy took {{ resources.nbgrader.late_penalty | float | round(2) }} points off this notebook; the score above is after the penalty.</p>
         {% endif %}
         <div id="toc">
@@ -167,7 +176,7 @@ Score: {{ cell.metadata.nbgrader.score | float | round(2) }} / {{ cell.metadata.
             <li><a href="#comment-{{ cell.metadata.nbgrader.grade_id }}">Comment</a></li>
             {% endif %}
           {% endfor %}
-          {% if resources.nbgrader.late_penalty > 0 %}
+          {% if resources.nbgrader.late_penalty > 0 and not resources.llmrl_hide_scores %}
             <li class="late-penalty">Late submission penalty (Score: -{{ resources.nbgrader.late_penalty | float | round(2) }})</li>
           {% endif %}
           </ol>
@@ -265,6 +274,16 @@ def cell_label(cell) -> str:
     return f"Task {number} {name}: {what}"
 
 
+def test_label(grade_id: str) -> str:
+    """A test cell's name from its grade_id alone ("Task 1a response_logprobs: values"), as the
+    summary of a report without the notebook's cells says it (hub/on_submit.py)."""
+    m = _TEST_ID.match(str(grade_id))
+    if not m:
+        return f"Test cell {grade_id}"
+    number, name, concern = m.groups()
+    return f"Task {number} {name}: {CONCERNS.get(concern or '', 'all tests')}"
+
+
 def cell_verdict(cell) -> str:
     """"passed", "failed", or "" (not scored yet: awaiting a person, held for review)."""
     nbg = cell.get("metadata", {}).get("nbgrader", {}) or {}
@@ -349,6 +368,10 @@ class FeedbackExporter(HTMLExporter):
         yield from (("llmrl_label", cell_label), ("llmrl_verdict", cell_verdict), ("llmrl_failure", cell_failure))
 
     def from_notebook_node(self, nb, resources=None, **kw):
+        # Graded on submit with the scores hidden (hub/on_submit.py, the "feedback" setting): each
+        # test says passed or failed, no page shows a point.
+        resources = {} if resources is None else resources
+        resources["llmrl_hide_scores"] = os.environ.get(HIDE_SCORES_ENV) == "hidden"
         output, resources = super().from_notebook_node(nb, resources, **kw)
         return offline_maths(output), resources
 
