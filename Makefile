@@ -221,7 +221,8 @@ hub-remove:
 # The whole course cycle against a hub the tests start (accounts llmrl-t-*, ports 8550-8553, folder
 # /srv/llmrl-hub-test), a hostile class's attacks, then in chromium (a hostile submission on Manual
 # Grading too); LTI 1.3 logins from an LMS the test plays (hub/tests/test_lti.py: llmrl-l-*, ports
-# 8600-8649, /srv/llmrl-hub-lti-test); everything is removed afterwards (accounts, the students'
+# 8600-8649, /srv/llmrl-hub-lti-test); grading on submit, ending with a restart of the hub
+# (hub/tests/test_on_submit.py, about 6 minutes); everything is removed afterwards (accounts, the students'
 # filesystems, cgroups), here too if pytest was killed. Not in `make test` (root only, and make test's
 # 40 minutes are spoken for).
 test-hub: $(HUB_STAMP) $(BROWSER_STAMP) chromium

@@ -366,7 +366,9 @@ def status_page(status: dict) -> str:
             lines.append(f"<p class='msg'>{e(note)}</p>")
         for nb in s["notebooks"]:
             name = e(str(nb["notebook"]))
-            score = "" if nb["points"] is None else f": {nb['points']:g} of {nb['max_points']:g} points"
+            waiting = sum(t["max_points"] or 0 for t in nb["tests"] if t["verdict"] == "awaiting grading")
+            score = "" if nb["points"] is None else f": {nb['points']:g} of {nb['max_points'] - waiting:g} points" + (
+                f" so far ({waiting:g} more for written answers a person grades)" if waiting else "")
             lines.append(f"<h3>{name}{score}</h3>")
             if nb["status"] != "graded":
                 lines.append(f"<p>{e(nb['status'])}: {e(nb['reason'])}</p>")
