@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 
-from llmrl.hw4 import trainer
+from llmrl.hw4 import run_manager
 from llmrl.hw4.__main__ import main
 from llmrl.hw4.gpu_check import BenchTask
 from llmrl.hw4.tasks import register_task
@@ -23,7 +23,7 @@ register_task("letters", lambda **kw: BenchTask(prompt_tokens=6, new_tokens=8, *
 
 KILL_AT = os.environ.get("LLMRL_TEST_KILL_AT_STEP")
 if KILL_AT is not None:
-    _train = trainer.train
+    _train = run_manager.train
 
     def train(*args, **kwargs):
         def crash(record):
@@ -35,7 +35,7 @@ if KILL_AT is not None:
                 os.kill(os.getpid(), signal.SIGKILL)
         return _train(*args, callback=crash, **kwargs)
 
-    trainer.train = train  # main() imports it when it runs
+    run_manager.train = train  # main() imports it when it runs
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

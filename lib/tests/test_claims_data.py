@@ -1,4 +1,4 @@
-"""The reproduction claims are data (lib/llmrl/tools/claims.json): every entry is checked (issue 32).
+"""The reproduction claims are data (lib/llmrl/tools/claims.json): every entry is checked.
 
 :func:`llmrl.tools.claims.validate` must pass on the shipped file and catch each kind of broken
 entry; the loaded claims are the ones ``python -m llmrl.tools.reproduce`` judges.
@@ -55,10 +55,39 @@ def _broken(edit):
     (lambda b: b["claims"][0].update(min_seeds=1.5), "min_seeds must be a share"),
     (lambda b: b["claims"][0].update(fmt="{:.3q}"), "does not format a number"),
     (lambda b: b["claims"][0]["check"].update(lo=0.1), "has no use for lo"),
+    # every claim says what in its run would make it fail
+    (lambda b: b["claims"][0].pop("could_fail"), "missing could_fail"),
+    (lambda b: b["claims"][0].update(could_fail="  "), "could_fail must say what in the run"),
+    (lambda b: b["claims"][0].update(could_fail="@ACC_ABOUT"), "not a named reason"),
+    (lambda b: b["claims"][0].update(could_fail="it could differ"), "could_fail is too short"),
+    (lambda b: (b["claims"][0]["check"].update(reason="the whole of a reason that is long enough to pass"),
+                b["claims"][0].update(could_fail="the whole of a reason that is long enough to pass")),
+     "could_fail repeats the tolerance's reason"),
+    (lambda b: b["claims"][1].update(could_fail=b["claims"][0]["could_fail"].upper()),
+     "lab11.greedy-accuracy, lab11.accuracy-T1 give the same could-fail reason"),
+    # a declared coincidence names another claim and says why the two are still two claims
+    (lambda b: b["claims"][1].update(same_values={"as": "lab11.nope", "why": "both at a floor"}),
+     "same_values names no claim 'lab11.nope'"),
+    (lambda b: b["claims"][1].update(same_values={"as": "lab11.accuracy-T1", "why": "itself"}),
+     "same_values names the claim itself"),
+    (lambda b: b["claims"][1].update(same_values={"as": "lab11.greedy-accuracy", "why": ""}),
+     "same_values must say why"),
+    (lambda b: b["claims"][1].update(same_values={"as": "lab11.greedy-accuracy"}), "same_values must be"),
+    (lambda b: b["claims"][1].update(same_values="lab11.greedy-accuracy"), "same_values must be"),
 ])
 def test_a_broken_entry_is_reported(edit, message):
     errors = _broken(edit)
     assert any(message in e for e in errors), errors
+
+
+def test_every_loaded_claim_carries_its_could_fail_reason_and_declarations():
+    by_id = {c.id: c for c in R.CLAIMS}
+    assert all(c.could_fail and len(c.could_fail.split()) >= CL.COULD_FAIL_WORDS for c in R.CLAIMS)
+    declared = {c.id: c.same_values for c in R.CLAIMS if c.same_values}
+    assert declared, "the shipped file declares its coinciding claims (p3's 3d+1d floor, format_copy's ceiling)"
+    for cid, (other, why) in declared.items():
+        assert other in by_id and other != cid and why
+        assert set(by_id[cid].experiments) & set(by_id[other].experiments), (cid, other)
 
 
 def test_load_refuses_a_broken_file(tmp_path):

@@ -182,3 +182,54 @@ def test_an_unwritable_cache_still_gives_the_trained_model(cache, monkeypatch):
     model, meta = C.load_checkpoint("last", TINY, TINY_SNAPS, progress=False, with_meta=True)
     assert meta["name"] == "last" and not list(cache.glob("*.pt"))
     assert isinstance(model, torch.nn.Module) and not model.training
+
+
+# rl_train's numbers on a fixed seed, recorded (to 6 decimals) from the code of 2026-12-07 before its
+# body was split into helpers: one seed, and two seeds stepping together (seed 2 of both must agree).
+PINNED_ONE_SEED = {
+    "reward_mean": [0.0625, 0.125, 0.125],
+    "loss_mean": [0.027778, 0.030308, 0.034227],
+    "kl_to_reference_k1_sum_nats": [0.0, 0.220694, 0.100024],
+    "grad_norm_mean": [0.521342, 0.357372, 0.319715],
+    "eval_weight_sum": [305.379686, 305.396347, 305.495431],
+}
+PINNED_SEED_5 = {
+    "reward_mean": [0.0625, 0.0, 0.125],
+    "loss_mean": [0.014151, -0.000947, 0.00932],
+    "kl_to_reference_k1_sum_nats": [0.0, -0.118478, 0.026513],
+    "grad_norm_mean": [0.452299, 0.064417, 0.310688],
+    "eval_weight_sum": [305.379686, 305.02402, 305.127604],
+}
+
+
+def _pinned_run(**kw):
+    def weight_sum(model):
+        with torch.no_grad():
+            return {"weight_sum": float(sum(p.double().sum() for p in model.parameters()))}
+
+    steps = []
+    torch.manual_seed(0)
+    out = rl_train(TinyLM(), steps=3, n_prompts=4, group_size=4, lr=1e-3, kl_coef=0.05,
+                   reward_fn=_one_digit_answers_reward, eval_fn=weight_sum, eval_every=2,
+                   callback=lambda step, record, policy: steps.append(step), progress=False, **kw)
+    return out, steps
+
+
+def _assert_pinned(history, pinned):
+    for name, want in pinned.items():
+        got = [r[name] for r in history if name in r]
+        assert got == pytest.approx(want, abs=2e-6), (name, got)
+
+
+def test_rl_train_reproduces_its_pinned_numbers_on_one_seed():
+    h, steps = _pinned_run(seed=2)
+    assert [r["step"] for r in h] == [0, 1, 2, 3] and steps == [1, 2, 3]
+    _assert_pinned(h, PINNED_ONE_SEED)
+
+
+def test_rl_train_reproduces_its_pinned_numbers_on_seeds_stepping_together():
+    hs, steps = _pinned_run(seeds=[2, 5])
+    assert hs.seeds == (2, 5) and [h.seed for h in hs] == [2, 5] and steps == [1, 1, 2, 2, 3, 3]
+    assert len(hs.policies) == 2
+    _assert_pinned(hs[0], PINNED_ONE_SEED)
+    _assert_pinned(hs[1], PINNED_SEED_5)

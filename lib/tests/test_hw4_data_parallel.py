@@ -43,7 +43,8 @@ from llmrl.hw4 import charlm
 from llmrl.hw4.char_backend import CharBackend
 from llmrl.hw4.impl import load_impl
 from llmrl.hw4.tasks import Example, FormatCopyTask
-from llmrl.hw4.trainer import HW4Config, data_parallel_config, default_config, read_jsonl, train
+from llmrl.hw4.settings import HW4Config, default_config
+from llmrl.hw4.run_manager import data_parallel_config, read_jsonl, train
 from llmrl.losses import LossBatch, clip_stats
 from llmrl.sampling import Rollout
 from llmrl.rl.step import minibatches

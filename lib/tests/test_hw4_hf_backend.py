@@ -203,9 +203,9 @@ def test_chat_template_and_fewshot_formatting(tok):
 
 
 def test_trainer_runs_and_resumes_with_the_hf_backend(tok, tmp_path):
-    """The hw4 trainer on an HF backend: an interrupted run restarted from its last checkpoint logs
+    """The hw4 run manager on an HF backend: an interrupted run restarted from its last checkpoint logs
     every step once and ends on the same numbers as an uninterrupted run."""
-    trainer = pytest.importorskip("llmrl.hw4.trainer")
+    trainer = pytest.importorskip("llmrl.hw4.run_manager")
     from llmrl.hw4.impl import load_impl
 
     impl = load_impl("reference")

@@ -116,7 +116,7 @@ def test_command_line_trains_a_local_model_directory(tmp_path, capsys):
     pytest.importorskip("peft", reason="the hf extra is not installed (pip install -e '.[hf]')")
     from llmrl.hw4.__main__ import main
     from llmrl.hw4.hf_backend import char_tokenizer, tiny_random_model
-    from llmrl.hw4.trainer import read_jsonl
+    from llmrl.hw4.run_manager import read_jsonl
 
     tok = char_tokenizer()
     model_dir = tmp_path / "tiny-qwen"

@@ -43,9 +43,10 @@ def test_smollm2_loads_as_a_trainable_llama(backend, tmp_path):
 
 
 def test_format_copy_grpo_reward_rises_on_the_cpu(backend, tmp_path):
-    """A short GRPO run on format_copy through the hw4 trainer: the reward must rise within it."""
+    """A short GRPO run on format_copy through the hw4 run manager: the reward must rise within it."""
     from llmrl.hw4.impl import load_impl
-    from llmrl.hw4.trainer import default_config, train
+    from llmrl.hw4.settings import default_config
+    from llmrl.hw4.run_manager import train
 
     cfg = default_config("format_copy", "grpo", steps=4, n_prompts=2, group_size=4, lr=2e-4, max_new_tokens=12,
                          minibatch_size=4, grad_accum_steps=2, eval_every=4, eval_limit=16, ckpt_every=2,

@@ -1,4 +1,4 @@
-"""hw4 trainer, impl loading, resume, WandB (faked), command line."""
+"""hw4's run manager (llmrl.hw4.run_manager), impl loading, resume, WandB (faked), command line."""
 
 import json
 import sys
@@ -15,7 +15,8 @@ from llmrl.hw4.__main__ import build_parser, config_from_args, main
 from llmrl.hw4.char_backend import CharBackend
 from llmrl.hw4.impl import REQUIRED, Impl, load_impl
 from llmrl.hw4.plots import eval_area, plot_runs, seeds_text
-from llmrl.hw4.trainer import HW4Config, default_config, read_jsonl, train
+from llmrl.hw4.settings import HW4Config, default_config
+from llmrl.hw4.run_manager import read_jsonl, train
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "hw4" / "llm_rl.py"
 
@@ -277,3 +278,23 @@ def test_grpo_and_reinforce_learn_math_toy(impl, tmp_path):
     assert evals["grpo"][10] > evals["reinforce"][10], evals  # the clipped, normalised update learns faster
     # ...and over the whole budget: the notebook's measure of sample efficiency (seeds 0-2: GRPO ahead in each)
     assert eval_area(got["grpo"]) > eval_area(got["reinforce"]), evals
+
+
+def test_ablation_walk_runs_both_directions_side_by_side_and_stops_at_the_first_degraded_run():
+    from llmrl.hw4.ablation import _walk_axis
+
+    values = [1, 2, 4, 8, 16, 32]  # default 2: one step down, four up
+    reward = {1: 0.9, 2: 1.0, 4: 0.95, 8: 0.5, 16: 1.0, 32: 1.0}  # 8 degrades: 16 and 32 never run
+    calls = []
+
+    def run(arms):
+        calls.append(arms)
+        return [{"final_eval_exact_match": 1.0, "final_reward": reward[int(a.split("=")[1])], "arm": a} for a in arms]
+
+    rows = _walk_axis(run, "ppo_epochs", values, tolerance=0.15)
+    assert calls == [["ppo_epochs=2"], ["ppo_epochs=4", "ppo_epochs=1"], ["ppo_epochs=8"]]
+    assert [(r["arm"], r.get("degraded"), r.get("is_default")) for r in rows] == [
+        ("ppo_epochs=2", None, True), ("ppo_epochs=4", False, None), ("ppo_epochs=8", True, None),
+        ("ppo_epochs=1", False, None)]
+    with pytest.raises(ValueError, match="default value"):
+        _walk_axis(run, "ppo_epochs", [1, 4], tolerance=0.15)

@@ -1,4 +1,4 @@
-"""hw4 handed over to TRL (llmrl.hw4.trl_export): the GRPO loss against TRL's, the reward functions,
+"""hw4 handed over to TRL (llmrl.hw4.trl_runner): the GRPO loss against TRL's, the reward functions,
 the prompt dataset, the settings map, two real GRPOTrainer steps on a tiny model, and the docs' tables.
 
 Skipped only when the trl extra (with the hf extra) is not installed. Everything runs offline on a
@@ -31,12 +31,12 @@ pytest.importorskip("peft", reason="the hf extra is not installed (pip install -
 
 import torch  # noqa: E402
 
-from llmrl.hw4 import trl_export as tx  # noqa: E402
+from llmrl.hw4 import trl_runner as tx  # noqa: E402
 from llmrl.hw4.gpu_check import BenchTask  # noqa: E402
 from llmrl.hw4.hf_backend import HFBackend, char_tokenizer, tiny_random_model  # noqa: E402
 from llmrl.hw4.impl import load_impl, repo_root  # noqa: E402
 from llmrl.hw4.tasks import FormatCopyTask, MathToyTask, make_task, register_task, score  # noqa: E402
-from llmrl.hw4.trainer import default_config  # noqa: E402
+from llmrl.hw4.settings import default_config  # noqa: E402
 
 G = 4
 
@@ -362,7 +362,7 @@ def test_reward_functions_are_the_task_components(task, completions, answer):
 def test_dataset_is_the_courses_prompt_sequence(tmp_path):
     """course_prompts replays the course trainer's generator: the problems the trainer samples in a real
     2-step run on the HF backend are the dataset's rows, in order."""
-    from llmrl.hw4.trainer import train
+    from llmrl.hw4.run_manager import train
 
     backend = tiny_backend(seed=0, dtype=torch.float32)
     seen = []
@@ -429,7 +429,7 @@ def test_docs_tables_follow_the_code():
         rows = getattr(tx, name)
         assert not any("|" in m.course + (m.trl or "") + m.note for m in rows)  # a pipe would break the table
         assert tx.markdown_table(rows) in text, (
-            f"docs/hw4_trl.md is out of date: paste the output of python -c \"from llmrl.hw4 import trl_export "
+            f"docs/hw4_trl.md is out of date: paste the output of python -c \"from llmrl.hw4 import trl_runner "
             f"as t; print(t.markdown_table(t.{name}))\"")
     names = tx.metric_rename(("tag", "clean", "correct"))
     assert names["rewards/tag/mean"] == "reward_tag_mean" and names["clip_ratio/region_mean"] == "clip_fraction"

@@ -1,9 +1,9 @@
 """The library's import contract (docs/architecture.md, "The library"): layers import only downward, no cycle.
 
-A module's layer is read from its path: a file directly in ``llmrl/`` is the core; a file in a
-subfolder belongs to that folder's layer. The order, lowest first::
+A module's layer is read from its path: a file directly in ``llmrl/`` is the core (``utils``); a
+file in a subfolder belongs to that folder's layer. The order, lowest first::
 
-    core (llmrl/*.py) < store < backends < rl < sft < labs | hw4 < tools
+    core (llmrl/utils.py) < tasks < lm < store < backends < rl < sft < experiments < labs | hw4 < tools
 
 A module may import its own folder and any lower layer, never a higher one; labs and hw4 share a
 rank and may not import each other (two assignments, each on the layers below). Every import
@@ -11,6 +11,11 @@ counts, those inside functions too (a lazy import is still a dependency: it is h
 hid). On top of the layers, the graph of all modules must have no cycle, inside a layer included.
 Imports made from a string (``importlib.import_module``, the backends' entry names) are not edges:
 that is how a lower layer names a plug-in above it without depending on it.
+
+The other files directly in ``llmrl/`` are the old paths of modules that moved into the layers
+(``llmrl/sampling.py`` is ``llmrl.lm.sampling`` for the notebooks; lib/tests/test_old_paths.py).
+They hold no code: an import of one counts as an import of its home, so an old path cannot hide
+an upward import, and only the files of OLD_PATH_USERS may still use them inside the library.
 """
 
 from __future__ import annotations
@@ -22,7 +27,26 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "llmrl"
 CORE = "core"
-RANK = {CORE: 0, "store": 1, "backends": 2, "rl": 3, "sft": 4, "labs": 5, "hw4": 5, "tools": 6}
+RANK = {CORE: 0, "tasks": 1, "lm": 2, "store": 3, "backends": 4, "rl": 5, "sft": 6, "experiments": 7,
+        "labs": 8, "hw4": 8, "tools": 9}
+# Library files that may still import a module by its old path: none (the old paths are for the
+# notebooks); a file added here must say why.
+OLD_PATH_USERS: set[str] = set()
+
+
+def old_paths(package: Path) -> dict[str, str]:
+    """{old module name: its home} for the alias files directly in ``package`` (the old core's paths):
+    a file whose whole code is ``sys.modules[__name__] = importlib.import_module("<home>")``."""
+    out = {}
+    for f in sorted(package.glob("*.py")):
+        tree = ast.parse(f.read_text(), str(f))
+        body = [n for n in tree.body if not isinstance(n, (ast.Import, ast.Expr))]
+        if len(body) == 1 and isinstance(body[0], ast.Assign) \
+                and ast.unparse(body[0].targets[0]) == "sys.modules[__name__]" \
+                and isinstance(body[0].value, ast.Call) and ast.unparse(body[0].value.func) == "importlib.import_module" \
+                and len(body[0].value.args) == 1 and isinstance(body[0].value.args[0], ast.Constant):
+            out[f"{package.name}.{f.stem}"] = body[0].value.args[0].value
+    return out
 
 
 def modules(package: Path) -> dict[str, Path]:
@@ -73,10 +97,22 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     return found
 
 
-def graph(package: Path) -> dict[str, set[str]]:
+def graph(package: Path, resolve_old_paths: bool = True) -> dict[str, set[str]]:
+    """{module: the modules it imports}, an old path's import counted as one of its home (the old
+    paths themselves are not nodes); ``resolve_old_paths=False`` keeps the old names as they are written."""
     known = modules(package)
     _PACKAGES.update(n for n, f in known.items() if f.name == "__init__.py")
-    return {n: imports(n, f, known) for n, f in known.items()}
+    old = old_paths(package)
+    g = {n: imports(n, f, known) for n, f in known.items() if n not in old}
+    if resolve_old_paths:
+        g = {n: {old.get(d, d) for d in deps} - {n} for n, deps in g.items()}
+    return g
+
+
+def old_path_imports(package: Path) -> dict[str, set[str]]:
+    """{module: the old paths it imports} for every module of the library that uses one."""
+    old = old_paths(package)
+    return {n: found for n, deps in graph(package, resolve_old_paths=False).items() if (found := deps & set(old))}
 
 
 def violations(g: dict[str, set[str]]) -> list[str]:
@@ -139,6 +175,23 @@ def test_the_library_has_no_import_cycle():
     assert cycles(graph(PACKAGE)) == []
 
 
+def test_only_the_listed_modules_use_an_old_path():
+    # inside the library every import names a module's home; the old paths are for the notebooks
+    users = old_path_imports(PACKAGE)
+    assert set(users) <= OLD_PATH_USERS, {n: sorted(v) for n, v in users.items() if n not in OLD_PATH_USERS}
+    assert OLD_PATH_USERS <= set(users), f"these use no old path any more: take them off OLD_PATH_USERS: " \
+        f"{sorted(OLD_PATH_USERS - set(users))}"
+
+
+def test_an_upward_import_through_an_old_path_is_caught(tmp_path):
+    # the old paths sit directly in llmrl/ (the core's folder): one must not make an import look downward
+    root = _plant(tmp_path, {"tasks/rewards.py": (PACKAGE / "tasks" / "rewards.py").read_text()
+                             + "\n\ndef _lazy():\n    from .. import sampling\n    return sampling\n"})
+    assert violations(graph(root)) == [
+        "llmrl.tasks.rewards (tasks) imports llmrl.lm.sampling (lm): a layer may import only lower layers"]
+    assert old_path_imports(root)["llmrl.tasks.rewards"] == {"llmrl.sampling"}
+
+
 def test_every_folder_of_the_library_is_a_layer():
     folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     assert folders <= set(RANK), f"folders outside the contract: {sorted(folders - set(RANK))}"
@@ -167,10 +220,12 @@ def test_a_planted_import_of_the_grader_is_caught(tmp_path):
 
 
 def same_named_modules(package: Path) -> dict[str, list[str]]:
-    """{file name: its modules} for every file name that more than one module of ``package`` has."""
+    """{file name: its modules} for every file name that more than one module of ``package`` has (an
+    old path and its home are one module)."""
     by_name: dict[str, list[str]] = {}
+    old = old_paths(package)
     for name, path in modules(package).items():
-        if path.stem not in ("__init__", "__main__"):
+        if path.stem not in ("__init__", "__main__") and name not in old:
             by_name.setdefault(path.name, []).append(name)
     return {k: v for k, v in by_name.items() if len(v) > 1}
 
@@ -197,11 +252,17 @@ def _plant(tmp_path: Path, files: dict[str, str]) -> Path:
 
 
 def test_a_planted_upward_import_is_caught(tmp_path):
-    # the core's sampling importing the RL layer: the kind of edge that made the old 8-file cycle
-    root = _plant(tmp_path, {"sampling.py": (PACKAGE / "sampling.py").read_text() + "\n\ndef _lazy():\n"
-                             "    from .rl.train import rl_train\n    return rl_train\n"})
+    # the model's sampling importing the RL layer: the kind of edge that made the old 8-file cycle
+    root = _plant(tmp_path, {"lm/sampling.py": (PACKAGE / "lm" / "sampling.py").read_text() + "\n\ndef _lazy():\n"
+                             "    from ..rl.train import rl_train\n    return rl_train\n"})
     found = violations(graph(root))
-    assert found == ["llmrl.sampling (core) imports llmrl.rl.train (rl): a layer may import only lower layers"]
+    assert found == ["llmrl.lm.sampling (lm) imports llmrl.rl.train (rl): a layer may import only lower layers"]
+
+
+def test_a_planted_import_of_the_model_by_the_core_is_caught(tmp_path):
+    root = _plant(tmp_path, {"utils.py": (PACKAGE / "utils.py").read_text() + "\nfrom .lm import tinylm\n"})
+    assert violations(graph(root)) == [
+        "llmrl.utils (core) imports llmrl.lm.tinylm (lm): a layer may import only lower layers"]
 
 
 def test_a_planted_import_between_the_assignments_is_caught(tmp_path):
@@ -211,10 +272,11 @@ def test_a_planted_import_between_the_assignments_is_caught(tmp_path):
 
 
 def test_a_planted_cycle_inside_a_layer_is_caught(tmp_path):
-    root = _plant(tmp_path, {"advantages.py": (PACKAGE / "advantages.py").read_text() + "\nfrom . import metrics\n",
-                             "metrics.py": (PACKAGE / "metrics.py").read_text() + "\nfrom .advantages import group_advantages\n"})
-    assert violations(graph(root)) == []  # both core: the layers allow it ...
-    assert cycles(graph(root)) == [["llmrl.advantages", "llmrl.metrics"]]  # ... the cycle check does not
+    root = _plant(tmp_path, {"rl/advantages.py": (PACKAGE / "rl" / "advantages.py").read_text() + "\nfrom . import metrics\n",
+                             "rl/metrics.py": (PACKAGE / "rl" / "metrics.py").read_text()
+                             + "\nfrom .advantages import group_advantages\n"})
+    assert violations(graph(root)) == []  # both rl: the layers allow it ...
+    assert cycles(graph(root)) == [["llmrl.rl.advantages", "llmrl.rl.metrics"]]  # ... the cycle check does not
 
 
 def test_a_folder_outside_the_contract_is_reported(tmp_path):
@@ -224,7 +286,9 @@ def test_a_folder_outside_the_contract_is_reported(tmp_path):
     assert any("'misc' is not a layer" in v for v in violations(graph(root)))
 
 
-@pytest.mark.parametrize("name, layer", [("llmrl.sampling", "core"), ("llmrl.rl.step", "rl"),
+@pytest.mark.parametrize("name, layer", [("llmrl.utils", "core"), ("llmrl.lm.sampling", "lm"),
+                                         ("llmrl.tasks.addition", "tasks"), ("llmrl.rl.step", "rl"),
+                                         ("llmrl.experiments.runner", "experiments"),
                                          ("llmrl.hw4.trainer", "hw4"), ("llmrl.tools.reproduce", "tools")])
 def test_a_modules_layer_is_read_from_its_path(name, layer):
     graph(PACKAGE)
@@ -232,6 +296,6 @@ def test_a_modules_layer_is_read_from_its_path(name, layer):
 
 
 def test_no_module_of_the_library_is_over_700_lines():
-    # issue 32: a file a newcomer can read in one sitting; tables (claims.json) are data files.
+    # a file a newcomer can read in one sitting; tables (claims.json) are data files.
     long = {name: n for name, path in modules(PACKAGE).items() if (n := len(path.read_text().splitlines())) > 700}
     assert long == {}, f"split these along their seams (docs/architecture.md): {long}"

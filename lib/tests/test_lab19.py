@@ -194,7 +194,7 @@ def test_hack_summary_on_a_made_up_run():
 
 
 def test_argument_checks():
-    with pytest.raises(ValueError, match="beta"):
+    with pytest.raises(ValueError, match="kl_coef"):
         lab19.hacking_run(-0.1)
     with pytest.raises(ValueError, match="reward"):
         lab19.hacking_run(0.0, reward="silver")
@@ -347,7 +347,7 @@ def test_smoothing_is_a_nan_aware_trailing_mean():
 
 
 def test_notebook_runs_use_the_students_functions_and_the_checks_catch_a_wrong_one():
-    # The notebook trains parts 2 and 3 on the student's functions (issue 18: a wrong Task 2 must not
+    # The notebook trains parts 2 and 3 on the student's functions (a wrong Task 2 must not
     # show the reference curve). Four steps of seed 0: the reference code's functions match the
     # stored runs (check passes); a KL penalty with the wrong sign and a loss without the clip give
     # other numbers on the same seed, and the checks say so.

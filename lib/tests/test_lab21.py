@@ -363,7 +363,7 @@ def test_a_students_pass_at_k_and_advantage_plug_into_the_experiments():
     assert mine["maxrl"][0]["curve"] == ref["maxrl"][0]["curve"]
 
 
-# ------------------------------------------------------------------ issue 18: budgets, seeds, calibration
+# ------------------------------------------------------------------ budgets, seeds, calibration
 def _notebook(name):
     from pathlib import Path
     return (Path(__file__).resolve().parents[2] / "notebooks" / "lab21" / f"{name}.py").read_text()

@@ -1,4 +1,4 @@
-"""The metric vocabulary (llmrl.metrics): the docs' table is the library's, every name is covered."""
+"""The metric vocabulary (llmrl.rl.metrics): the docs' table is the library's, every name is covered."""
 
 from pathlib import Path
 
@@ -10,7 +10,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 
 def test_the_docs_table_is_the_librarys():
-    assert metrics.markdown_table() in DOCS.read_text(), "docs/metrics.md is stale: paste `python -m llmrl.metrics`"
+    assert metrics.markdown_table() in DOCS.read_text(), "docs/metrics.md is stale: paste `python -m llmrl.rl.metrics`"
 
 
 def test_names_with_parts_and_eval_prefixes_are_covered():

@@ -1,4 +1,4 @@
-"""Same-seed pins taken before the library was cut into layers (issue 32): the numbers must not move.
+"""Same-seed pins taken before the library was cut into layers: the numbers must not move.
 
 The spine equivalence tests (``test_spine_equivalence.py``) pin the RL step of lab19, lab21 and hw4;
 this file pins what they do not cover and what moves with the layers:

@@ -1,4 +1,4 @@
-"""A seed's result does not depend on which seeds train beside it (issue 17's promise).
+"""A seed's result does not depend on which seeds train beside it.
 
 Every arm that trains its seeds as one computation (``@seeds_together``: lab19's ``reference_arm``
 and lab21's ``_arm0`` .. ``_arm5``; hw4 has none, its sweep trains one seed per job) is run as

@@ -1,4 +1,4 @@
-"""Seeds as a dimension (issue 17): S seeds stepping together give each seed the numbers of a run
+"""Seeds as a dimension: S seeds stepping together give each seed the numbers of a run
 of that seed alone; the stacked passes give TinyLM's numbers.
 
 Tolerances. Seed s of a stack is computed by the same batched kernels as a one-seed stack (one

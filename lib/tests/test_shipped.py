@@ -46,10 +46,10 @@ def test_the_shipped_models_are_the_course_recipe():
         assert SHIPPED_RUNS[name][0] == cfg
         assert m[name]["recipe"] == recipe and m[name]["recipe_key"] == shipped.recipe_key(cfg), (
             f"{name} was trained with another SFT recipe than {recipe}: rebuild the shipped models "
-            "(python -m llmrl.tools.cache --rebuild-shipped)")
+            "(python -m llmrl.tools.models --rebuild-shipped)")
     assert m["hw4-charlm"]["recipe_key"] == shipped.recipe_key(charlm.DEFAULT_PRETRAIN), (
         "hw4-charlm was pretrained with another configuration or corpus than hw4.charlm.DEFAULT_PRETRAIN: rebuild "
-        "the shipped models (python -m llmrl.tools.cache --rebuild-shipped)")
+        "the shipped models (python -m llmrl.tools.models --rebuild-shipped)")
     assert {n: m[n]["step"] for n in shipped.TINYLM_NAMES} == {
         "teacher": LAB21_SFT.steps, "student": checkpoints.STUDENT_STEP, "sft": checkpoints.SFT_STEP}
     assert COURSE_SNAPSHOTS == {"sft": Snapshot(checkpoints.SFT_STEP)}
@@ -128,7 +128,7 @@ def test_the_manifest_records_where_and_how_the_models_were_chosen():
 
 
 def test_command_line_checks_the_shipped_models(capsys):
-    from llmrl.tools.cache import main
+    from llmrl.tools.models import main
 
     assert main([]) == 0
     out = capsys.readouterr().out
@@ -142,8 +142,30 @@ def test_command_line_checks_the_shipped_models(capsys):
     assert "unknown lab22" in capsys.readouterr().err
 
 
+def test_the_old_command_name_still_checks_the_shipped_models(capsys):
+    """llmrl.tools.cache (make warm's old module, the grader's and the hub's) is llmrl.tools.models."""
+    from llmrl.tools import cache, models
+
+    assert cache.warm is models.verify_shipped
+    assert cache.warm() is None
+    assert cache.main([]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in ("teacher", "student", "sft", "hw4-charlm"))
+    with pytest.raises(SystemExit):
+        cache.main(["--help"])
+    assert "python -m llmrl.tools.cache" in capsys.readouterr().out
+
+
 def test_a_partial_rebuild_needs_a_manifest_to_keep_the_other_entries_from(tmp_path):
     with pytest.raises(ValueError, match="no manifest"):
         rebuild_models.rebuild(tmp_path / "empty", progress=False, parts=("lab21",))
     with pytest.raises(ValueError, match="parts must be some of"):
         rebuild_models.rebuild(tmp_path, progress=False, parts=("teacher",))
+
+
+def test_the_cache_files_old_module_name_gives_the_same_objects():
+    """llmrl.store.checkpoint_files (hw4's charlm imports it) is the old name of llmrl.store.cache_files."""
+    from llmrl.store import cache_files, checkpoint_files
+
+    for name in ("FORMAT_VERSION", "cache_dir", "load_state", "save_state"):
+        assert getattr(checkpoint_files, name) is getattr(cache_files, name)

@@ -1,4 +1,4 @@
-"""The RL step gives the same numbers as before the spine was made one (issue 16).
+"""The RL step gives the same numbers as before the spine was made one.
 
 Numbers pinned in ``data/spine_equivalence.json``, recorded with the code before the move
 (commit 6a2e7fd: ``rl_train`` and hw4's ``train`` as two separate loops; the library of 2eb9f9d,
@@ -69,7 +69,7 @@ CHANGED = {
     # hw4's entropy was the mean of the minibatches' token means, now the token mean of the whole
     # batch (the labs' reduction): the same quantity, weighted by tokens; they differ by ~1e-4
     "hw4_format_copy": {"entropy_nats": 1e-2},
-    # issue 17: a group whose G rewards are all equal now gets advantages of exactly zero. With the
+    # since seeds became a dimension: a group whose G rewards are all equal now gets advantages of exactly zero. With the
     # KL penalty in the reward, a group of identical completions has equal shaped rewards, but the
     # float mean of 8 equal values is not always that value to the last bit, so before the change
     # such a group got advantages of +-1e-7 and counted as a group with a gradient; this count
@@ -107,7 +107,8 @@ def lab21_project0() -> dict:
 def hw4_format_copy() -> dict:
     from llmrl.hw4.char_backend import CharBackend
     from llmrl.hw4.impl import load_impl
-    from llmrl.hw4.trainer import default_config, train
+    from llmrl.hw4.settings import default_config
+    from llmrl.hw4.run_manager import train
 
     impl = load_impl(NOTEBOOK)
     out = {}

@@ -16,7 +16,7 @@ by the step's run (:class:`llmrl.rl.step.PolicyOptimizer`), so a backend that ho
 as one model (a leading seed dimension on every weight) or a data-parallel wrapper brings its own
 optimizer and keeps the step unchanged.
 
-Layout of a rollout (:class:`llmrl.sampling.Rollout`, B = n_prompts * group_size rows, grouped by
+Layout of a rollout (:class:`llmrl.lm.sampling.Rollout`, B = n_prompts * group_size rows, grouped by
 prompt): ``input_ids`` [B, T] long, the prompt left-padded to a common width P, then the
 completion, right-padded; ``attention_mask`` [B, T]: 1 on real tokens; ``prompt_len`` = P, the same
 for every row, so completion tokens sit at columns P..T-1. The logits at column t score token t+1.
@@ -35,7 +35,7 @@ from typing import Callable, Protocol, Sequence, runtime_checkable
 
 import torch
 
-from ..sampling import Rollout
+from ..lm.sampling import Rollout
 
 @runtime_checkable
 class PolicyBackend(Protocol):

@@ -8,10 +8,10 @@ from typing import Sequence
 
 import torch
 
-from .. import addition
-from ..sampling import Rollout
-from ..stacked import TinyLMStack
-from ..tinylm import TinyLM
+from ..tasks import addition
+from ..lm.sampling import Rollout
+from ..lm.stacked import TinyLMStack
+from ..lm.tinylm import TinyLM
 from ..utils import check_float, check_int, make_generator
 from .protocol import Codec, PolicyBackend, frozen_copy
 from .registry import register_backend
@@ -23,7 +23,7 @@ ADDITION = Codec(prompt_len=addition.PROMPT_LEN, eos=addition.EOS, pad=addition.
 
 class TinyLMBackend:
     """PolicyBackend over a TinyLM (CPU), the whole model trained; or over S TinyLMs of one
-    configuration trained together as S seeds (:mod:`llmrl.stacked`).
+    configuration trained together as S seeds (:mod:`llmrl.lm.stacked`).
 
     ``model``: a TinyLM, or a sequence of S TinyLMs (the seeds: their own initial weights or copies
     of one checkpoint). Rows of a rollout are then seed-major: seed s owns rows s*B..(s+1)*B-1,

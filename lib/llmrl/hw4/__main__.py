@@ -23,7 +23,7 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
-from .trainer import ALGOS, HW4Config, default_config
+from .settings import ALGOS, HW4Config, default_config
 
 
 def _value(text: str):
@@ -143,7 +143,7 @@ def main(argv=None) -> int:
         cfg = config_from_args(args)
         run_dir = Path(args.run_dir or f"artifacts/hw4/runs/{cfg.task}-{cfg.algo}-seed{cfg.seed}")
         from ..rl import data_parallel as distributed
-        from .trainer import data_parallel_config, train
+        from .run_manager import data_parallel_config, train
         try:
             group = distributed.process_group()  # torchrun / accelerate launch / mpirun: the processes of one run
         except RuntimeError as e:
@@ -208,17 +208,17 @@ def export_trl(args) -> int:
     cfg = replace(cfg, backend="hf")
     trl_overrides = _pairs(args.trl_arg, "--trl-arg")
     try:
-        from . import trl_export
+        from . import trl_runner
     except ImportError as e:
         raise SystemExit(f"export-trl needs the trl extra (pip install -e '.[hf,trl]'): {e}") from None
     run_dir = Path(args.run_dir or f"artifacts/hw4/trl/{cfg.task}-{cfg.algo}-seed{cfg.seed}")
     try:
-        kwargs = trl_export.grpo_config_kwargs(cfg, run_dir / "trl", trl_temperature=args.trl_temperature,
+        kwargs = trl_runner.grpo_config_kwargs(cfg, run_dir / "trl", trl_temperature=args.trl_temperature,
                                                **trl_overrides)
     except ValueError as e:
         raise SystemExit(f"export-trl: {e}") from None
     if args.dry_run:
-        print(trl_export.describe_mapping(cfg, kwargs))
+        print(trl_runner.describe_mapping(cfg, kwargs))
         return 0
     try:
         import trl  # noqa: F401
@@ -230,13 +230,13 @@ def export_trl(args) -> int:
         raise SystemExit(f"--trl-arg: unknown trl.GRPOConfig field(s) {unknown}")
     t0 = time.perf_counter()
     try:
-        run = trl_export.train_trl(cfg, run_dir=run_dir, resume=not args.fresh, progress=args.progress,
+        run = trl_runner.train_trl(cfg, run_dir=run_dir, resume=not args.fresh, progress=args.progress,
                                    trl_temperature=args.trl_temperature, trl_overrides=trl_overrides)
     except ValueError as e:
         raise SystemExit(f"export-trl: {e}") from None
     first = next((r for r in run.records if "eval_exact_match" in r), {})
     print(f"{cfg.task} {cfg.algo} on TRL {trl.__version__}: {cfg.steps} rollout steps "
-          f"({trl_export.optimizer_steps_per_rollout(cfg)} optimizer steps each) in {time.perf_counter() - t0:.1f} s; "
+          f"({trl_runner.optimizer_steps_per_rollout(cfg)} optimizer steps each) in {time.perf_counter() - t0:.1f} s; "
           f"eval exact match {first.get('eval_exact_match', float('nan')):.3f} -> "
           f"{run.final('eval_exact_match') or 0.0:.3f}; final rollout reward {run.final('rollout_reward') or 0.0:.3f}; "
           f"logs in {run_dir}")

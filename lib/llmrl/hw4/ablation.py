@@ -8,7 +8,7 @@ and stops walking a direction at the first run that degrades: its final eval exa
 more than ``tolerance`` below the default run's, or its final rollout reward (mean of the last 5
 steps) more than ``1.3 * tolerance`` below (with several seeds: the means over the seeds).
 
-Each run is one job of the library's runner (:func:`llmrl.runner.run_arms`, arm ``"<axis>=<value>"``)
+Each run is one job of the library's runner (:func:`llmrl.experiments.runner.run_arms`, arm ``"<axis>=<value>"``)
 and its result, in the runner's schema, is written to ``out_dir/hw4-ablation/<arm>_seed<k>.json``
 with the summary of the run in ``extra``; runs already there with the same configuration are not
 rerun, so an interrupted sweep continues where it stopped.
@@ -25,12 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..plotting import save, shared_legend
-from ..runner import result_from_history, run_arms
+from ..experiments.plotting import save, shared_legend
+from ..experiments.runner import result_from_history, run_arms
 from ..utils import mean_sd
+from .settings import HW4Config, default_config
 from .impl import Impl
 from .plots import eval_area
-from .trainer import HW4Config, default_config, train
+from .run_manager import train
 
 EXPERIMENT = "hw4-ablation"
 # Values per axis, in order; the default run's value is the one in DEFAULT_VALUES.
@@ -97,13 +98,8 @@ def sweep(impl: Impl, out_dir="artifacts/hw4/ablation", base: HW4Config | None =
     reported on each. ``fresh``: forget earlier results in ``out_dir`` and rerun everything.
     ``backend_factory()``: a fresh policy for each run (default: built from the config).
     ``workers``: processes (the runs of one walk step, all seeds, side by side)."""
-    base = base or default_config("format_copy", "grpo")
     axes = AXES if axes is None else axes
-    for axis in axes:
-        if axis not in DEFAULT_VALUES:
-            raise ValueError(f"unknown axis {axis!r}; known: {sorted(DEFAULT_VALUES)}")
-    for k, v in DEFAULT_VALUES.items():  # the reference point is the default of every axis at once
-        base = _apply(base, k, v)
+    base = _reference_config(base or default_config("format_copy", "grpo"), axes)
     seeds = [base.seed] if seeds is None else [int(s) for s in seeds]
     if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct non-negative integers, got {seeds!r}")
@@ -111,6 +107,32 @@ def sweep(impl: Impl, out_dir="artifacts/hw4/ablation", base: HW4Config | None =
     if fresh and (out / EXPERIMENT).is_dir():
         shutil.rmtree(out / EXPERIMENT)
     values_of = {f"{axis}={_label(axis, v)}": (axis, v) for axis, vs in axes.items() for v in vs}
+    run = _arm_runner(impl, base, seeds, out, values_of, fresh=fresh, backend_factory=backend_factory,
+                      workers=workers, progress=progress, callback=callback)
+    rows: list[dict] = []
+    for axis, values in axes.items():
+        rows += _walk_axis(run, axis, values, tolerance)
+    for r in rows:
+        r.setdefault("degraded", False)
+        r.setdefault("is_default", False)
+    return rows
+
+
+def _reference_config(base: HW4Config, axes: dict[str, list]) -> HW4Config:
+    """``base`` at the default value of every axis at once (the sweep's reference point); the axes checked."""
+    for axis in axes:
+        if axis not in DEFAULT_VALUES:
+            raise ValueError(f"unknown axis {axis!r}; known: {sorted(DEFAULT_VALUES)}")
+    for k, v in DEFAULT_VALUES.items():
+        base = _apply(base, k, v)
+    return base
+
+
+def _arm_runner(impl: Impl, base: HW4Config, seeds: list[int], out: Path, values_of: dict, *, fresh: bool,
+                backend_factory, workers: int, progress: bool, callback):
+    """A function ``arms -> rows``: trains each arm ("<axis>=<label>") on every seed through the runner
+    (a configuration trained before, under any axis, is not trained again) and gives each arm's row
+    over its seeds (:func:`_over_seeds`), passing each row to ``callback``."""
 
     def config_of(arm, seed):
         axis, value = values_of[arm]
@@ -143,31 +165,31 @@ def sweep(impl: Impl, out_dir="artifacts/hw4/ablation", base: HW4Config | None =
                 callback(row)
         return rows
 
-    rows: list[dict] = []
-    for axis, values in axes.items():
-        if DEFAULT_VALUES[axis] not in values:
-            raise ValueError(f"axes[{axis!r}] must contain the default value {DEFAULT_VALUES[axis]!r}")
-        centre = values.index(DEFAULT_VALUES[axis])
-        ref = run([f"{axis}={_label(axis, values[centre])}"])[0]
-        ref["is_default"] = True
-        floor_em = (ref["final_eval_exact_match"] or 0.0) - tolerance
-        floor_reward = (ref["final_reward"] or 0.0) - 1.3 * tolerance
-        walked = {1: [], -1: []}
-        at = {d: centre + d for d in (1, -1) if 0 <= centre + d < len(values)}
-        while at:
-            order = sorted(at, reverse=True)
-            for d, row in zip(order, run([f"{axis}={_label(axis, values[at[d]])}" for d in order])):
-                row["degraded"] = ((row["final_eval_exact_match"] or 0.0) < floor_em
-                                   or (row["final_reward"] or 0.0) < floor_reward)
-                walked[d].append(row)
-                at[d] += d
-                if row["degraded"] or not 0 <= at[d] < len(values):
-                    del at[d]
-        rows += [ref] + walked[1] + walked[-1]
-    for r in rows:
-        r.setdefault("degraded", False)
-        r.setdefault("is_default", False)
-    return rows
+    return run
+
+
+def _walk_axis(run, axis: str, values: list, tolerance: float) -> list[dict]:
+    """One axis's rows: the default run (``is_default``), then the walk to larger values and the walk to
+    smaller ones, side by side, each stopping after its first degraded run."""
+    if DEFAULT_VALUES[axis] not in values:
+        raise ValueError(f"axes[{axis!r}] must contain the default value {DEFAULT_VALUES[axis]!r}")
+    centre = values.index(DEFAULT_VALUES[axis])
+    ref = run([f"{axis}={_label(axis, values[centre])}"])[0]
+    ref["is_default"] = True
+    floor_em = (ref["final_eval_exact_match"] or 0.0) - tolerance
+    floor_reward = (ref["final_reward"] or 0.0) - 1.3 * tolerance
+    walked = {1: [], -1: []}
+    at = {d: centre + d for d in (1, -1) if 0 <= centre + d < len(values)}
+    while at:
+        order = sorted(at, reverse=True)
+        for d, row in zip(order, run([f"{axis}={_label(axis, values[at[d]])}" for d in order])):
+            row["degraded"] = ((row["final_eval_exact_match"] or 0.0) < floor_em
+                               or (row["final_reward"] or 0.0) < floor_reward)
+            walked[d].append(row)
+            at[d] += d
+            if row["degraded"] or not 0 <= at[d] < len(values):
+                del at[d]
+    return [ref] + walked[1] + walked[-1]
 
 
 def plot_sweep(rows: list[dict], path=None):

@@ -14,8 +14,8 @@ import torch
 from ..backends.protocol import Codec, PolicyBackend  # noqa: F401  (PolicyBackend: hw4's historical home)
 from ..backends.registry import make_backend, register_backend  # noqa: F401  (make_backend: hw4's historical home)
 from ..backends.tinylm_backend import TinyLMBackend
-from ..sampling import top_p_filter  # noqa: F401  (re-exported: hw4's tests and notebooks import it from here)
-from ..tinylm import TinyLM
+from ..lm.sampling import top_p_filter  # noqa: F401  (re-exported: hw4's tests and notebooks import it from here)
+from ..lm.tinylm import TinyLM
 from . import charlm
 from .charlm import BOS, EOS, PAD, SEP
 

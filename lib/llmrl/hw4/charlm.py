@@ -38,8 +38,8 @@ import torch
 import torch.nn.functional as F
 
 from ..sft.supervised import ScheduleConfig, supervised_train
-from ..store.checkpoint_files import FORMAT_VERSION, cache_dir, load_state, save_state
-from ..tinylm import TinyLM, TinyLMConfig
+from ..store.cache_files import FORMAT_VERSION, cache_dir, load_state, save_state
+from ..lm.tinylm import TinyLM, TinyLMConfig
 
 from .tasks import MATH_FAMILIES, FormatCopyTask, MathToyTask
 

@@ -6,7 +6,7 @@ character tokenizer padded to the model's 151,936-token vocabulary, and the prom
 characters of a fixed length. Random weights rarely emit EOS, so every completion runs to
 ``new_tokens``: the figures are for full-length rollouts.
 
-The pass goes through the hw4 trainer (``llmrl.hw4.trainer.train``, the reference functions) with
+The pass goes through the hw4 trainer (``llmrl.hw4.run_manager.train``, the reference functions) with
 the HF backend (LoRA r=16 on the seven projections, bf16 on a GPU), so it exercises the exact code
 path of the required runs. Reported (printed and written as JSON): rollout tokens per second
 (sampled completion tokens / generation time), update tokens per second (sequence tokens through
@@ -144,7 +144,8 @@ def run(size: str = "1.5b", device: str | None = None, n_prompts: int = 8, group
         seed: int = 0, out: str | None = None) -> dict:
     """Build the model, run ``steps`` GRPO steps through the hw4 trainer, return the figures."""
     from .impl import load_impl
-    from .trainer import default_config, train
+    from .settings import default_config
+    from .run_manager import train
 
     t0 = time.perf_counter()
     backend = build_backend(size, device, seed, gradient_checkpointing)

@@ -35,7 +35,7 @@ from typing import Sequence
 import torch
 
 from ..utils import check_float, check_int
-from ..sampling import Rollout
+from ..lm.sampling import Rollout
 
 try:  # the hf extra; a clear ImportError names it when it is missing
     import transformers
@@ -47,7 +47,6 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
                       f"(transformers, peft, accelerate, ...): {e}") from e
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
-GPU_MODEL = "Qwen/Qwen2.5-Math-1.5B-Instruct"
 SMOLLM2_ALIASES = ("smollm2", "smollm2-135m-instruct", "HuggingFaceTB/SmolLM2-135M-Instruct")
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -174,6 +173,21 @@ def _pick_pad(tok) -> int:
     return eos
 
 
+def _dtypes(device: torch.device, dtype, logits_dtype) -> tuple[torch.dtype, torch.dtype]:
+    """The model's dtype (named, given, or bf16 on a GPU and fp32 on the CPU) and the logits' dtype."""
+    if isinstance(dtype, str):
+        if not hasattr(torch, dtype):
+            raise ValueError(f"dtype must name a torch dtype, got {dtype!r}")
+        dtype = getattr(torch, dtype)
+    if isinstance(logits_dtype, str):  # from the command line: --backend-arg logits_dtype=float64
+        if not isinstance(getattr(torch, logits_dtype, None), torch.dtype):
+            raise ValueError(f"logits_dtype must name a torch dtype, got {logits_dtype!r}")
+        logits_dtype = getattr(torch, logits_dtype)
+    if dtype is None:
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    return dtype, logits_dtype
+
+
 # ----------------------------------------------------------------------------- the backend
 
 class HFBackend:
@@ -210,21 +224,33 @@ class HFBackend:
                  gradient_checkpointing: bool = False, logits_dtype: torch.dtype | str = torch.float32,
                  vllm_gpu_memory_utilization: float = 0.35, progress: bool = True):
         self.device = torch.device(device) if device is not None else default_device()
-        if isinstance(dtype, str):
-            if not hasattr(torch, dtype):
-                raise ValueError(f"dtype must name a torch dtype, got {dtype!r}")
-            dtype = getattr(torch, dtype)
-        if isinstance(logits_dtype, str):  # from the command line: --backend-arg logits_dtype=float64
-            if not isinstance(getattr(torch, logits_dtype, None), torch.dtype):
-                raise ValueError(f"logits_dtype must name a torch dtype, got {logits_dtype!r}")
-            logits_dtype = getattr(torch, logits_dtype)
-        if dtype is None:
-            dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
-        self.dtype = dtype
-        self.logits_dtype = logits_dtype
+        self.dtype, self.logits_dtype = _dtypes(self.device, dtype, logits_dtype)
+        base, tok = self._load_base(model, tokenizer, progress)
+        self._set_tokens(base, tok)
+        self.chat_template = bool(chat_template) and getattr(tok, "chat_template", None) is not None
+        self.system_prompt = system_prompt
+        self.fewshot = [tuple(pair) for pair in (fewshot or [])]
+        if any(len(pair) != 2 or not all(isinstance(x, str) for x in pair) for pair in self.fewshot):
+            raise ValueError("fewshot must be a list of (user, assistant) string pairs")
+        self._wrap(base, lora, lora_r, lora_alpha, lora_dropout, target_modules, gradient_checkpointing)
+        self.use_vllm = bool(use_vllm)
+        self._vllm = None
+        self._vllm_mem = vllm_gpu_memory_utilization
+        self._vllm_version = 0
+        self._vllm_synced = -1
+        self._loads = 0
+        if self.use_vllm:
+            if importlib.util.find_spec("vllm") is None:
+                raise ValueError("use_vllm=True needs the vllm package (pip install vllm on a CUDA machine)")
+            if self.device.type != "cuda" or not isinstance(model, str):
+                raise ValueError("use_vllm=True needs a CUDA device and a model given by name or path")
+
+    def _load_base(self, model, tokenizer, progress: bool):
+        """The base model (by name or path, or the model object given) on this backend's device and dtype,
+        and its tokenizer; sets ``model_name``."""
         if isinstance(model, str):
             self.model_name = model
-            base, tok = load_pretrained(model, dtype, progress=progress)
+            base, tok = load_pretrained(model, self.dtype, progress=progress)
         elif isinstance(model, torch.nn.Module):
             if tokenizer is None:
                 raise ValueError("tokenizer is required when model is a model object")
@@ -232,7 +258,10 @@ class HFBackend:
             base, tok = model, tokenizer
         else:
             raise TypeError(f"model must be a name, a path or a PreTrainedModel, got {type(model).__name__}")
-        base = base.to(device=self.device, dtype=dtype)
+        return base.to(device=self.device, dtype=self.dtype), tok
+
+    def _set_tokens(self, base, tok) -> None:
+        """Left padding, the EOS, pad and stop ids, and a neutral generation config on ``base``."""
         tok.padding_side = "left"
         self.tokenizer = tok
         self.eos_token_id = int(tok.eos_token_id) if tok.eos_token_id is not None else None
@@ -251,12 +280,11 @@ class HFBackend:
         from transformers import GenerationConfig
         base.generation_config = GenerationConfig(bos_token_id=getattr(tok, "bos_token_id", None),
                                                   eos_token_id=self.stop_token_ids, pad_token_id=self.pad_token_id)
-        self.chat_template = bool(chat_template) and getattr(tok, "chat_template", None) is not None
-        self.system_prompt = system_prompt
-        self.fewshot = [tuple(pair) for pair in (fewshot or [])]
-        if any(len(pair) != 2 or not all(isinstance(x, str) for x in pair) for pair in self.fewshot):
-            raise ValueError("fewshot must be a list of (user, assistant) string pairs")
 
+    def _wrap(self, base, lora: bool, lora_r: int, lora_alpha: int, lora_dropout: float,
+              target_modules: Sequence[str], gradient_checkpointing: bool) -> None:
+        """The trained model and its reference: ``base`` in a LoRA adapter (the reference is the adapter
+        switched off), or ``base`` itself beside a frozen copy; in training mode."""
         self.lora = bool(lora)
         if self.lora:
             targets = lora_targets(base, target_modules)
@@ -281,17 +309,6 @@ class HFBackend:
             if self.lora:
                 self.model.enable_input_require_grads()
         self.model.train()
-        self.use_vllm = bool(use_vllm)
-        self._vllm = None
-        self._vllm_mem = vllm_gpu_memory_utilization
-        self._vllm_version = 0
-        self._vllm_synced = -1
-        self._loads = 0
-        if self.use_vllm:
-            if importlib.util.find_spec("vllm") is None:
-                raise ValueError("use_vllm=True needs the vllm package (pip install vllm on a CUDA machine)")
-            if self.device.type != "cuda" or not isinstance(model, str):
-                raise ValueError("use_vllm=True needs a CUDA device and a model given by name or path")
 
     # -- prompts -----------------------------------------------------------------------------------
     def format_prompt(self, prompt: str) -> str:

@@ -27,7 +27,7 @@ from typing import Sequence
 import torch
 
 from ..utils import check_int, make_generator
-from ..task_protocol import Example
+from ..tasks.task_protocol import Example
 from .answers import last_boxed
 
 try:

@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..plotting import save, shared_legend
+from ..experiments.plotting import save, shared_legend
 from ..utils import mean_sd
 
 PANELS = (

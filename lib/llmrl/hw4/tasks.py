@@ -1,7 +1,7 @@
 """The tasks of hw4: prompts, a fixed evaluation set and a verifiable reward, by name.
 
 A task is anything with the members of :class:`Task` (the per-completion form of the library's
-task protocol, :mod:`llmrl.task_protocol`). The trainer only calls those, so a task written elsewhere plugs
+task protocol, :mod:`llmrl.tasks.task_protocol`). The trainer only calls those, so a task written elsewhere plugs
 in with :func:`register_task` (``math_hard`` does this lazily: its module,
 ``llmrl.hw4.math_data``, is imported the first time someone asks for it).
 
@@ -29,7 +29,7 @@ from typing import Callable, Protocol, Sequence, runtime_checkable
 
 import torch
 
-from ..task_protocol import Example, score  # noqa: F401  (the one task protocol; score() batches per-completion rewards)
+from ..tasks.task_protocol import Example, score  # noqa: F401  (the one task protocol; score() batches per-completion rewards)
 from ..utils import check_int, make_generator
 from .answers import _INT, _answer_value, last_boxed, last_number, parse_number  # noqa: F401  (hw4's names for them)
 

@@ -8,7 +8,7 @@ Three experiments, each able to run on the student's own functions:
    and the same model at T = 1, estimated with k1 and k3 on the sampled tokens, against the exact
    value summed over the whole vocabulary at every visited position (the student's
    ``response_logprobs``, ``sequence_logprob`` and ``kl_estimators``).
-3. :func:`frontier_data`: the reward-KL frontier of the toy LM (:mod:`llmrl.toylm`) as beta sweeps,
+3. :func:`frontier_data`: the reward-KL frontier of the toy LM (:mod:`llmrl.lm.toylm`) as beta sweeps,
    against what temperature reaches (the student's ``tilted_optimum``).
 
 :data:`EXPECTED` holds the published "what you should see"; :func:`expected_report` prints it next
@@ -28,11 +28,11 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .. import sampling as _sampling
-from .. import toylm
-from ..addition import PROMPT_LEN, Problems, eval_problems, is_answer, is_correct
-from ..losses import full_vocab_kl, kl_estimate
-from ..plotting import save
+from ..lm import sampling as _sampling
+from ..lm import toylm
+from ..tasks.addition import PROMPT_LEN, Problems, eval_problems, is_answer, is_correct
+from ..rl.losses import full_vocab_kl, kl_estimate
+from ..experiments.plotting import save
 from ..utils import check_float, check_int, sd_over_seeds
 
 #: The published "what you should see" for lab11, with the tolerance each check uses and why.
@@ -99,9 +99,9 @@ def _checked_sampler(sampler: Sampler) -> Sampler:
 def generate_with_sampler(model, problems: Problems, group_size: int = 1, temperature: float = 1.0,
                           generator: torch.Generator | int | None = None,
                           sampler: Sampler | None = None) -> _sampling.Rollout:
-    """:func:`llmrl.sampling.generate`, each token drawn by ``sampler(logits [B, V], T, generator) -> [B]``.
+    """:func:`llmrl.lm.sampling.generate`, each token drawn by ``sampler(logits [B, V], T, generator) -> [B]``.
 
-    ``sampler=None`` uses the library's :func:`llmrl.sampling.sample_token`.
+    ``sampler=None`` uses the library's :func:`llmrl.lm.sampling.sample_token`.
     """
     if sampler is not None and not callable(sampler):
         raise TypeError(f"sampler must be callable, got {type(sampler).__name__}")
@@ -444,7 +444,7 @@ def plot_kl_estimates(kl: dict, path=ARTIFACTS / "kl_estimates.png", top: float 
 
 
 PI_STAR, PI_REF = r"$\pi^*$", r"$\pi_{\mathrm{ref}}$"
-#: What each toy-LM scenario is, for a plot's title (the scenarios: :mod:`llmrl.toylm`).
+#: What each toy-LM scenario is, for a plot's title (the scenarios: :mod:`llmrl.lm.toylm`).
 SCENARIO_TITLES = {
     "worked": 'scenario "worked": the reward is the true one\n(the likeliest response, ax, earns 0)',
     "hack": 'scenario "hack": a proxy reward that overrates\nthe rare response bz (dashed: the true reward)',

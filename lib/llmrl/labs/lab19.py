@@ -1,8 +1,8 @@
 """Lab 19 (failure modes you can watch happen): experiments, reference runs, plots and widgets.
 
-Part 1 (overoptimization) lives in :mod:`llmrl.overopt`; this module draws its widget.
+Part 1 (overoptimization) lives in :mod:`llmrl.labs.overopt`; this module draws its widget.
 Part 2 (reward hacking): :func:`hacking_run` trains the SFT TinyLM with the flawed
-:func:`llmrl.rewards.proxy_reward` (or the gold exact-match reward), optionally with a KL penalty
+:func:`llmrl.tasks.rewards.proxy_reward` (or the gold exact-match reward), optionally with a KL penalty
 folded into the reward by the student's ``kl_penalized_rewards``.
 Part 3 (entropy collapse): :func:`entropy_run` trains with 4 epochs per batch under one of three
 clip settings (:data:`CLIP_ARMS`) and records which tokens the upper clip switches off.
@@ -26,11 +26,11 @@ from typing import Callable
 
 import numpy as np
 
-from .. import overopt
-from ..losses import clipped_pg_loss
-from ..plotting import figure_png, save
-from ..rewards import exact_match, make_proxy_reward
-from ..runner import seeds_together
+from . import overopt
+from ..rl.losses import clipped_pg_loss
+from ..experiments.plotting import figure_png, save
+from ..tasks.rewards import exact_match, make_proxy_reward
+from ..experiments.runner import seeds_together
 from ..utils import check_float, mean_sd  # noqa: F401 (lab19.mean_sd: the notebook's name for it)
 # the runs' curves and summaries and Part 1's figures live in lab19_analysis.py; the notebook and the
 # tools keep reaching them as lab19.<name>
@@ -102,6 +102,32 @@ def _clip_note(values: dict) -> str | None:
             "(counted in epochs 2-4 of the second half of the run, where clipping is possible)")
 
 
+_SHARPER_SFT = ("the shipped SFT model is sharper at T = 1 than the published one: of the 17 candidates searched for "
+                "it, the only one through all three gates (entropy after 120 steps, the hack completed, greedy "
+                "accuracy) starts here")
+
+
+def _differs(key: str, tol: float, why: str, fmt: str = "{:.3f}"):
+    """A note for ``key`` when the mean over seeds printed above lies more than ``tol`` from the published
+    value (the tolerance of the reproduction's claim for it); none within it."""
+    def note(values: dict) -> str | None:
+        seeds = _seeds_of(values, key)
+        if not seeds or abs(round(float(np.mean(seeds)), 3) - EXPECTED[key]) <= tol + 1e-12:  # as printed
+            return None
+        return f"differs from the published {EXPECTED[key]}: {fmt.format(float(np.mean(seeds)))} is more than {tol} away; {why}"
+    return note
+
+
+def _noise_beta_note(values: dict) -> str | None:
+    """Under the noise-only fit's beta: 'about 0' in size, but a sign shared by every pool is not noise."""
+    pools = _seeds_of(values, "noise_only_gao_beta")
+    if len(pools) < 2 or not (all(b < 0 for b in pools) or all(b > 0 for b in pools)):
+        return None
+    return (f"{'negative' if pools[0] < 0 else 'positive'} on every pool ({', '.join(f'{b:.3f}' for b in pools)}): small "
+            "beside the length-biased proxy's beta, but not zero: without the bias the gold gain never turns down, "
+            "and a negative beta means it grows a little faster than linearly in d over this grid of n")
+
+
 #: Notes printed under the numbers by :func:`expected_report`: a text, or a function of the values
 #: printed (so that a note can only say what the numbers above it show), None when there is nothing
 #: to note.
@@ -112,7 +138,13 @@ NOTES = {
         "cannot both hold in the mean over seeds. The pool model is calibrated to the pool's value, the "
         "peak at best-of-10 and the fit (alpha 1.1 and beta 0.47 themselves give -0.38 at n = 3000); no "
         "candidate of the search put the exact value near +0.10 with the peak at best-of-10."),
+    "noise_only_gao_beta": _noise_beta_note,
+    "hack_accuracy_start": _differs("hack_accuracy_start", 0.05, _SHARPER_SFT),
+    "hack_peak_step": _differs("hack_peak_step", 25, "the step of the best 10-step window scatters widely from seed "
+                               "to seed (it is a location, not a level): on some seeds accuracy keeps rising well past "
+                               "step 50 before the hack takes over, on others it peaks before step 30", "{:.0f}"),
     "hack_final_kl": _hack_note,
+    "entropy_start": _differs("entropy_start", 0.03, _SHARPER_SFT),
     "entropy_end_no_upper": _entropy_note,
     "clip_high_of_positive_rare": _clip_note,
 }
@@ -124,24 +156,26 @@ SWEEP_BETAS = (0.0, 0.01, 0.02, 0.05)
 ENTROPY_SETTINGS = dict(steps=120, lr=5e-4, epochs=4, seed=0)
 #: (eps_low, eps_high) of the three clip settings; None removes that bound.
 CLIP_ARMS = {"symmetric": (0.2, 0.2), "clip-higher": (0.2, 0.28), "no upper clip": (0.2, None)}
-#: The per-step metrics the stored runs keep (names: :data:`llmrl.metrics.METRICS`).
+#: The per-step metrics the stored runs keep (names: :data:`llmrl.rl.metrics.METRICS`).
 
 
 # ----------------------------------------------------------------------------------- part 2
 
-def hacking_run(beta: float = 0.0, *, reward: str | Callable = "proxy", length_bonus: float = 0.1,
+def hacking_run(kl_coef: float = 0.0, *, reward: str | Callable = "proxy", length_bonus: float = 0.1,
                 kl_reward_fn: Callable | None = None, policy=None, progress: bool = True, seeds=None,
                 **overrides):
-    """RL from the SFT checkpoint against the proxy (or "gold") reward with KL coefficient ``beta``.
+    """RL from the SFT checkpoint against the proxy (or "gold") reward with KL coefficient ``kl_coef``
+    (:attr:`llmrl.rl.config.RLConfig.kl_coef`: the lab's beta, which the notebook passes positionally).
 
     ``reward`` may also be a function (responses [N] str, answers [N] int) -> float tensor [N]
     (the notebook's "things to try" pass their own variants of the proxy).
 
-    ``kl_reward_fn`` (rewards [B], logprobs [B, R], ref_logprobs [B, R], mask [B, R], beta) -> [B]
-    is the student's ``kl_penalized_rewards``; None uses the trainer's own (k1 summed over real
-    tokens). ``policy``: a TinyLM to start from instead of the SFT checkpoint (the shipped models'
-    rebuild tries its candidates). ``overrides`` replace :data:`HACK_SETTINGS` or other RLConfig
-    fields. Returns a History; with ``seeds=[0, 1, 2, 3, 4]`` every seed trains its own copy of the
+    ``kl_reward_fn`` (rewards [B], logprobs [B, R], ref_logprobs [B, R], mask [B, R], kl_coef) -> [B]
+    is the student's ``kl_penalized_rewards``: the trainer passes the run's ``kl_coef`` as its last
+    argument, by position, so the hook may name it as it likes (the student's function calls it
+    beta); None uses the trainer's own (k1 summed over real tokens). ``policy``: a TinyLM to start
+    from instead of the SFT checkpoint (the shipped models' rebuild tries its candidates).
+    ``overrides`` replace :data:`HACK_SETTINGS` or other RLConfig fields. Returns a History; with ``seeds=[0, 1, 2, 3, 4]`` every seed trains its own copy of the
     checkpoint, all seeds as one computation, and the result is one History per seed
     (:class:`llmrl.rl.train.SeedHistories`).
     """
@@ -149,7 +183,7 @@ def hacking_run(beta: float = 0.0, *, reward: str | Callable = "proxy", length_b
     from ..rl.config import RLConfig
     from ..rl.train import rl_train
 
-    beta = check_float("beta", beta, minimum=0.0)
+    kl_coef = check_float("kl_coef", kl_coef, minimum=0.0)
     if callable(reward):
         reward_fn = reward
     elif reward not in ("proxy", "gold"):
@@ -158,7 +192,7 @@ def hacking_run(beta: float = 0.0, *, reward: str | Callable = "proxy", length_b
         reward_fn = make_proxy_reward(length_bonus) if reward == "proxy" else exact_match
     settings = {**HACK_SETTINGS, **overrides}
     policy = load_checkpoint("sft", progress=False) if policy is None else policy
-    return rl_train(policy, RLConfig(kl_coef=beta, **settings), reward_fn=reward_fn,
+    return rl_train(policy, RLConfig(kl_coef=kl_coef, **settings), reward_fn=reward_fn,
                     kl_reward_fn=kl_reward_fn, progress=progress, seeds=seeds)
 
 
@@ -207,8 +241,8 @@ def entropy_inputs(model, n_prompts: int = 64, seed: int = 0):
     padding False). Returns (logits, mask, rollout)."""
     import torch
 
-    from ..addition import PROMPT_LEN, eval_problems
-    from ..sampling import generate
+    from ..tasks.addition import PROMPT_LEN, eval_problems
+    from ..lm.sampling import generate
 
     rollout = generate(model, eval_problems(n_prompts), 1, 1.0, seed)
     with torch.no_grad():
@@ -221,7 +255,7 @@ def entropy_inputs(model, n_prompts: int = 64, seed: int = 0):
 
 def policy_entropy(model, entropy_fn: Callable, n_prompts: int = 64, seed: int = 0) -> tuple[float, float]:
     """(entropy_fn's value, the library's value) of the mean per-token entropy on ``model``'s samples."""
-    from ..evaluation import mean_token_entropy
+    from ..rl.evaluation import mean_token_entropy
 
     logits, mask, rollout = entropy_inputs(model, n_prompts, seed)
     return float(entropy_fn(logits, mask)), mean_token_entropy(model, rollout)
@@ -274,7 +308,7 @@ def _seed0(runs):
 
 
 def _check_start(label: str, run, stored: dict, keys, task: str, quiet: bool = False) -> bool:
-    from .. import live_checks
+    from ..experiments import live_checks
 
     if run is None:
         print(f"{label}: not checked (seed 0 is not among the seeds run)")
@@ -314,7 +348,7 @@ def reference_arm(arm: str, seeds=(0,), progress: bool = False) -> list[dict]:
     """The stored runs of one arm, one result of the runner's schema per seed (all seeds trained as
     one computation): ``hacking/<beta>``, ``hacking/gold`` or ``entropy/<clip arm>``, at the full
     length of :data:`HACK_SETTINGS` / :data:`ENTROPY_SETTINGS`."""
-    from ..runner import result_from_history
+    from ..experiments.runner import result_from_history
 
     seeds = [seeds] if isinstance(seeds, int) else list(seeds)
     kind, _, name = arm.partition("/")
@@ -345,7 +379,7 @@ def compute_reference(path: Path | str | None = REFERENCE_PATH, progress: bool =
     """Run every full-length run of parts 2 and 3 for ``seeds`` (an arm's seeds as one computation,
     ``workers`` processes; minutes) and store them in the runner's result schema; returns
     :func:`load_reference`'s view of them."""
-    from ..runner import run_arms
+    from ..experiments.runner import run_arms
 
     results = run_arms("lab19", reference_arm, REFERENCE_ARMS, seeds, workers=workers, progress=progress)
     blob = {"experiment": "lab19", "settings": {"hacking": HACK_SETTINGS, "entropy": ENTROPY_SETTINGS},

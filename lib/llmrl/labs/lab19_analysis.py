@@ -8,8 +8,8 @@ import math
 
 import numpy as np
 
-from .. import overopt
-from ..plotting import figure_png, save
+from . import overopt
+from ..experiments.plotting import figure_png, save
 from ..utils import mean_sd
 
 SERIES = ("sampled_accuracy", "reward_mean", "shaped_reward_mean", "completion_chars_mean",
@@ -28,7 +28,7 @@ def _rolling(x: np.ndarray, w: int) -> np.ndarray:
 def smooth(y, window: int = 10) -> np.ndarray:
     """Trailing mean over ``window`` steps, same length as ``y`` (NaN until the window is full; NaN
     entries are skipped inside a window)."""
-    from ..plotting import smooth as trailing
+    from ..experiments.plotting import smooth as trailing
 
     return trailing(y, window, full=True)
 
@@ -68,7 +68,7 @@ def seed_summary(summary, run, **kw) -> dict[str, tuple[float, float]]:
 def _draw(ax, run, name: str, window: int, label: str, color, **line):
     """One run's smoothed ``name`` against step: a line for one seed; for several the mean over
     seeds, a band from the lowest to the highest seed and every seed as a thin line."""
-    from ..plotting import seed_band
+    from ..experiments.plotting import seed_band
 
     runs = [r for r in seed_runs(run) if name in r]
     if not runs:
@@ -145,7 +145,7 @@ def entropy_summary(run, window: int = 10) -> dict[str, float]:
 
 def bon_figure(b: float = 1.0, sigma: float = 1.0, pool: dict | None = None, path=None):
     """Exact best-of-n proxy and gold gains against sqrt(KL) for one (b, sigma), with the Gao fit;
-    ``pool`` (a :func:`llmrl.overopt.pool_curves` dict) is overlaid as dots. Returns the figure."""
+    ``pool`` (a :func:`llmrl.labs.overopt.pool_curves` dict) is overlaid as dots. Returns the figure."""
     import matplotlib.pyplot as plt
 
     e = overopt.exact_best_of_n(b=b, sigma=sigma)

@@ -10,10 +10,10 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..addition import BUCKETS, TWO_DIGIT, Problems, is_correct, sample_problems
-from ..evaluation import pass_at_k
-from ..rewards import Rubric, RubricItem, binary_rubric, looks_thorough, partial_credit_rubric, stylish_rubric
-from ..sampling import generate
+from ..tasks.addition import BUCKETS, TWO_DIGIT, Problems, is_correct, sample_problems
+from ..rl.evaluation import pass_at_k
+from ..tasks.rewards import Rubric, RubricItem, binary_rubric, looks_thorough, partial_credit_rubric, stylish_rubric
+from ..lm.sampling import generate
 from ..utils import check_float, check_int
 
 

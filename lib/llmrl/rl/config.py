@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from ..advantages import ADVANTAGE_KINDS
-from ..losses import BUILTIN_LOSSES, KL_ESTIMATORS
+from .advantages import ADVANTAGE_KINDS
+from .losses import BUILTIN_LOSSES, KL_ESTIMATORS
 from ..utils import check_fields
 
 ROLLOUT_SOURCES = ("policy", "teacher")
-KL_MODES = ("reward", "loss")
+#: where the KL penalty acts: the step subtracts it from the reward ("reward") or adds it to the loss
+#: ("loss"); with "policy_loss_fn" the policy loss function applies ``kl_coef`` itself and the step adds
+#: nothing (hw4: the student's grpo_loss and reinforce_loss take the coefficient as an argument)
+KL_MODES = ("reward", "loss", "policy_loss_fn")
 
 
 @dataclass(frozen=True)
@@ -37,9 +40,9 @@ class RLConfig:
     advantage: str = "mean"
     """group advantage: 'mean' (reward minus group mean), 'std' (also divided by the group's sd), 'maxrl'"""
     kl_coef: float = 0.0
-    """weight of the KL penalty to the frozen reference (0: none)"""
+    """weight of the KL penalty to the frozen reference (0: none); beta in the labs' equations and in TRL"""
     kl_mode: str = "reward"
-    """where the KL penalty goes: 'reward' (subtracted from the reward) or 'loss' (added to the loss)"""
+    """where the KL penalty acts: 'reward' or 'loss' (the step puts it there) or 'policy_loss_fn' (that function does)"""
     kl_estimator: str = "k1"
     """per-token KL estimator of the penalty: 'k1', 'k2' or 'k3'"""
     loss: str = "pg"

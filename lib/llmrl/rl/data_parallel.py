@@ -41,8 +41,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..losses import LossBatch, clip_stats
-from ..sampling import Rollout
+from .losses import LossBatch, clip_stats
+from ..lm.sampling import Rollout
 from .run import Hooks
 
 # ----------------------------------------------------------------------------- the process group
@@ -152,11 +152,6 @@ def launch_env() -> dict:
             raise ValueError(f"{name} must be an integer, got {os.environ[name]!r}") from None
     out["world_size"] = max(1, out["world_size"])
     return out
-
-
-def launched_world_size() -> int:
-    """The number of processes the launcher started (1 without a launcher)."""
-    return launch_env()["world_size"]
 
 
 def process_group(backend: str | None = None) -> Group:

@@ -10,8 +10,8 @@ import numpy as np
 import torch
 
 from ..backends.protocol import PolicyBackend, completion_logits, completion_logits_of
-from ..sampling import Rollout
-from ..stacked import log_softmax
+from ..lm.sampling import Rollout
+from ..lm.stacked import log_softmax
 from .config import RLConfig
 
 
@@ -70,7 +70,7 @@ class Scorer(Protocol):
 
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """[B, R, V] logits, [B, R] targets -> [B, R] log-probs of the targets (the vectorised
-    log-softmax of :func:`llmrl.stacked.log_softmax`)."""
+    log-softmax of :func:`llmrl.lm.stacked.log_softmax`)."""
     return log_softmax(logits).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 

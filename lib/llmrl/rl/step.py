@@ -3,18 +3,18 @@
 One step (the spine of the course), in five named stages:
 
 1. **collect**: ``task.sample(n_prompts)`` -> ``policy.generate`` (``group_size`` completions per
-   prompt, temperature, top-p) -> a :class:`llmrl.sampling.Rollout`, rows grouped by prompt;
+   prompt, temperature, top-p) -> a :class:`llmrl.lm.sampling.Rollout`, rows grouped by prompt;
 2. **score**: the task's rewards and correctness; per-token log-probs of the completion tokens
    under the sampling ("old") policy, the frozen reference and, for distillation, the teacher
    (a :class:`Scorer`: the library's, or hw4's student functions); the KL penalty folded into the
    reward when ``kl_mode == "reward"``;
-3. **advantages**: ``advantage_fn(rewards, G)`` (default: :func:`llmrl.advantages.group_advantages`);
+3. **advantages**: ``advantage_fn(rewards, G)`` (default: :func:`llmrl.rl.advantages.group_advantages`);
 4. **update**: ``epochs`` passes; each pass walks minibatches (default: the whole batch at once),
    takes the policy's log-probs with gradient, the loss (``policy_loss_fn`` on a
-   :class:`llmrl.losses.LossBatch`, plus the KL term when ``kl_mode == "loss"``), backpropagates it
+   :class:`llmrl.rl.losses.LossBatch`, plus the KL term when ``kl_mode == "loss"``), backpropagates it
    divided by ``grad_accum_steps`` and steps the optimizer every ``grad_accum_steps`` minibatches
    with the gradient clipped to ``max_grad_norm``;
-5. **metrics**: one record of named metrics (the vocabulary: :data:`llmrl.metrics.METRICS`).
+5. **metrics**: one record of named metrics (the vocabulary: :data:`llmrl.rl.metrics.METRICS`).
 
 What a lab varies are arguments: the task (prompts, answers, reward), the advantage function, the
 policy loss, the KL shaping, the scorer, the minibatch iterator, and :class:`Hooks` that see the
@@ -41,12 +41,12 @@ from typing import Iterable
 import numpy as np
 import torch
 
-from ..advantages import group_advantages
+from .advantages import group_advantages
 from ..backends.protocol import completion_logits
-from ..losses import LossBatch, clip_stats, kl_estimate, token_mean
-from ..sampling import Rollout, masked_mean
-from ..stacked import log_softmax
-from ..task_protocol import correct as task_correct, prompts_and_answers, score as task_score
+from .losses import LossBatch, clip_stats, kl_estimate, token_mean
+from ..lm.sampling import Rollout, masked_mean
+from ..lm.stacked import log_softmax
+from ..tasks.task_protocol import correct as task_correct, prompts_and_answers, score as task_score
 from ..utils import check_int
 from .config import RLConfig
 from .run import Hooks, RLRun, StepBatch, token_logprobs
@@ -60,7 +60,7 @@ class PolicyOptimizer:
     gradient) overrides ``backward`` or ``clip_grad``.
 
     ``n_seeds``: None clips all parameters together (one norm, a float). S >= 1 reads the leading
-    dimension of every parameter as the seed (:mod:`llmrl.stacked`; with S = 1 any shape) and
+    dimension of every parameter as the seed (:mod:`llmrl.lm.stacked`; with S = 1 any shape) and
     clips each seed's gradient on its own, to its own norm: ``step`` then returns the S norms (a
     list). AdamW is elementwise, so one optimizer over stacked parameters is S optimizers.
     """
@@ -362,7 +362,7 @@ def _nanmean(xs) -> float:
 
 
 def step_metrics(run: RLRun, batch: StepBatch, upd: dict) -> dict:
-    """Stage 5: the step's record (names and meanings: :data:`llmrl.metrics.METRICS`); a metric
+    """Stage 5: the step's record (names and meanings: :data:`llmrl.rl.metrics.METRICS`); a metric
     with nothing to measure in this step is None. ``batch`` and ``upd`` are one seed's."""
     G = run.config.group_size
     r, mask, adv = batch.rewards, batch.mask, batch.advantages

@@ -12,9 +12,9 @@ import numpy as np
 import torch
 
 from ..backends.tinylm_backend import TinyLMBackend, as_backend
-from ..losses import BUILTIN_LOSSES
-from ..rewards import exact_match
-from ..task_protocol import AdditionTask
+from .losses import BUILTIN_LOSSES
+from ..tasks.rewards import exact_match
+from ..tasks.task_protocol import AdditionTask
 from ..utils import check_int, set_threads
 from .config import RLConfig
 from .run import CompletionScorer, History, Hooks, RLRun, SeedStream
@@ -127,6 +127,69 @@ def _seed_models(policy, seeds: list[int]) -> list:
     return models
 
 
+def _checked_seeds(seeds, per_seed) -> list[int] | None:
+    """``seeds`` as a list of distinct seeds (None without seeds); ``per_seed`` checked against it."""
+    if seeds is not None:
+        seeds = [check_int("seed", s, minimum=0) for s in ([seeds] if isinstance(seeds, int) else seeds)]
+        if not seeds or len(set(seeds)) != len(seeds):
+            raise ValueError(f"seeds must be a non-empty list of distinct seeds, got {seeds}")
+    elif per_seed is not None:
+        raise ValueError("per_seed needs seeds=[...]")
+    if per_seed is not None and not callable(per_seed):
+        raise TypeError(f"per_seed must be a function seed -> dict, got {type(per_seed).__name__}")
+    return seeds
+
+
+def _training_backend(policy, seeds: list[int] | None, reference):
+    """The backend that trains ``policy`` and the model(s) the callback and evaluations see: ``policy``
+    itself for one seed, one TinyLM per seed (:func:`_seed_models`) with seeds."""
+    if seeds is None:
+        if isinstance(policy, torch.nn.Module):
+            # TinyLM has no dropout, so eval mode is right for sampling and for the gradient steps alike
+            policy.eval()
+            return as_backend(policy, reference=reference), policy
+        return as_backend(policy), policy
+    models = _seed_models(policy, seeds)
+    for m in models:
+        m.eval()
+    return TinyLMBackend(models, reference=reference), models
+
+
+def _seed_streams(run_seeds: list[int], per_seed: Callable | None, shared: dict) -> tuple[list, list]:
+    """One :class:`SeedStream` and one evaluation function per seed: the pieces of ``per_seed(seed)``
+    where it gives them, else those of ``shared`` (rl_train's arguments, under the names of PER_SEED)."""
+    streams, eval_fns = [], []
+    for seed in run_seeds:
+        own = dict(per_seed(seed) or {}) if per_seed is not None else {}
+        unknown = sorted(set(own) - set(PER_SEED))
+        if unknown:
+            raise ValueError(f"per_seed returned unknown pieces {unknown}; known: {list(PER_SEED)}")
+        piece = {**shared, **own}
+        seed_task = piece["task"]
+        if seed_task is None:
+            seed_task = AdditionTask(piece["prompt_sampler"], piece["reward_fn"])
+        streams.append(SeedStream(seed, torch.Generator().manual_seed(seed), seed_task, piece["hooks"] or Hooks(),
+                                  piece["advantage_fn"], piece["kl_reward_fn"]))
+        eval_fns.append(piece["eval_fn"])
+    return streams, eval_fns
+
+
+def _new_run(backend, config: RLConfig, streams: list, *, policy_loss_fn, teacher, multi: bool) -> RLRun:
+    """The :class:`RLRun` at step 0: its optimizer, scorer and loss; the first stream's pieces (all streams
+    when ``multi``)."""
+    first = streams[0]
+    return RLRun(policy=backend, task=first.task, config=config,
+                 optimizer=PolicyOptimizer(backend.trainable_parameters(), config.lr, config.betas,
+                                           config.weight_decay, fused=True, n_seeds=len(streams)),
+                 generator=first.generator, scorer=CompletionScorer(backend),
+                 loss_fn=policy_loss_fn or BUILTIN_LOSSES[config.loss], advantage_fn=first.advantage_fn,
+                 kl_reward_fn=first.kl_reward_fn,
+                 minibatches=(None if config.minibatch_size is None else
+                              lambda f, g: minibatches(f, config.minibatch_size, g)),
+                 teacher=as_backend(teacher) if teacher is not None else None, hooks=first.hooks,
+                 streams=streams if multi else None)
+
+
 def rl_train(policy, config: RLConfig | None = None, *, reward_fn: Callable = exact_match,
              prompt_sampler: Callable | None = None, task=None, advantage_fn: Callable | None = None,
              policy_loss_fn: Callable | None = None, kl_reward_fn: Callable | None = None,
@@ -136,18 +199,19 @@ def rl_train(policy, config: RLConfig | None = None, *, reward_fn: Callable = ex
     """Train ``policy`` (a TinyLM, or any :class:`llmrl.backends.protocol.PolicyBackend`) in place; return
     a :class:`History` of per-step metrics.
 
-    The task: ``task`` (the :mod:`llmrl.task_protocol` protocol), or the addition task built from
+    The task: ``task`` (the :mod:`llmrl.tasks.task_protocol` protocol), or the addition task built from
     ``prompt_sampler(n, generator) -> Problems`` and ``reward_fn(responses, answers) -> [B]``.
     advantage_fn(rewards [B], group_size) -> [B] (default: ``group_advantages`` of config.advantage);
     policy_loss_fn(LossBatch) -> loss or (loss, stats) (default: the built-in ``config.loss``);
-    kl_reward_fn(rewards [B], logprobs [B, R], ref_logprobs [B, R], mask [B, R], beta) -> [B]
-    (default: r - beta * sum of the chosen estimator over real tokens) when kl_mode == "reward";
+    kl_reward_fn(rewards [B], logprobs [B, R], ref_logprobs [B, R], mask [B, R], kl_coef) -> [B], the
+    coefficient passed by position (default: r - kl_coef * sum of the chosen estimator over real
+    tokens) when kl_mode == "reward";
     ``hooks``: see :class:`Hooks`; callback(step, record, policy) after each step; eval_fn(policy)
     -> dict at step 0, every ``eval_every`` steps and at the last one (stored as ``eval_<name>``).
     ``overrides`` replace fields of ``config``.
 
     ``seeds=[0, 1, 2, 3, 4]`` trains one model per seed, all seeds as one computation (the
-    weights stacked along a seed dimension, :mod:`llmrl.stacked`), each with its own prompts,
+    weights stacked along a seed dimension, :mod:`llmrl.lm.stacked`), each with its own prompts,
     samples, optimizer state, gradient clipping and metrics: seed s gives the numbers of a run with
     ``seed=s`` (``config.seed`` is then unused). ``policy`` is then a TinyLM (each seed trains a
     copy of it; it stays as it was), a list of one TinyLM per seed (trained in place) or a function
@@ -159,58 +223,22 @@ def rl_train(policy, config: RLConfig | None = None, *, reward_fn: Callable = ex
     """
     config = replace(config or RLConfig(), **overrides) if overrides else (config or RLConfig())
     set_threads(1)
-    if seeds is not None:
-        seeds = [check_int("seed", s, minimum=0) for s in ([seeds] if isinstance(seeds, int) else seeds)]
-        if not seeds or len(set(seeds)) != len(seeds):
-            raise ValueError(f"seeds must be a non-empty list of distinct seeds, got {seeds}")
-    elif per_seed is not None:
-        raise ValueError("per_seed needs seeds=[...]")
-    if per_seed is not None and not callable(per_seed):
-        raise TypeError(f"per_seed must be a function seed -> dict, got {type(per_seed).__name__}")
+    seeds = _checked_seeds(seeds, per_seed)
     torch.manual_seed(config.seed if seeds is None else seeds[0])
     needs_teacher = config.loss in ("opd-sampled", "opd-full") or config.rollout_from == "teacher"
     if needs_teacher and teacher is None:
         raise ValueError(f"loss={config.loss!r} / rollout_from={config.rollout_from!r} needs a teacher model")
     needs_ref = config.kl_coef > 0 or config.track_reference_kl
     reference = (ref_model if ref_model is not None else "copy") if needs_ref else None
-    if seeds is None:
-        if isinstance(policy, torch.nn.Module):
-            # TinyLM has no dropout, so eval mode is right for sampling and for the gradient steps alike
-            policy.eval()
-            backend = as_backend(policy, reference=reference)
-        else:
-            backend = as_backend(policy)
-        models, run_seeds = policy, [config.seed]
-    else:
-        models = _seed_models(policy, seeds)
-        for m in models:
-            m.eval()
-        backend = TinyLMBackend(models, reference=reference)
-        run_seeds = seeds
-    streams, eval_fns = [], []
-    for seed in run_seeds:
-        own = dict(per_seed(seed) or {}) if per_seed is not None else {}
-        unknown = sorted(set(own) - set(PER_SEED))
-        if unknown:
-            raise ValueError(f"per_seed returned unknown pieces {unknown}; known: {list(PER_SEED)}")
-        get = lambda name, default: own.get(name, default)  # noqa: E731
-        seed_task = get("task", task)
-        if seed_task is None:
-            seed_task = AdditionTask(get("prompt_sampler", prompt_sampler), get("reward_fn", reward_fn))
-        streams.append(SeedStream(seed, torch.Generator().manual_seed(seed), seed_task, get("hooks", hooks) or Hooks(),
-                                  get("advantage_fn", advantage_fn), get("kl_reward_fn", kl_reward_fn)))
-        eval_fns.append(get("eval_fn", eval_fn))
-    first = streams[0]
-    run = RLRun(policy=backend, task=first.task, config=config,
-                optimizer=PolicyOptimizer(backend.trainable_parameters(), config.lr, config.betas,
-                                          config.weight_decay, fused=True, n_seeds=len(streams)),
-                generator=first.generator, scorer=CompletionScorer(backend),
-                loss_fn=policy_loss_fn or BUILTIN_LOSSES[config.loss], advantage_fn=first.advantage_fn,
-                kl_reward_fn=first.kl_reward_fn,
-                minibatches=(None if config.minibatch_size is None else
-                             lambda f, g: minibatches(f, config.minibatch_size, g)),
-                teacher=as_backend(teacher) if teacher is not None else None, hooks=first.hooks,
-                streams=None if seeds is None else streams)
+    backend, models = _training_backend(policy, seeds, reference)
+    shared = {"task": task, "prompt_sampler": prompt_sampler, "reward_fn": reward_fn, "advantage_fn": advantage_fn,
+              "kl_reward_fn": kl_reward_fn, "hooks": hooks, "eval_fn": eval_fn}
+    streams, eval_fns = _seed_streams([config.seed] if seeds is None else seeds, per_seed, shared)
+    if config.kl_mode == "policy_loss_fn" and config.kl_coef > 0 and policy_loss_fn is None:
+        raise ValueError(f"kl_mode='policy_loss_fn' leaves the KL penalty (kl_coef={config.kl_coef}) to the policy loss "
+                         f"function, and none was given: the built-in {config.loss!r} loss ignores kl_coef, so the "
+                         "penalty would be dropped; pass policy_loss_fn or use kl_mode 'reward' or 'loss'")
+    run = _new_run(backend, config, streams, policy_loss_fn=policy_loss_fn, teacher=teacher, multi=seeds is not None)
 
     def on_step(record, batch, s=0):
         if callback is not None and batch is not None:

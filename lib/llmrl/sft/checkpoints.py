@@ -38,8 +38,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..store import shipped
-from ..store.checkpoint_files import FORMAT_VERSION, cache_dir, load_state, save_state
-from ..tinylm import TinyLM, TinyLMConfig
+from ..store.cache_files import FORMAT_VERSION, cache_dir, load_state, save_state
+from ..lm.tinylm import TinyLM, TinyLMConfig
 from .supervised import SFTConfig, Snapshot, sft_train
 
 # The SFT steps of the shipped student (lab21's run; llmrl.tools.rebuild_models.choose, by its calibration) and sft (the

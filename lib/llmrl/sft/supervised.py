@@ -12,10 +12,10 @@ from dataclasses import asdict, dataclass, field
 import torch
 import torch.nn.functional as F
 
-from ..addition import SFT_MIX, sft_batch
-from ..sampling import response_logits
-from ..store.checkpoint_files import FORMAT_VERSION
-from ..tinylm import TinyLM, TinyLMConfig
+from ..tasks.addition import SFT_MIX, sft_batch
+from ..lm.sampling import response_logits
+from ..store.cache_files import FORMAT_VERSION
+from ..lm.tinylm import TinyLM, TinyLMConfig
 from ..utils import check_fields, set_threads
 
 
@@ -119,7 +119,7 @@ class Snapshot:
 
 
 def _check_set():
-    from ..addition import TWO_DIGIT, eval_problems
+    from ..tasks.addition import TWO_DIGIT, eval_problems
     return eval_problems(200, TWO_DIGIT, seed=777)
 
 
@@ -151,7 +151,7 @@ def sft_train(cfg: SFTConfig = SFTConfig(), snapshots: dict[str, Snapshot] | Non
                 ok = ok or n == s.min_step
             elif (n - s.min_step) % s.every == 0:
                 if acc is None:
-                    from ..evaluation import accuracy
+                    from ..rl.evaluation import accuracy
                     acc = accuracy(model, check, 0.0)
                     model.train()
                 ok = ok or acc >= s.greedy_at_least

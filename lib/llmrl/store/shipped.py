@@ -26,7 +26,7 @@ with (a hash of its configuration) and its calibration measured when it was froz
 machine it was built on. Loading checks the sha256 and fails with a clear error on a changed or
 missing file; it never trains a replacement behind the user's back.
 
-Instructors rebuild them with ``python -m llmrl.tools.cache --rebuild-shipped`` (minutes): the two SFT
+Instructors rebuild them with ``python -m llmrl.tools.models --rebuild-shipped`` (minutes): the two SFT
 runs of :data:`llmrl.sft.checkpoints.SHIPPED_RUNS` (the course's for the sft model, lab21's for the
 teacher and the student), a scan of each one's snapshots every ``SCAN_EVERY`` steps, the student
 chosen by :func:`choose` (closest to the published calibration, :data:`TARGETS`), the sft model at
@@ -48,7 +48,7 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint_files import FORMAT_VERSION
+from .cache_files import FORMAT_VERSION
 
 MODELS_DIR = Path(__file__).resolve().parents[1] / "models"  # lib/llmrl/models: data, beside the layers
 MANIFEST_NAME = "MANIFEST.json"
@@ -94,7 +94,7 @@ def manifest(models_dir: Path | None = None) -> dict:
         blob = json.loads(path.read_text())
     except FileNotFoundError:
         raise ShippedModelError(f"{path} is missing: the llmrl package was installed without its models "
-                                "(reinstall it, or rebuild them: python -m llmrl.tools.cache --rebuild-shipped)") from None
+                                "(reinstall it, or rebuild them: python -m llmrl.tools.models --rebuild-shipped)") from None
     if blob.get("format") != MANIFEST_FORMAT:
         raise ShippedModelError(f"{path} has format {blob.get('format')!r}, this llmrl reads {MANIFEST_FORMAT}")
     return blob
@@ -112,12 +112,12 @@ def load_state(name: str, models_dir: Path | None = None) -> tuple[dict, dict]:
         payload = path.read_bytes()
     except FileNotFoundError:
         raise ShippedModelError(f"{path} is missing (shipped model {name!r}): reinstall llmrl, or rebuild "
-                                "the models with python -m llmrl.tools.cache --rebuild-shipped") from None
+                                "the models with python -m llmrl.tools.models --rebuild-shipped") from None
     digest = hashlib.sha256(payload).hexdigest()
     if digest != entry["sha256"]:
         raise ShippedModelError(f"{path} is not the shipped model {name!r}: its sha256 is {digest[:16]}..., the "
                                 f"manifest says {entry['sha256'][:16]}... (a damaged or replaced file; reinstall "
-                                "llmrl, or rebuild with python -m llmrl.tools.cache --rebuild-shipped)")
+                                "llmrl, or rebuild with python -m llmrl.tools.models --rebuild-shipped)")
     return dict(entry, name=name), torch.load(io.BytesIO(payload), weights_only=True)
 
 

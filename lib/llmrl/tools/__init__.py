@@ -1,1 +1,1 @@
-"""The tools layer: command lines over everything below (reproduce, bench, the models' cache and rebuild, calibrations)."""
+"""The tools layer: command lines over everything below (reproduce, bench, the shipped models' check and rebuild, calibrations)."""

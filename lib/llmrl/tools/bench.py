@@ -51,11 +51,11 @@ from pathlib import Path
 
 import torch
 
-from ..addition import PROMPT_LEN, RESPONSE_LEN
+from ..tasks.addition import PROMPT_LEN, RESPONSE_LEN
 from ..rl.train import rl_train
 from ..sft.checkpoints import LAB21_SFT, LAB21_SNAPSHOTS
 from ..sft.supervised import SFTConfig, sft_train
-from ..tinylm import TinyLM
+from ..lm.tinylm import TinyLM
 from ..utils import repo_root, set_threads
 
 BASELINE = Path("shared") / "baseline" / "quick_rl_bench.py"
@@ -184,7 +184,7 @@ def baseline_ms(script: Path, cpu: bool = False) -> float | None:
 #: fresh TinyLM (seed 0), 3 warm-up steps (fewer if ``steps`` < 3), then ``steps`` timed ones,
 #: for one seed and for the seeds given; prints one JSON line {library: the llmrl imported,
 #: steps: {seeds: [wall ms, CPU ms] per step}}. Only ``rl_train`` and ``TinyLM`` are used, so it
-#: runs on any revision of the library (those before issue 17 have no ``seeds=``: their several-seed
+#: runs on any revision of the library (those before seeds became a dimension have no ``seeds=``: their several-seed
 #: figure is None).
 _STEP_WORKER = """
 import copy, json, sys, time
@@ -194,7 +194,7 @@ import llmrl
 from llmrl.tinylm import TinyLM
 try:
     from llmrl.rl.train import rl_train
-except ImportError:  # a revision before the library's layers (issue 32)
+except ImportError:  # a revision before the library's layers
     from llmrl.trainer import rl_train
 steps, seed_counts = int(sys.argv[1]), [int(x) for x in sys.argv[2:]]
 torch.manual_seed(0)
@@ -393,7 +393,7 @@ def widget_update_seconds() -> dict[str, tuple[float, float]]:
     """(wall, CPU) seconds for each lab's widgets to redraw after a slider moves (the slowest of each lab's)."""
     import matplotlib.pyplot as plt
 
-    from ..addition import eval_problems
+    from ..tasks.addition import eval_problems
     from ..sft.checkpoints import load_checkpoint
     from ..labs import lab11, lab19, lab21
 
@@ -496,7 +496,8 @@ def data_parallel_ratio(steps: int = 20, repeats: int = 1, port: int = 8790) -> 
             "load_average": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count()}
 
 
-def main(argv=None) -> list[dict]:
+def _parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m llmrl.tools.bench``."""
     ap = argparse.ArgumentParser(prog="python -m llmrl.tools.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--rl-steps", type=int, default=30, help="timed RL steps per round (default 30)")
     ap.add_argument("--rounds", type=int, default=2, help="alternated rounds; the best is reported (default 2)")
@@ -514,31 +515,26 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--dp-repeats", type=int, default=1, help="runs of each kind, the best counts (default 1)")
     ap.add_argument("--against", metavar="REV", help="only the RL step of git revision REV (or a folder holding "
                     "llmrl/) against this library, each in its own process, alternated --rounds times")
-    args = ap.parse_args(argv)
-    set_threads(1)
-    torch.manual_seed(0)
-    S = args.seeds
-    if args.only_dp:
-        r = data_parallel_ratio(args.dp_steps, args.dp_repeats)
-        return [emit("hw4_data_parallel_wall_ratio", r.pop("ratio"), "x", target="<= 0.7", **r)]
-    out = [emit("load_average", load(), "1/5/15 min", note="other jobs on the machine when the bench started")]
-    if args.against:
-        out += against_main(args.against, args.rl_steps, args.rounds, S)
-        out.append(emit("load_average_end", load(), "1/5/15 min"))
-        return out
-    if args.profile:
-        out += profile_main(args.rl_steps, S)
-        out.append(emit("load_average_end", load(), "1/5/15 min"))
-        return out
-    script = None if args.skip_baseline else baseline_script()
-    base = [(baseline_ms(script), baseline_ms(script, cpu=True))] if script is not None else []
+    return ap
+
+
+def data_parallel_figure(steps: int, repeats: int) -> dict:
+    """``hw4_data_parallel_wall_ratio``: hw4 on 2 processes against 1."""
+    r = data_parallel_ratio(steps, repeats)
+    return emit("hw4_data_parallel_wall_ratio", r.pop("ratio"), "x", target="<= 0.7", **r)
+
+
+def rl_step_figures(rl_steps: int, rounds: int, S: int) -> tuple[list[dict], dict[str, float]]:
+    """The matmul rate and the RL step's figures (one seed, ``S`` seeds together, GELU); returns them
+    and the step's timings (``ms``, ``cpu``, ``ms_gelu``, ``cpu_gelu``) the baseline's ratios need."""
+    out = []
     gf = best_rate(matmul_gflops(), matmul_gflops())
     model = TinyLM()
     gelu = TinyLM(activation="gelu")
     gelu.load_state_dict(model.state_dict())  # the same weights: only the nonlinearity differs
     (ms, cpu), (ms_s, cpu_s), (ms_g, cpu_g) = best_of(
-        args.rounds, lambda: time_rl_steps(model, args.rl_steps),
-        lambda: time_rl_steps(model, args.rl_steps, seeds=list(range(S))), lambda: time_rl_steps(gelu, args.rl_steps))
+        rounds, lambda: time_rl_steps(model, rl_steps),
+        lambda: time_rl_steps(model, rl_steps, seeds=list(range(S))), lambda: time_rl_steps(gelu, rl_steps))
     gf = best_rate(gf, matmul_gflops())
     out.append(emit("matmul_gflops", round(gf[0], 1), "GFLOP/s", cpu_rate=round(gf[1], 1), shape="512x512x512",
                     note="by wall time; cpu_rate by this process's CPU time (less disturbed by other jobs)"))
@@ -555,6 +551,13 @@ def main(argv=None) -> list[dict]:
                     sequential_ratio=S, target="<= 2"))
     out.append(emit(f"rl_step_{S}seeds_vs_matmul_ratio", round(ms_s / (S * flops_ms), 2), "x",
                     cpu_ratio=round(cpu_s / (S * flops_cpu), 2), target="<= 2"))
+    return out, {"ms": ms, "cpu": cpu, "ms_gelu": ms_g, "cpu_gelu": cpu_g}
+
+
+def baseline_figures(script: Path | None, before: list, step: dict[str, float], skipped: bool) -> list[dict]:
+    """The baseline's step, run once more now (``before``: its runs before ours), and our step's speedups
+    over it; a note when the script is missing (and not ``skipped``)."""
+    out, base = [], list(before)
     if script is not None:
         base.append((baseline_ms(script), baseline_ms(script, cpu=True)))
         base = [b for b in base if None not in b]
@@ -563,25 +566,36 @@ def main(argv=None) -> list[dict]:
         out.append(emit("baseline_rl_step_ms", round(b, 2), "ms", cpu_ms=round(b_cpu, 2),
                         runs=[[round(x, 2) for x in r] for r in base], script=str(script),
                         note="plain-torch step, run before and after ours (wall, CPU)"))
-        out.append(emit("rl_step_speedup_vs_baseline", round(b / ms, 2), "x", cpu_ratio=round(b_cpu / cpu, 2),
-                        target=">= 4"))
-        out.append(emit("rl_step_gelu_speedup_vs_baseline", round(b / ms_g, 2), "x", cpu_ratio=round(b_cpu / cpu_g, 2),
-                        target=">= 4", note="the same architecture as the baseline's"))
-    elif not args.skip_baseline:
+        out.append(emit("rl_step_speedup_vs_baseline", round(b / step["ms"], 2), "x",
+                        cpu_ratio=round(b_cpu / step["cpu"], 2), target=">= 4"))
+        out.append(emit("rl_step_gelu_speedup_vs_baseline", round(b / step["ms_gelu"], 2), "x",
+                        cpu_ratio=round(b_cpu / step["cpu_gelu"], 2), target=">= 4",
+                        note="the same architecture as the baseline's"))
+    elif not skipped:
         out.append(emit("baseline_rl_step_ms", None, "ms", note="../shared/baseline/quick_rl_bench.py not found"))
-    out.append(emit("sft_step_ms", round(time_sft_steps(args.sft_steps), 2), "ms", batch=64))
-    if not args.skip_labs:
-        from ..labs import lab19, lab21
+    return out
 
-        for seeds in ([0], list(range(S))):
-            with Clock() as c:
-                lab19.hacking_run(0.0, steps=300, seeds=seeds, progress=False)
-            out.append(emit("lab19_hacking_arm_s", round(c.wall, 1), "s", cpu_s=round(c.cpu, 1), steps=300,
-                            seeds=len(seeds), **({"target": "< 30 (quiet machine)"} if len(seeds) > 1 else {})))
+
+def lab_run_figures(S: int) -> list[dict]:
+    """Whole lab runs with their evaluations: lab19's hacking arm (1 seed and ``S``), lab21's Project 0."""
+    from ..labs import lab19, lab21
+
+    out = []
+    for seeds in ([0], list(range(S))):
         with Clock() as c:
-            lab21.project0(seeds=list(range(S)), progress=False)
-        out.append(emit("lab21_project0_s", round(c.wall, 1), "s", cpu_s=round(c.cpu, 1), seeds=S,
-                        steps=lab21.PROJECTS["project0"].steps, arms=len(lab21.PROJECT0_ARMS)))
+            lab19.hacking_run(0.0, steps=300, seeds=seeds, progress=False)
+        out.append(emit("lab19_hacking_arm_s", round(c.wall, 1), "s", cpu_s=round(c.cpu, 1), steps=300,
+                        seeds=len(seeds), **({"target": "< 30 (quiet machine)"} if len(seeds) > 1 else {})))
+    with Clock() as c:
+        lab21.project0(seeds=list(range(S)), progress=False)
+    out.append(emit("lab21_project0_s", round(c.wall, 1), "s", cpu_s=round(c.cpu, 1), seeds=S,
+                    steps=lab21.PROJECTS["project0"].steps, arms=len(lab21.PROJECT0_ARMS)))
+    return out
+
+
+def optional_figures(args: argparse.Namespace, step_ms: float) -> list[dict]:
+    """The figures the ``--skip-...`` flags leave out: widget redraws, the SFT run, hw4 data parallel, TRL."""
+    out = []
     if not args.skip_widgets:
         for lab, (wall, cpu) in widget_update_seconds().items():
             out.append(emit(f"{lab}_widget_update_s", round(wall, 3), "s", cpu_s=round(cpu, 3),
@@ -592,14 +606,38 @@ def main(argv=None) -> list[dict]:
         out.append(emit("sft_teacher_student_s", round(time.perf_counter() - t, 1), "s",
                         steps=LAB21_SFT.steps, target="<= 8", published="about 25"))
     if not args.skip_dp:
-        r = data_parallel_ratio(args.dp_steps, args.dp_repeats)
-        out.append(emit("hw4_data_parallel_wall_ratio", r.pop("ratio"), "x", target="<= 0.7", **r))
+        out.append(data_parallel_figure(args.dp_steps, args.dp_repeats))
     if not args.skip_trl:
-        r = trl_ratio(ms / 128)
+        r = trl_ratio(step_ms / 128)
         if r is None:
             out.append(emit("trl_grpo_vs_ours_per_sequence", None, "x", note="trl extra not installed"))
         else:
             out.append(emit("trl_grpo_vs_ours_per_sequence", round(r["ratio"], 1), "x", target=">= 20", **r))
+    return out
+
+
+def main(argv=None) -> list[dict]:
+    args = _parser().parse_args(argv)
+    set_threads(1)
+    torch.manual_seed(0)
+    S = args.seeds
+    if args.only_dp:
+        return [data_parallel_figure(args.dp_steps, args.dp_repeats)]
+    out = [emit("load_average", load(), "1/5/15 min", note="other jobs on the machine when the bench started")]
+    if args.against or args.profile:
+        out += (against_main(args.against, args.rl_steps, args.rounds, S) if args.against
+                else profile_main(args.rl_steps, S))
+        out.append(emit("load_average_end", load(), "1/5/15 min"))
+        return out
+    script = None if args.skip_baseline else baseline_script()
+    before = [(baseline_ms(script), baseline_ms(script, cpu=True))] if script is not None else []
+    figures, step = rl_step_figures(args.rl_steps, args.rounds, S)
+    out += figures
+    out += baseline_figures(script, before, step, args.skip_baseline)
+    out.append(emit("sft_step_ms", round(time_sft_steps(args.sft_steps), 2), "ms", batch=64))
+    if not args.skip_labs:
+        out += lab_run_figures(S)
+    out += optional_figures(args, step["ms"])
     out.append(emit("load_average_end", load(), "1/5/15 min"))
     return out
 

@@ -12,60 +12,63 @@ from typing import Callable
 
 import numpy as np
 
+Measure = Callable[[dict], float]
+Add = Callable[[str, Measure], None]
+
 
 def _ev(res: dict, arm: str, metric: str, i: int = -1) -> float:
     v = res["arms"][arm]["evals"][metric][i]
     return float("nan") if v is None else float(v)
 
 
-def _curve(res: dict, arm: str, metric: str) -> np.ndarray:
-    return np.array([np.nan if v is None else v for v in res["arms"][arm]["curve"][metric]], dtype=float)
-
-
-def measures() -> dict[str, Callable[[dict], float]]:
+def measures() -> dict[str, Measure]:
     """{claim id: measure(results) -> float}: ``results`` holds one seed's result of every experiment
     the claim names (claims.json)."""
-    from ..hw4.plots import reward_rise
-    from ..labs.lab19_analysis import MID_WINDOW, hack_completed
+    M: dict[str, Measure] = {}
 
-    M: dict[str, Callable[[dict], float]] = {}
-
-    def add(claim_id: str, measure: Callable[[dict], float]) -> None:
+    def add(claim_id: str, measure: Measure) -> None:
         if claim_id in M:
             raise ValueError(f"claim {claim_id!r} has two measures")
         M[claim_id] = measure
 
-    # ------------------------------------------------------------------------------------ lab11
+    for section in (_lab11, _lab19, _lab21_projects_0_to_2, _lab21_projects_3_to_5, _hw4):
+        section(add)
+    return M
+
+
+def _lab11(add: Add) -> None:
+    """lab11: the SFT model's training and sampling from it."""
     # What a correct implementation gives on any run is not a result here but a test: the worked
     # example's pi* and soft values, the token-level optimum equal to the sequence-level one, the Gibbs
     # gap and "no random policy beats pi*", temperature below the frontier (lib/tests/test_toylm.py);
     # no gradient into the prompt, k1 and k3 unbiased and k2 biased, greedy decoding's single answer
-    # (lib/tests/test_lab11.py). The claims below are results of the SFT model's training and of
-    # sampling from it, or the toy LM's published frontier (an exact computation of its scenario).
+    # (lib/tests/test_lab11.py); the toy LM's frontier, an exact computation of fixed scenarios (the worked one
+    # lowers reward as T falls, the hack one's true reward rises, peaks near 0.5 nats and falls: the scenario
+    # was built for it), lib/tests/test_toylm.py. The claims below are results of the SFT model's training and
+    # of sampling from it. "Accuracy falls from T = 0 to 1 to 2" is no claim either: the three accuracies'
+    # bands (0.75-0.85, 0.50-0.60, below 0.30) do not overlap, so it holds whenever they do.
     add("lab11.greedy-accuracy", lambda r: r["lab11/sweep"]["accuracy"]["0"])
     add("lab11.accuracy-T1", lambda r: r["lab11/sweep"]["accuracy"]["1"])
     add("lab11.accuracy-T2", lambda r: r["lab11/sweep"]["accuracy"]["2"])
-    add("lab11.accuracy-falls", lambda r: min(r["lab11/sweep"]["accuracy"]["0"] - r["lab11/sweep"]["accuracy"]["1"],
-                                  r["lab11/sweep"]["accuracy"]["1"] - r["lab11/sweep"]["accuracy"]["2"]))
     add("lab11.distinct-T2", lambda r: r["lab11/sweep"]["distinct"]["2"])
     add("lab11.distinct-climbs", lambda r: float(np.diff(r["lab11/sweep"]["distinct_all"]).min()))
     add("lab11.kl-agree-hot", lambda r: max(abs(r["lab11/kl"][T][k] - 1) for T in ("1.5", "2") for k in ("k1_ratio", "k3_ratio")))
     add("lab11.k3-low-sharp", lambda r: r["lab11/kl"]["0.25"]["k3_ratio"])
     add("lab11.k3-bars-miss", lambda r: r["lab11/kl"]["0.25"]["k3_covers"])
-    add("lab11.cooling-reduces-reward", lambda r: r["lab11/frontier"]["worked_cooling_loss"])
-    add("lab11.hack-rises-falls", lambda r: r["lab11/frontier"]["hack_rise_fall"])
-    add("lab11.hack-peak-kl", lambda r: r["lab11/frontier"]["hack_peak_kl"])
 
-    # ------------------------------------------------------------------------------------ lab19
+
+def _lab19(add: Add) -> None:
+    """lab19: best-of-n overoptimization, reward hacking, entropy under the clip variants."""
+    from ..labs.lab19_analysis import MID_WINDOW, hack_completed
+
     # Part 1's pools are samples (seeded); "the proxy gain keeps rising with n" and "with b = 0 the
     # exact gold gain never turns down" hold for every pool and every noise level (the best of more
     # draws of a score is at least as high; with b = 0 gold and proxy rise together): tests
-    # (lib/tests/test_overopt.py), not results.
+    # (lib/tests/test_overopt.py), not results. The peak's KL is log n - (n - 1)/n of the peak's n, so the
+    # peak is one claim (its KL), and "negative by best-of-3000" is the same number as the pool's value there.
     o = lambda k: (lambda r: r["lab19/overopt"][k])  # noqa: E731
-    add("lab19.bon-peak-n", o("peak_n"))
     add("lab19.bon-peak-kl", o("peak_kl"))
     add("lab19.bon-peak-gain", o("peak_gain"))
-    add("lab19.bon-negative-3000", o("pool_gain_3000"))
     add("lab19.gao-alpha", o("alpha"))
     add("lab19.gao-beta", o("beta"))
     add("lab19.noise-beta", o("noise_beta"))
@@ -77,9 +80,9 @@ def measures() -> dict[str, Callable[[dict], float]]:
     add("lab19.hack-acc-mid", h("0", "accuracy_mid"))
     add("lab19.hack-rises-first", lambda r: r["lab19/hacking"]["0"]["accuracy_mid"] - r["lab19/hacking"]["0"]["accuracy_start"])
     add("lab19.hack-peak-step", h("0", "peak_step"))
+    # "completed" is the final length at the 4-character maximum and the final accuracy at 0 (lab19_analysis.
+    # HACK_DONE), seed by seed: the final accuracy and length are that one fact, not two more claims.
     add("lab19.hack-completed", lambda r: float(hack_completed(r["lab19/hacking"]["0"])))
-    add("lab19.hack-final-acc", h("0", "final_accuracy"))
-    add("lab19.hack-final-length", h("0", "final_length"))
     add("lab19.hack-final-kl", h("0", "final_kl"))
     add("lab19.hack-proxy-climbs", lambda r: r["lab19/hacking"]["0"]["final_proxy"] - r["lab19/hacking"]["0"]["proxy_mid"])
     add("lab19.kl005-no-hack", lambda r: 4.0 - r["lab19/hacking"]["0.05"]["final_length"])
@@ -101,11 +104,14 @@ def measures() -> dict[str, Callable[[dict], float]]:
     add("lab19.clip-rare", en("symmetric", "late_clip_high_of_positive_rare"))
     add("lab19.clip-common", en("symmetric", "late_clip_high_of_positive_common"))
 
-    # ------------------------------------------------------------------------------------ lab21
+
+def _lab21_projects_0_to_2(add: Add) -> None:
+    """lab21: the teacher and student models, Projects 0 to 2."""
     add("lab21.teacher-accuracy", lambda r: r["lab21/models"]["teacher_greedy"])
     add("lab21.student-greedy", lambda r: r["lab21/models"]["student_greedy"])
+    # The projects' starting pass@1 (Projects 0, 2 and 5 print it) is this same model's sampled accuracy on
+    # 2-digit sums at T = 1 before any step: one fact, claimed once here.
     add("lab21.student-sampled", lambda r: r["lab21/models"]["student_sampled"])
-    add("lab21.p0-start-pass1", lambda r: _ev(r["lab21/project0"], "rl", "pass@1", 0))
     add("lab21.p0-start-kl", lambda r: _ev(r["lab21/project0"], "rl", "kl_to_teacher_exact_token_mean_nats", 0))
     for arm in ("opd-full", "sft-teacher", "opd-sampled", "rl"):
         add(f"lab21.p0-{arm}-pass1", (lambda a: lambda r: _ev(r["lab21/project0"], a, "pass@1"))(arm))
@@ -127,22 +133,32 @@ def measures() -> dict[str, Callable[[dict], float]]:
     add("lab21.p1-no-clip-pass1", lambda r: _ev(r["lab21/project1"], "no-clip", "pass@1"))
     add("lab21.p1-no-clear-effect", lambda r: _ev(r["lab21/project1"], "clip-higher", "entropy_token_mean_nats")
         - _ev(r["lab21/project1"], "symmetric", "entropy_token_mean_nats"))
-    add("lab21.p2-start-gold", lambda r: _ev(r["lab21/project2"], "binary", "gold_pass@1", 0))
+    add("lab21.p1-pass16-no-clear-effect", lambda r: _ev(r["lab21/project1"], "clip-higher", "pass@16")
+        - _ev(r["lab21/project1"], "symmetric", "pass@16"))
+    # binary's proxy reward is exact match, the gold itself: its proxy is not a second claim
     for arm in ("binary", "partial", "stylish_w2"):
         add(f"lab21.p2-{arm}-gold", (lambda a: lambda r: _ev(r["lab21/project2"], a, "gold_pass@1"))(arm))
-        add(f"lab21.p2-{arm}-proxy", (lambda a: lambda r: _ev(r["lab21/project2"], a, "proxy_reward_mean"))(arm))
+        if arm != "binary":
+            add(f"lab21.p2-{arm}-proxy", (lambda a: lambda r: _ev(r["lab21/project2"], a, "proxy_reward_mean"))(arm))
         add(f"lab21.p2-{arm}-pad", (lambda a: lambda r: _ev(r["lab21/project2"], a, "pad_share_small_sums"))(arm))
     add("lab21.p2-w1-pad", lambda r: _ev(r["lab21/project2"], "stylish_w1", "pad_share_small_sums"))
     add("lab21.p2-w1-gold", lambda r: _ev(r["lab21/project2"], "stylish_w1", "gold_pass@1"))
-    add("lab21.p2-stylish-hacked", lambda r: (_ev(r["lab21/project2"], "stylish_w2", "pad_share_small_sums") - 0.5)
-        if _ev(r["lab21/project2"], "stylish_w2", "gold_pass@1") - _ev(r["lab21/project2"], "stylish_w2", "gold_pass@1", 0) <= 0.05
-        else -1.0)
+    # the hack's two other halves (the padding is lab21.p2-stylish_w2-pad): gold goes nowhere, the proxy goes up
+    add("lab21.p2-stylish-hacked", lambda r: _ev(r["lab21/project2"], "stylish_w2", "gold_pass@1")
+        - _ev(r["lab21/project2"], "stylish_w2", "gold_pass@1", 0))
+    add("lab21.p2-stylish-proxy-up", lambda r: _ev(r["lab21/project2"], "stylish_w2", "proxy_reward_mean")
+        - _ev(r["lab21/project2"], "stylish_w2", "proxy_reward_mean", 0))
     add("lab21.p2-partial-no-faster", lambda r: _ev(r["lab21/project2"], "partial", "gold_pass@1")
         - _ev(r["lab21/project2"], "binary", "gold_pass@1"))
+
+
+def _lab21_projects_3_to_5(add: Add) -> None:
+    """lab21: Projects 3 to 5."""
     b3 = lambda arm, b, i=-1: (lambda r: _ev(r["lab21/project3"], arm, f"sampled_accuracy_{b}", i))  # noqa: E731
     add("lab21.p3-start-1d1d", b3("uniform", "1d+1d", 0))
-    add("lab21.p3-start-2d", lambda r: float(np.mean([_ev(r["lab21/project3"], "uniform", f"sampled_accuracy_{b}", 0)
-                                                  for b in ("2d+2d_nocarry", "2d+2d_carry", "2d+2d_ge100")])))
+    # "30-50% on the 2-digit buckets": every bucket, so the worst bucket's distance outside [0.30, 0.50]
+    add("lab21.p3-start-2d", lambda r: max(max(0.30 - v, v - 0.50, 0.0) for v in (
+        _ev(r["lab21/project3"], "uniform", f"sampled_accuracy_{b}", 0) for b in ("2d+2d_nocarry", "2d+2d_carry", "2d+2d_ge100"))))
     add("lab21.p3-start-3d1d", b3("uniform", "3d+1d", 0))
     add("lab21.p3-target-only-3d1d", b3("target-only", "3d+1d"))
     add("lab21.p3-target-only-drift", lambda r: float(np.mean(
@@ -162,16 +178,22 @@ def measures() -> dict[str, Callable[[dict], float]]:
         add(f"lab21.p4-{arm}-pass1", (lambda a: lambda r: _ev(r["lab21/project4"], a, "pass@1"))(arm))
         add(f"lab21.p4-{arm}-pass16", (lambda a: lambda r: _ev(r["lab21/project4"], a, "pass@16"))(arm))
     add("lab21.p4-maxrl-direction", lambda r: _ev(r["lab21/project4"], "maxrl", "pass@16") - _ev(r["lab21/project4"], "mean", "pass@16") + 1e-9)
+    add("lab21.p4-mean-pass1-ahead", lambda r: _ev(r["lab21/project4"], "mean", "pass@1")
+        - max(_ev(r["lab21/project4"], a, "pass@1") for a in ("std", "maxrl")))
     x5 = lambda r: r["lab21/project5"]["arms"]["rl"]["extra"]  # noqa: E731
-    add("lab21.p5-start-pass1", lambda r: x5(r)["before"]["in_dist"][0])
     add("lab21.p5-end-pass1", lambda r: x5(r)["after"]["in_dist"][0])
+    # "pass@64 falls" is no claim of its own: the base solves every problem within 64 samples (pass@64 1.000,
+    # the ceiling, on every seed), so the fall is 1 minus the end value, which lab21.p5-end-pass64 judges.
     add("lab21.p5-start-pass64", lambda r: x5(r)["before"]["in_dist"][63])
     add("lab21.p5-end-pass64", lambda r: x5(r)["after"]["in_dist"][63])
-    add("lab21.p5-pass64-falls", lambda r: x5(r)["before"]["in_dist"][63] - x5(r)["after"]["in_dist"][63])
     add("lab21.p5-crossing", lambda r: float(x5(r)["crossing_k"] or 65))
     add("lab21.p5-3d1d-zero", lambda r: max(max(x5(r)["before"]["3d+1d"]), max(x5(r)["after"]["3d+1d"])))
 
-    # -------------------------------------------------------------------------------------- hw4
+
+def _hw4(add: Add) -> None:
+    """hw4: format_copy, math_toy and the GPU-only math_hard runs."""
+    from ..hw4.plots import reward_rise
+
     # k3's non-negativity and unbiasedness are properties of the estimator (lib/tests/test_core_eval.py),
     # not results of a run.
     add("hw4.fc-reward", lambda r: r["hw4/format_copy"]["grpo"]["final_reward"])
@@ -193,6 +215,3 @@ def measures() -> dict[str, Callable[[dict], float]]:
     add("hw4.math-reinforce-beats-base", lambda r: r["hw4/math_toy"]["reinforce"]["final_eval_exact_match"] - r["hw4/math_toy"]["reinforce"]["start_eval_exact_match"])
     for cid in ("hw4.math-hard-base", "hw4.math-hard-reinforce", "hw4.math-hard-grpo", "hw4.math-hard-grpo-train"):
         add(cid, lambda r: float("nan"))  # a 1.5B model on a GPU: the experiment is unavailable here, never measured
-    return M
-
-

@@ -1,4 +1,4 @@
-"""Rebuilding the course's shipped models (instructors; ``python -m llmrl.tools.cache --rebuild-shipped``).
+"""Rebuilding the course's shipped models (instructors; ``python -m llmrl.tools.models --rebuild-shipped``).
 
 The two SFT runs of :data:`llmrl.sft.checkpoints.SHIPPED_RUNS` and the character model's
 pretraining, a scan of the snapshots, the choice of each model by its calibration against
@@ -27,8 +27,8 @@ def calibration(model, teacher=None) -> dict:
     lib/tests/test_calibration.py checks): greedy, T = 1 and T = 2 accuracy on 1,000 two-digit
     problems, and, given a teacher, lab21 Project 0's starting point (pass@1 from 8 samples of 100
     problems and the exact per-token KL to the teacher on them)."""
-    from ..addition import TWO_DIGIT, eval_problems
-    from ..evaluation import accuracy, evaluate
+    from ..tasks.addition import TWO_DIGIT, eval_problems
+    from ..rl.evaluation import accuracy, evaluate
 
     probs = eval_problems(1000)
     out = {"greedy": accuracy(model, probs, 0.0), "sampled_T1": accuracy(model, probs, 1.0, 1, 0),
@@ -73,7 +73,7 @@ def train_keeping(cfg, keep, progress: bool = True) -> tuple[dict, dict]:
 def measure(cfg, states: dict, teacher_state: dict, progress: bool = True) -> list[dict]:
     """A scan row per snapshot: its step and :func:`calibration` (with the KL to the teacher, the
     slowest measurement, only where greedy accuracy is within 0.15 of the student's target)."""
-    from ..tinylm import TinyLM
+    from ..lm.tinylm import TinyLM
 
     teacher, model = TinyLM(cfg.model), TinyLM(cfg.model)
     teacher.load_state_dict(teacher_state)
@@ -156,7 +156,7 @@ def rebuild(out_dir: Path | None = None, progress: bool = True, parts=PARTS) -> 
     ``out_dir`` (the package's models folder by default); the entries of the other parts are kept
     from the manifest already there. Returns the new manifest."""
     from ..sft.checkpoints import COURSE_SFT, LAB21_SFT, SFT_STEP
-    from ..tinylm import TinyLM
+    from ..lm.tinylm import TinyLM
 
     parts = tuple(parts)
     if not parts or any(p not in PARTS for p in parts):

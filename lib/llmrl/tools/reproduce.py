@@ -3,7 +3,9 @@
 Every "what you should see" / "what we observed" statement of the material the course was built
 from (lab11, lab19, lab21, hw4) is a :class:`Claim` in :data:`CLAIMS`: an id, the lab, the
 statement in the course's words, the published value, a :class:`Check` (the tolerance, with its
-reason) and a function that computes our value from one seed's experiment results. Claims read
+reason), what the run would have to do for it to fail, and a function that computes our value from
+one seed's experiment results. :func:`coincidences` finds claims whose per-seed values move together
+exactly (one measure counted twice) unless a claim declares the other. Claims read
 the results of :data:`EXPERIMENTS`; each experiment is computed once per seed and shared by every
 claim that reads it, and each (experiment, seed) result is cached as JSON under
 ``artifacts/reproduce/`` (:func:`cache_dir`), so a rerun of the report only computes what is
@@ -23,7 +25,7 @@ within its rounding), ``within about`` (a number within the published "about"), 
 the reason when known), ``not run`` (its experiment was not run or cannot run here).
 
 Seeds: every experiment takes a list of seeds. The runner-based ones (lab19's parts 2-3, lab21's
-projects) hand the list to :func:`llmrl.runner.run_arms`, whose arm functions train an arm's seeds
+projects) hand the list to :func:`llmrl.experiments.runner.run_arms`, whose arm functions train an arm's seeds
 as one stacked computation; :func:`per_seed` is the one loop over seeds for the others.
 """
 
@@ -253,6 +255,52 @@ def judge_all(claims: Sequence[Claim], per_seed: dict[int, dict], skipped: dict[
     return out
 
 
+@dataclass(frozen=True)
+class Coincidence:
+    """Two claims on a shared experiment whose per-seed values move together exactly: ``how`` is "the same
+    values", "the same values plus a constant" or "a constant minus the values" (the last two only where the
+    values change from seed to seed). ``declared``: the why of a claim's ``same_values`` naming the other."""
+
+    first: Claim
+    second: Claim
+    how: str
+    declared: str = ""
+
+
+_SAME = 1e-9  # float noise: measures computed the same way agree far closer than any two seeds' values
+
+
+def coincidences(outcomes: Sequence[Outcome]) -> list[Coincidence]:
+    """Pairs of claims that read a common experiment and whose values are, on every seed both were judged
+    on (at least two), identical, or differ by a constant, or sum to a constant (values that change from
+    seed to seed). Such a pair is one measure counted twice (e.g. a reward that is the gold itself), or one
+    claim implied by the other (an end value and its fall from a start at the ceiling), unless a claim
+    declares the other in ``same_values`` with the reason they are different claims (both at a floor of 0)."""
+    found = []
+    judged = [o for o in outcomes if len(o.values) >= 2 and not o.deterministic]
+    for i, a in enumerate(judged):
+        for b in judged[i + 1:]:
+            if not set(a.claim.experiments) & set(b.claim.experiments) or a.values.keys() != b.values.keys():
+                continue
+            x = np.array([a.values[s] for s in sorted(a.values)], dtype=float)
+            y = np.array([b.values[s] for s in sorted(a.values)], dtype=float)
+            if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
+                continue
+            moves = np.ptp(x) > _SAME
+            if np.all(np.abs(x - y) <= _SAME):
+                how = "the same values"
+            elif moves and np.ptp(x - y) <= _SAME:
+                how = "the same values plus a constant"
+            elif moves and np.ptp(x + y) <= _SAME:
+                how = "a constant minus the values"
+            else:
+                continue
+            why = next((c.same_values[1] for c, other in ((a.claim, b.claim), (b.claim, a.claim))
+                        if c.same_values and c.same_values[0] == other.id), "")
+            found.append(Coincidence(a.claim, b.claim, how, why))
+    return found
+
+
 def experiments_of(claims: Sequence[Claim]) -> list[str]:
     """The experiments the claims read, most claims per CPU second first (so a run stopped early has
     judged as many claims as it could)."""
@@ -399,7 +447,19 @@ def write_report(outcomes: Sequence[Outcome], info: dict, seeds: Sequence[int], 
     """docs/reproduction.md: the summary by lab, then one table per lab (claim, statement, published,
     ours, tolerance and its reason, verdict), then the experiments' cost and provenance."""
     path = Path(path)
-    code_now = code_fingerprint()
+    lines = _report_header(seeds, info, wall_s, load, fast, command, state, smoke, own_seeds)
+    lines += _summary_table(outcomes)
+    lines += _claim_tables(outcomes)
+    lines += coincidence_section(outcomes)
+    lines += _experiments_table(info, code_fingerprint())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _report_header(seeds: Sequence[int], info: dict, wall_s: float | None, load: str | None, fast: bool,
+                   command: str, state: str, smoke: bool, own_seeds: bool) -> list[str]:
+    """The report's title, how it was made and read, and what this run cost."""
     lines = ["# Reproduction of the published results", "",
              f"Written by `{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
              f" ({'fast subset: only the cheap experiments were run' if fast else 'every claim'}); seeds {', '.join(map(str, seeds))}"
@@ -410,9 +470,12 @@ def write_report(outcomes: Sequence[Outcome], info: dict, seeds: Sequence[int], 
              " mean over seeds, or, where the published statement is about one run (\"the hack completes\"),"
              " on each seed with the share of seeds it needs: **holds** (a qualitative claim, or an exact value"
              " within its rounding), **within about** (a number within the published \"about\"), **differs**,"
-             " **not run**. Each row lists every seed's own value. Identities that hold for any correct"
-             " implementation (the worked example's pi*, the Gibbs gap, unbiased estimators, greedy decoding's"
-             " single answer) are tested in `lib/tests`, not claimed here: no run can miss them."
+             " **not run**. Each row lists every seed's own value and what the run would have to do for the claim to"
+             " fail. Identities that hold for any correct implementation (the worked example's pi*, the Gibbs gap,"
+             " unbiased estimators, greedy decoding's single answer, the toy LM's frontier, an exact computation"
+             " of fixed scenarios) are tested in `lib/tests`, not claimed here: no run can miss them; nor is a"
+             " value defined as another claim's, one implied by other claims' bounds, or a bound the measure's"
+             " definition meets (the comments of `claim_measures.py` name the ones left out)."
              " Seeds: the RL experiments (lab19 parts 2-3, lab21's projects, hw4) train one run per seed; the"
              " claims about a checkpoint (lab11, lab21's models) vary only the sampling with the seed, since the"
              " checkpoints come from one SFT run; greedy decoding and exact computations give one value.", ""]
@@ -432,7 +495,12 @@ def write_report(outcomes: Sequence[Outcome], info: dict, seeds: Sequence[int], 
     if secs:
         lines += [f"Computing the results in the cache took {sum(secs) / 60:.1f} min of wall time in all (the sum over"
                   " the experiments and seeds of the last table; on a shared machine).", ""]
-    lines += ["## Summary", "", "| lab | claims | holds | within about | differs | not run | qualitative held |"
+    return lines
+
+
+def _summary_table(outcomes: Sequence[Outcome]) -> list[str]:
+    """The count of verdicts by lab."""
+    lines = ["## Summary", "", "| lab | claims | holds | within about | differs | not run | qualitative held |"
               " numeric held |", "|---|---|---|---|---|---|---|---|"]
     for lab, r in summary_counts(outcomes).items():
         q = f"{r['qualitative_held']}/{r['qualitative']}" if r["qualitative"] else "-"
@@ -440,12 +508,18 @@ def write_report(outcomes: Sequence[Outcome], info: dict, seeds: Sequence[int], 
         lines.append(f"| {'**all**' if lab == 'all' else lab} | {r['total']} | {r['holds']} | {r['within about']} |"
                      f" {r['differs']} | {r['not run']} | {q} | {n} |")
     lines.append("")
+    return lines
+
+
+def _claim_tables(outcomes: Sequence[Outcome]) -> list[str]:
+    """One table per lab: each claim, its values and its verdict."""
+    lines: list[str] = []
     for lab in LABS:
         rows = [o for o in outcomes if o.claim.lab == lab]
         if not rows:
             continue
-        lines += [f"## {lab}", "", "| id | claim | published | ours (mean ± sd; seeds) | tolerance | verdict |",
-                  "|---|---|---|---|---|---|"]
+        lines += [f"## {lab}", "", "| id | claim | published | ours (mean ± sd; seeds) | tolerance | could fail if |"
+                  " verdict |", "|---|---|---|---|---|---|---|"]
         for o in rows:
             c = o.claim
             ours = ours_cell(o) if o.values else "–"
@@ -453,9 +527,14 @@ def write_report(outcomes: Sequence[Outcome], info: dict, seeds: Sequence[int], 
             verdict = f"**{o.verdict}**" + (f": {o.note}" if o.note else "")
             cell = lambda s: s.replace("|", "\\|")  # noqa: E731
             lines.append(f"| `{c.id}` | {cell(c.statement)} | {cell(c.published)} | {cell(ours)} | {cell(tol)} |"
-                         f" {cell(verdict)} |")
+                         f" {cell(c.could_fail)} | {cell(verdict)} |")
         lines.append("")
-    lines += ["## Experiments", "", "Each is computed once per seed and shared by the claims that read it."
+    return lines
+
+
+def _experiments_table(info: dict, code_now: str) -> list[str]:
+    """Each experiment's seeds, cost, date and the library code it was computed with."""
+    lines = ["## Experiments", "", "Each is computed once per seed and shared by the claims that read it."
               " Seconds: wall time per seed when it was computed (divided among the seeds computed together;"
               " on a shared machine, so noisy).", "",
               "| experiment | seeds | s per seed | computed | library code |", "|---|---|---|---|---|"]
@@ -474,9 +553,26 @@ def write_report(outcomes: Sequence[Outcome], info: dict, seeds: Sequence[int], 
         note = f" ({i['note']})" if i.get("note") else ""
         lines.append(f"| {name} | {seeds_txt}{note} | {per} | {', '.join(i['computed'])} | {code} |")
     lines.append("")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines))
-    return path
+    return lines
+
+
+def coincidence_section(outcomes: Sequence[Outcome]) -> list[str]:
+    """The report's list of claim pairs whose per-seed values move together exactly (:func:`coincidences`):
+    those declared, with the reason they are still two claims, and any undeclared one, flagged."""
+    found = coincidences(outcomes)
+    undeclared = [k for k in found if not k.declared]
+    lines = ["## Claims whose values coincide", "",
+             "Pairs of claims on a shared experiment whose values are the same on every seed, or differ by a"
+             " constant, or sum to one (`llmrl.tools.reproduce.coincidences`): one measure counted twice, unless a"
+             " claim declares the other (`same_values` in claims.json) with the reason they are two claims."
+             f" Undeclared: **{len(undeclared)}**.", ""]
+    if found:
+        lines += ["| claims | how | declared |", "|---|---|---|"]
+        for k in found:
+            lines.append(f"| `{k.first.id}`, `{k.second.id}` | {k.how} | "
+                         + (k.declared.replace("|", "\\|") if k.declared else "**no: one measure counted twice?**") + " |")
+        lines.append("")
+    return lines
 
 
 def _load() -> str | None:
@@ -553,6 +649,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for lab, r in summary_counts(outcomes).items():
         print(f"{lab:6s} {r['holds'] + r['within about']}/{r['total']} hold or within about, {r['differs']} differ, "
               f"{r['not run']} not run")
+    for k in coincidences(outcomes):
+        if not k.declared:
+            print(f"[reproduce] {k.first.id} and {k.second.id}: {k.how} on every seed, and neither declares the other "
+                  "(same_values in claims.json): one measure counted twice?", file=sys.stderr)
     print(f"report: {out}; wall time {wall / 60:.1f} min (load average {_load()})")
     return 0
 

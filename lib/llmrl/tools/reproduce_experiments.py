@@ -51,7 +51,7 @@ class Experiment:
 def per_seed(fn: Callable) -> Callable[[Sequence[int], Options], dict]:
     """An experiment's ``run`` from a one-seed function ``fn(seed)`` or ``fn(seed, options)``: the one
     loop over seeds for experiments whose library functions take a single seed. (The runner-based
-    experiments hand the whole list to :func:`llmrl.runner.run_arms` or :func:`llmrl.labs.lab21.run`,
+    experiments hand the whole list to :func:`llmrl.experiments.runner.run_arms` or :func:`llmrl.labs.lab21.run`,
     which is where seeds can be trained stacked.)"""
     import inspect
 
@@ -85,28 +85,8 @@ def _exp_lab11_kl(seed: int) -> dict:
     return {f"{T:g}": row for T, row in checks.items()}
 
 
-def _exp_lab11_frontier(seed: int) -> dict:
-    from .. import toylm
-    from ..labs import lab11
-
-    d = lab11.frontier_data()
-    gaps = [float(lab11.temperature_gap(d, n).min()) for n in d if len(lab11.temperature_gap(d, n))]
-    w = d["worked"]["temperature"]
-    cool = w["reward"][w["temperature"] < 1]
-    at1 = float(np.interp(1.0, w["temperature"], w["reward"]))
-    hack = d["hack"]["optimum"]
-    tr = hack["true_reward"]
-    i = int(np.argmax(tr))
-    small_beta = int(np.argmin(hack["beta"]))
-    large_beta = int(np.argmax(hack["beta"]))
-    return {"temperature_gap_min": min(gaps), "worked_cooling_loss": at1 - float(np.max(cool)),
-            "hack_rise_fall": float(min(tr[i] - tr[large_beta], tr[i] - tr[small_beta])),
-            "hack_peak_kl": d["hack"]["peak"]["kl_nats"], "n_betas": int(len(hack["beta"])),
-            "toylm_scenarios": list(toylm.SCENARIOS)}
-
-
 def _exp_lab19_overopt(seed: int) -> dict:
-    from .. import overopt
+    from ..labs import overopt
 
     pool = overopt.pool_curves(overopt.make_pool(seed=seed))
     pk = overopt.peak(pool)
@@ -148,13 +128,13 @@ def _lab19_arm(arm: str, seeds: Sequence[int], steps: int | None = None, progres
     return [{"curve": lab19.as_series(h)} for h in runs]
 
 
-_lab19_arm.seeds_together = True  # llmrl.runner.seeds_together: run_arms hands it an arm's seeds at once
+_lab19_arm.seeds_together = True  # llmrl.experiments.runner.seeds_together: run_arms hands it an arm's seeds at once
 
 
 def _lab19_runs(kind: str, arms: Sequence[str]):
     def run(seeds: Sequence[int], opts: "Options") -> dict[int, dict]:
         from ..labs import lab19
-        from ..runner import run_arms
+        from ..experiments.runner import run_arms
 
         res = run_arms(f"reproduce/lab19/{kind}", _lab19_arm, [f"{kind}/{a}" for a in arms], seeds,
                        workers=opts.workers, progress=False, steps=SMOKE_STEPS if opts.smoke else None)
@@ -170,8 +150,8 @@ def _lab19_runs(kind: str, arms: Sequence[str]):
 
 
 def _exp_lab21_models(seed: int) -> dict:
-    from ..addition import TWO_DIGIT, eval_problems
-    from ..evaluation import accuracy
+    from ..tasks.addition import TWO_DIGIT, eval_problems
+    from ..rl.evaluation import accuracy
 
     probs = eval_problems(200, TWO_DIGIT)
     student, teacher = _tiny("student"), _tiny("teacher")
@@ -218,7 +198,7 @@ def _experiments(lr: float | dict | None = None) -> dict[str, Experiment]:
     """The experiments; ``lr``: lab21 Projects 1-5's learning rates, {project: lr} or one for all (default
     ``lab21.PROJECT_LR``). They and Projects 4-5's evaluation temperatures are in the settings, so that a
     new one recomputes them."""
-    from .. import overopt
+    from ..labs import overopt
     from ..labs.lab19 import CLIP_ARMS
     from ..labs.lab21 import EVAL_TEMPERATURE, PROJECT_LR
 
@@ -229,8 +209,6 @@ def _experiments(lr: float | dict | None = None) -> dict[str, Experiment]:
                    cheap=True),
         Experiment("lab11/kl", "lab11", per_seed(_exp_lab11_kl), {"n_problems": 16, "n_samples": 8, "n_batches": 16},
                    ("sft",), cheap=True),
-        Experiment("lab11/frontier", "lab11", per_seed(_exp_lab11_frontier),
-                   {"betas": "default_betas(100, 1000, 0.02)"}, seeded=False, cheap=True),
         Experiment("lab19/overopt", "lab19", per_seed(_exp_lab19_overopt),
                    {"pool": 200_000, "pad_share": overopt.PAD_SHARE, "length_scale": overopt.LENGTH_SCALE,
                     "padding_cost": overopt.PADDING_COST}, cheap=True),

@@ -21,7 +21,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from trl import GRPOConfig, GRPOTrainer
 
-from ..addition import PromptSampler
+from ..tasks.addition import PromptSampler
 
 CHARS = list("0123456789+=")
 

@@ -1,0 +1,80 @@
+"""Every repository path docs/architecture.md names exists.
+
+A path is a word with a slash or a file ending (``rl/step.py``, ``claims.json``, ``autograder/bin/grade``),
+written in backticks or not. The page names most files relative to the folder it is about: a path
+counts as there when it exists under the repository, ``lib/``, ``lib/llmrl/``, ``autograder/``,
+``hub/`` or ``docs/``; a bare file name in a row of the library's or the grader's folder table must be
+in that row's folder (a path with a slash may be relative to it), and elsewhere anywhere in the package its section is about.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "architecture.md"
+BASES = ["", "lib", "lib/llmrl", "autograder", "hub", "docs"]
+# named on purpose although they are no file of the repository
+NOT_FILES = {
+    "core/": "the folder the core is not in",
+    "build/student-kit/": "what make student-kit writes (git-ignored)",
+}
+_ENDINGS = (".py", ".json", ".md", ".cfg", ".toml", ".yml", ".yaml", ".sh", ".ipynb")
+_WORD = re.compile(r"[A-Za-z0-9_.<>*/-]+")
+
+
+def _paths(text: str) -> list[str]:
+    out = []
+    for w in _WORD.findall(text):
+        w = w.rstrip(".,;:").removeprefix("../")
+        if not w or w.startswith("/") or "<" in w or "*" in w or "://" in w:
+            continue
+        if "/" in w or w.endswith(_ENDINGS):
+            out.append(w)
+    return out
+
+
+def _section_package(title: str) -> str:
+    return "autograder" if "autograder" in title else "hub" if "hub" in title.lower() else "lib/llmrl"
+
+
+def _exists(path: str, package: str, folder: str | None) -> bool:
+    if "/" not in path.rstrip("/"):
+        if folder is not None:
+            return (ROOT / package / folder / path).exists()
+        if any((ROOT / b / path).exists() for b in BASES):
+            return True
+        return any(p.name == path.rstrip("/") for p in (ROOT / package).rglob(path.rstrip("/")))
+    return any((ROOT / b / path).exists() for b in BASES) or (
+        folder is not None and (ROOT / package / folder / path).exists())
+
+
+def missing_paths(text: str) -> list[str]:
+    missing = []
+    package = "lib/llmrl"
+    for line in text.splitlines():
+        if line.startswith("## "):
+            package = _section_package(line)
+        folder = None
+        cells = line.split("|")
+        if line.startswith("|") and len(cells) > 2:
+            m = re.fullmatch(r"\s*`([\w-]+)/`(?: \(core\))?\s*", cells[1])
+            folder = None if m is None else ("" if m.group(1) == "llmrl" else m.group(1))
+        for p in _paths(line):
+            if p in NOT_FILES:
+                continue
+            if not _exists(p, package, folder if (folder is not None and p not in cells[1]) else None):
+                missing.append(p)
+    return missing
+
+
+def test_every_path_named_exists():
+    assert missing_paths(DOC.read_text()) == []
+
+
+def test_a_path_that_is_gone_is_caught():
+    text = ("## The library (lib/llmrl)\n"
+            "| `rl/` | the loop (`train.py`) and `gone.py` | 6 | 1 |\n"
+            "the walk: `hw4/no_such_trainer.py` -> `rl/step.py`\n")
+    assert missing_paths(text) == ["gone.py", "hw4/no_such_trainer.py"]
