@@ -1,8 +1,8 @@
 """Run a command as a student of the hub, inside the student's limits (root only).
 
-    python hub/confine.py SETTINGS USER -- COMMAND...
+    python -m hub.confine SETTINGS USER -- COMMAND...      (in the repository's folder: LAUNCH_DIR)
 
-SETTINGS is the hub's settings file (hub.json, written by deploy.py). As root, this process:
+SETTINGS is the hub's settings file (hub.json, written by hub/deploy). As root, this process:
 
 1. joins the student's cgroups (made with the limits of SETTINGS: memory, processes), so every process
    the command starts counts against them and none can leave (the groups belong to root);
@@ -14,8 +14,10 @@ SETTINGS is the hub's settings file (hub.json, written by deploy.py). As root, t
 4. becomes the student (their groups, gid and uid) and executes COMMAND.
 
 The hub's spawner starts every student's server through it (spawner.py); the hub's tests run what a
-student types in a terminal through it too (deploy.run_as with confined=True). Everything is in place
-before COMMAND runs: a student's code never runs outside these limits.
+student types in a terminal through it too (deploy.run_as with confined=True); both build the command
+line with `command` and start it in LAUNCH_DIR, where `python -m` finds the hub's package (no
+PYTHONPATH, which the student's command would inherit). Everything is in place before COMMAND runs
+(in the student's home): a student's code never runs outside these limits.
 """
 
 from __future__ import annotations
@@ -27,15 +29,15 @@ import pwd
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import limits as L  # noqa: E402
+from hub import limits as L
+from hub.layout import student_folders
+
+LAUNCH_DIR = Path(__file__).resolve().parents[1]  # the repository: `python -m hub.confine` runs from here
 
 
-def student_paths(settings: dict, user: str) -> dict[str, Path]:
-    """Where a student's filesystem is mounted and the folders the hub uses on it."""
-    root = Path(settings["users_dir"]) / user
-    return {"fs": root, "home": root / "home", "tmp": root / "tmp", "inbound": root / "inbound",
-            "run": root / "run", "exchange": root / "exchange"}
+def command(python: str, settings_file: Path | str, user: str, cmd: list[str]) -> list[str]:
+    """The command line that runs `cmd` as the student `user` inside their limits (start it in LAUNCH_DIR)."""
+    return [python, "-m", "hub.confine", str(settings_file), user, "--", *cmd]
 
 
 def confine(settings: dict, user: str) -> None:
@@ -47,19 +49,19 @@ def confine(settings: dict, user: str) -> None:
     limits = L.Limits.from_dict(settings["limits"])
     pw = pwd.getpwnam(user)  # every lookup before the mounts: nothing below reads the student's view of /etc
     groups = sorted({pw.pw_gid, *(g.gr_gid for g in grp.getgrall() if user in g.gr_mem)})
-    paths = student_paths(settings, user)
-    if not L.mounted(paths["fs"]):
-        raise SystemExit(f"confine.py: {user}'s filesystem is not mounted on {paths['fs']} (run the hub's setup)")
+    paths = student_folders(settings["users_dir"], user)
+    if not L.mounted(paths.root):
+        raise SystemExit(f"confine.py: {user}'s filesystem is not mounted on {paths.root} (run the hub's setup)")
     if settings.get("cgroups"):
         cg = L.Cgroups(**settings["cgroups"])
         cg.make_user(user, limits)
         cg.join(user)
     exchange, course = Path(settings["exchange"]), settings["course_id"]
     # (the student's filesystem's root and exchange/ are root's: none of these paths is a link they made)
-    L.private_mounts([(str(paths["tmp"]), "/tmp"), (str(paths["tmp"]), "/var/tmp"), (str(paths["tmp"]), "/run/lock"),
-                      (str(exchange / course), str(paths["exchange"] / course)),
-                      (str(paths["exchange"]), str(exchange)),
-                      (str(paths["inbound"]), str(exchange / course / "inbound"))], limits.shm_bytes)
+    L.private_mounts([(str(paths.tmp), "/tmp"), (str(paths.tmp), "/var/tmp"), (str(paths.tmp), "/run/lock"),
+                      (str(exchange / course), str(paths.exchange / course)),
+                      (str(paths.exchange), str(exchange)),
+                      (str(paths.inbound), str(exchange / course / "inbound"))], limits.shm_bytes)
     L.set_rlimits(limits)
     os.setgroups(groups)
     os.setgid(pw.pw_gid)

@@ -1,4 +1,4 @@
-"""The instructor's commands in the course folder on the hub (copied there by hub/deploy.py).
+"""The instructor's commands in the course folder on the hub (copied there by hub/deploy/course.py).
 
     python course_tool.py prepare ASSIGNMENT... [--students a,b,c]
         nbgrader generate_assignment for each assignment (writes release/, records its cells in
@@ -15,7 +15,7 @@
         files' time where the student's timestamp.txt is earlier, missing or unreadable; collected/).
 
     python course_tool.py on-submit ASSIGNMENT off|feedback|score
-        grading on submit for one assignment (hub/on_submit.py; docs/hub.md "Feedback on submit"):
+        grading on submit for one assignment (hub/on_submit; docs/hub.md "Feedback on submit"):
         off (the default), feedback (students see which tests pass, the points stay hidden until you
         release them) or score (the points too). Without a mode: each assignment's setting.
     python course_tool.py on-submit-grades ASSIGNMENT
@@ -104,12 +104,12 @@ def autograde(assignments: list[str], workers: int | None) -> int:
 
 # ----------------------------------------------------------------------------- grading on submit
 
-MODES_FILE = "on_submit.json"   # hub/on_submit.py reads it
+MODES_FILE = "on_submit.json"   # hub/on_submit reads it
 MODES = ("off", "feedback", "score")
 
 
 def results_dir() -> Path | None:
-    """The on-submit service's results (hub/on_submit.py), named in course_tool.json by deploy.py."""
+    """The on-submit service's results (hub/on_submit), named in course_tool.json by hub/deploy."""
     settings_file = COURSE / "course_tool.json"
     settings = json.loads(settings_file.read_text()) if settings_file.exists() else {}
     return Path(settings["on_submit_results"]) if settings.get("on_submit_results") else None

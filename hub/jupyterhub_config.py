@@ -1,7 +1,8 @@
-"""JupyterHub configuration of the course (jupyterhub 6.1.1), started by hub/deploy.py.
+"""JupyterHub configuration of the course (jupyterhub 6.1.1), started by hub/deploy (running.start:
+`jupyterhub -f hub/jupyterhub_config.py`, with the repository on PYTHONPATH for the hub's package).
 
 Everything that depends on the machine (ports, folders, accounts, the Python environment) comes from
-the settings file deploy.py writes ($LLMRL_HUB_SETTINGS); the rest is the course's choice:
+the settings file hub/deploy writes ($LLMRL_HUB_SETTINGS); the rest is the course's choice:
 
 - PAM: the accounts log in with their OS passwords (a local course on one machine).
 - CourseSpawner: each student's JupyterLab runs as that OS user, in its home, inside the student's
@@ -15,12 +16,9 @@ the settings file deploy.py writes ($LLMRL_HUB_SETTINGS); the rest is the course
 
 import json
 import os
-import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from spawner import CourseSpawner  # noqa: E402
+from hub.spawner import CourseSpawner
 
 S = json.loads(Path(os.environ["LLMRL_HUB_SETTINGS"]).read_text())
 COURSE = S["course_id"]
@@ -63,7 +61,7 @@ c.JupyterHub.load_roles = [
 # Logging in from the LMS (LTI 1.3) instead of PAM when the hub's folder holds lti.json: hub/lti.py,
 # docs/hub.md "Logging in from Canvas or Moodle" (groups then follow the LMS's roles at each login).
 if (STATE.parent / "lti.json").exists():
-    from lti import configure as configure_lti  # noqa: E402
+    from hub.lti import configure as configure_lti
 
     configure_lti(c, STATE.parent / "lti.json", S)
 # The hub's tests drive it as a service with this token (set only by them).
@@ -128,7 +126,7 @@ c.JupyterHub.services.append({
 })
 
 # ----------------------------------------------------------------------------- grading on submit
-# hub/on_submit.py as a hub-managed service: root's (it reads the students' inbounds and writes their
+# hub/on_submit as a hub-managed service: root's (it reads the students' inbounds and writes their
 # feedback as each student), grading as the grading account; it stops with the hub and resumes its
 # queue when the hub starts again. Nothing is graded until the instructor turns an assignment on
 # (`python course_tool.py on-submit ASSIGNMENT feedback|score`).
@@ -137,5 +135,7 @@ if S.get("on_submit"):
         "name": f"{COURSE}-on-submit",
         "command": [S["confine_python"], "-m", "hub.on_submit", "serve", os.environ["LLMRL_HUB_SETTINGS"]],
         "cwd": S["on_submit"]["dir"],
-        "environment": {"PATH": PATH, "PYTHONPATH": S["repo"], "PYTHONUNBUFFERED": "1", "LANG": "C.UTF-8"},
+        # the hub's package from the repository; the grader's (its collect) from the course folder's copy
+        "environment": {"PATH": PATH, "PYTHONPATH": f"{S['course_dir']}:{S['repo']}", "PYTHONUNBUFFERED": "1",
+                        "LANG": "C.UTF-8"},
     })

@@ -1,4 +1,4 @@
-"""Per-student limits on the hub's machine, enforced by the kernel (used as root by deploy.py and confine.py).
+"""Per-student limits on the hub's machine, enforced by the kernel (used as root by hub/deploy and confine.py).
 
 What each student's server (and everything it starts: kernels, terminals, background processes) gets:
 

@@ -11,7 +11,7 @@ authenticator checks what the course needs:
   LMS courses): another course on the same LMS cannot log in to this hub;
 - the user name: a claim (`username_key`, e.g. the login the LMS sends as a custom parameter) made into a
   hub account name, `username_prefix` + the value in lower case with anything but a-z, 0-9 and "-" turned
-  into "-" (`llmrl-ada`); the accounts are the hub's OS accounts (hub/deploy.py --students), so only
+  into "-" (`llmrl-ada`); the accounts are the hub's OS accounts (hub/deploy --students), so only
   those names may log in;
 - the LMS roles: Instructor, TeachingAssistant, ContentDeveloper or Administrator of the course put the user
   in the group llmrl-instructors (the formgrader), Learner in llmrl-students; anyone else (a mentor, a
@@ -37,7 +37,7 @@ INSTRUCTORS, STUDENTS = "llmrl-instructors", "llmrl-students"
 # LTI 1.3 role URIs (LIS vocabulary); a short name ("Instructor") is accepted too, as some LMSs send it.
 STAFF = ("Instructor", "TeachingAssistant", "ContentDeveloper", "Administrator")
 LEARNER = ("Learner",)
-NAME_RE = re.compile(r"^llmrl-[a-z0-9][a-z0-9-]{0,25}$")  # hub/deploy.py's account names
+NAME_RE = re.compile(r"^llmrl-[a-z0-9][a-z0-9-]{0,25}$")  # hub/deploy's account names (deploy/config.py)
 
 
 def role_names(roles) -> set[str]:

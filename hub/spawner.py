@@ -26,11 +26,11 @@ from pathlib import Path
 from urllib.parse import quote
 
 from jupyterhub.spawner import LocalProcessSpawner
-from traitlets import Unicode
+from traitlets import Unicode, default
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import limits as L  # noqa: E402
+from hub import confine
+from hub import limits as L
+from hub.layout import student_folders
 
 # jupyter_server refuses a socket together with a port other than its default: the URL the hub gives the
 # server names this port, which is never bound (the server listens only on its socket)
@@ -38,17 +38,23 @@ DEFAULT_JUPYTER_PORT = 8888
 
 
 class CourseSpawner(LocalProcessSpawner):
-    settings_file = Unicode("", help="The hub's settings (hub.json, written by hub/deploy.py)").tag(config=True)
+    settings_file = Unicode("", help="The hub's settings (hub.json, written by hub/deploy)").tag(config=True)
     python = Unicode(sys.executable, help="The interpreter that runs confine.py (as root)").tag(config=True)
 
     @property
     def hub_settings(self) -> dict:
         return json.loads(Path(self.settings_file).read_text())
 
+    @default("popen_kwargs")
+    def _start_students_in_the_launch_dir(self):
+        # a student's server starts as `python -m hub.confine ...`, which finds the hub's package in
+        # confine.LAUNCH_DIR; confine.py then runs the server in the student's home
+        return {"cwd": str(confine.LAUNCH_DIR)} if self.is_student() else {}
+
     def socket_path(self) -> Path:
         s = self.hub_settings
         if self.user.name in s["students"]:
-            return Path(s["users_dir"]) / self.user.name / "run" / "server.sock"
+            return student_folders(s["users_dir"], self.user.name).socket
         return Path(s["socket_dir"]) / self.user.name / "server.sock"
 
     def is_student(self) -> bool:
@@ -86,8 +92,8 @@ class CourseSpawner(LocalProcessSpawner):
         if os.path.lexists(sock):
             os.unlink(sock)
         self.port = DEFAULT_JUPYTER_PORT
-        self.cmd = ([self.python, str(HERE / "confine.py"), self.settings_file, self.user.name, "--"]
-                    if self.is_student() else []) + self._server_cmd
+        self.cmd = (confine.command(self.python, self.settings_file, self.user.name, self._server_cmd)
+                    if self.is_student() else self._server_cmd)
         await super().start()
         url = "http+unix://" + quote(str(sock), safe="")
         # the hub stores a URL's host lower-cased and adds a port: the proxy and the hub connect through

@@ -1,8 +1,9 @@
 """Settings shared by the hub tests (conftest.py and the tests import them)."""
 
 import os
-import sys
 from pathlib import Path
+
+from hub import limits
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "artifacts" / "hub"
@@ -17,8 +18,5 @@ SESSION_LIMIT_S = 1800  # the whole session; a hang ends with every thread's tra
 
 # Each student's limits on the test hub (hub/limits.py), smaller than a course's so that the tests that
 # pass them stay light on a shared machine: a JupyterLab with a kernel that imports torch fits.
-sys.path.insert(0, str(REPO / "hub"))
-import limits  # noqa: E402
-
 TEST_LIMITS = limits.Limits(memory_bytes=1024 * limits.MiB, processes=256, disk_bytes=256 * limits.MiB,
                             disk_inodes=20_000, file_bytes=128 * limits.MiB)

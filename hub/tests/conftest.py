@@ -15,23 +15,24 @@ import json
 import os
 import secrets
 import shutil
-import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from hub import deploy
+from hub.tests.common import ARTIFACTS, ASSIGNMENTS, INSTRUCTOR, PORT, SESSION_LIMIT_S, STUDENTS, TEST_DIR, TEST_LIMITS
+from hub.tests.hubclient import Formgrader, HubAPI, UserServer
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(HERE))
 
 ENABLED = os.environ.get("LLMRL_HUB_TESTS", "") not in ("", "0")
-# The on-submit queue's own tests need no hub and no root: they run in make test too.
-collect_ignore = [] if ENABLED else [str(HERE / p.name) for p in HERE.glob("test_*.py") if p.name != "test_on_submit_queue.py"]
-
-from common import ARTIFACTS, ASSIGNMENTS, INSTRUCTOR, PORT, SESSION_LIMIT_S, STUDENTS, TEST_DIR, TEST_LIMITS  # noqa: E402,E501
+# The on-submit queue's own tests and the import rules need no hub and no root: they run in make test too.
+WITHOUT_A_HUB = ("test_on_submit_queue.py", "test_hub_layers.py")
+collect_ignore = [] if ENABLED else [str(HERE / p.name) for p in HERE.glob("test_*.py") if p.name not in WITHOUT_A_HUB]
 
 
 @dataclass
@@ -47,8 +48,28 @@ class CourseHub:
         return self.cfg.url
 
     def api(self):
-        from hubclient import HubAPI
         return HubAPI(self.url, self.driver_token)
+
+    def open_class(self, students, assignment: str | None = None) -> tuple[dict, Formgrader]:
+        """The students' servers (started together, each with the student's own token) and the course
+        service (the instructor's token), all ready: ({student: UserServer}, Formgrader). With an
+        assignment: it is released (unless it is already) and fetched by each student who has no copy."""
+        hubapi = self.api()
+        tokens = {n: hubapi.new_token(n) for n in (INSTRUCTOR, *students)}
+        users = {n: UserServer(self.url, tokens[n], n) for n in students}
+        fg = Formgrader(self.url, tokens[INSTRUCTOR], deploy.COURSE_ID)
+        for u in users.values():
+            u.start()  # a server already running (an earlier test's) stays as it is
+        with ThreadPoolExecutor(max(1, min(4, len(users)))) as pool:
+            list(pool.map(lambda u: u.wait_ready(), users.values()))
+        fg.wait_ready()
+        if assignment is not None:
+            if next(a for a in fg.get("/assignments") if a["name"] == assignment)["status"] != "released":
+                fg.post(f"/assignment/{assignment}/release")
+            for n, u in users.items():
+                if not (deploy.home_of(n) / assignment).exists():
+                    u.action("fetch", deploy.COURSE_ID, assignment)
+        return users, fg
 
 
 def _loadavg() -> str:
@@ -59,7 +80,6 @@ def _loadavg() -> str:
 def course_hub():
     if os.geteuid() != 0:
         pytest.fail("the hub tests need root: they create OS accounts (useradd) and start servers as them")
-    from hub import deploy
 
     faulthandler.dump_traceback_later(SESSION_LIMIT_S, exit=True)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""A hostile class on the hub: classes 2-4 of issue 28, each tried two ways or more by students acting
+"""A hostile class on the hub: the evasion classes 2-4 of docs/grading-safety.md, each tried two ways or more by students acting
 only as students can (their own OS account, inside their server's limits: what a terminal or a kernel of
 theirs runs is run here through confine.py, as the spawner runs their server), against the instructor's
 own steps (the formgrader's Collect, `course_tool.py autograde`). Class 1 (the formgrader running a
@@ -16,18 +16,19 @@ import json
 import os
 import stat
 import subprocess
+import sys
 import textwrap
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from common import ARTIFACTS, INSTRUCTOR, REPO, TEST_LIMITS
-from hubclient import Formgrader, UserServer
-from test_course_cycle import COURSE, S1, S2, S3, fill
 
-from hub import deploy
+from hub import confine, deploy
 from hub import limits as L
+from hub.layout import student_folders
+from hub.tests.common import ARTIFACTS, INSTRUCTOR, TEST_LIMITS
+from hub.tests.hubclient import Formgrader
+from hub.tests.test_course_cycle import COURSE, S1, S2, S3
 
 A, NB = "hw4", "llm_rl"
 S4 = "llmrl-t-s4"
@@ -90,19 +91,7 @@ def as_student(cfg, user: str, script: str, *args: str, timeout: float = 120) ->
 def klass(course_hub):
     """The students' servers and the formgrader, hw4 released; yields (cfg, users, fg, hubapi)."""
     cfg, hubapi = course_hub.cfg, course_hub.api()
-    tokens = {n: hubapi.new_token(n) for n in (INSTRUCTOR, S1, S2, S3, S4)}
-    users = {n: UserServer(course_hub.url, tokens[n], n) for n in (S1, S2, S3, S4)}
-    fg = Formgrader(course_hub.url, tokens[INSTRUCTOR], COURSE)
-    for u in users.values():
-        u.start()
-    with ThreadPoolExecutor(4) as pool:
-        list(pool.map(lambda u: u.wait_ready(), users.values()))
-    fg.wait_ready()
-    if next(a for a in fg.get("/assignments") if a["name"] == A)["status"] != "released":
-        fg.post(f"/assignment/{A}/release")
-    for n in users:
-        if not (deploy.home_of(n) / A).exists():
-            users[n].action("fetch", COURSE, A)
+    users, fg = course_hub.open_class((S1, S2, S3, S4), A)
     yield cfg, users, fg, hubapi
     (ARTIFACTS / "attacks-set-aside.json").write_text(
         (cfg.course_dir / "collected" / f"{A}.set_aside.json").read_text()
@@ -369,11 +358,11 @@ def test_no_student_can_take_another_students_server_or_cap_the_class(klass):
     take s4's server socket; s4's server is then stopped and started again while s3 holds them: it
     starts, on its own socket. There is no port to take and no fixed number of servers."""
     cfg, users, fg, hubapi = klass
-    sock = cfg.users_dir / S4 / "run" / "server.sock"
+    sock = student_folders(cfg.users_dir, S4).socket
     python = str(deploy.env_dir(cfg) / "bin" / "python")
-    squatter = subprocess.Popen([sys_python(), str(REPO / "hub" / "confine.py"), str(cfg.settings), S3, "--", python,
-                                 "-c", SQUAT, str(sock), "120"], stdout=subprocess.PIPE, text=True,
-                                env=deploy.user_environment(cfg, S3))
+    squat = [python, "-c", SQUAT, str(sock), "120"]
+    squatter = subprocess.Popen(confine.command(sys.executable, cfg.settings, S3, squat), cwd=confine.LAUNCH_DIR,
+                                stdout=subprocess.PIPE, text=True, env=deploy.user_environment(cfg, S3))
     try:
         report = json.loads(squatter.stdout.readline())
         assert report["held"] >= 200, report
@@ -390,11 +379,6 @@ def test_no_student_can_take_another_students_server_or_cap_the_class(klass):
     finally:
         squatter.kill()
         squatter.wait()
-
-
-def sys_python() -> str:
-    import sys
-    return sys.executable
 
 
 def test_a_students_memory_processes_and_disk_are_bounded_and_the_class_goes_on(klass):

@@ -16,18 +16,15 @@ import base64
 import json
 import re
 import secrets
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
-from common import ARTIFACTS, INSTRUCTOR, REPO
-from hubclient import Formgrader, UserServer
-
-from hub import deploy
 
 from autograder.tests.browser import jlab  # chromium's flags for this machine
+from hub import deploy
+from hub.tests.common import ARTIFACTS, INSTRUCTOR
 
 STUDENT = "llmrl-t-s4"
 A, NB = "lab11", "llm_as_policy"
@@ -101,77 +98,9 @@ def pages():
 def test_a_student_fetches_runs_and_submits_and_the_instructor_sees_it(course_hub, browser, pages):
     hub, cfg = course_hub, course_hub.cfg
 
-    # The instructor: hub home page (not a server of their own), the formgrader in a new tab.
-    ictx, ip = log_in(browser, hub, INSTRUCTOR)
-    pages["instructor-home"] = ip
-    ip.wait_for_url("**/hub/home", timeout=LONG_MS)
-    link = ip.locator(f"#formgrader-{deploy.COURSE_ID}")
-    assert link.get_attribute("target") == "_blank"
-    shot(ip, "01-instructor-home.png")
-    with ictx.expect_page() as opened:
-        link.click()
-    fg = opened.value
-    pages["formgrader"] = fg
-    fg.set_default_timeout(60_000)
-    row = fg.locator(f"table tr:has(td.name a:text-is('{A}'))")
-    row.wait_for(timeout=LONG_MS)
-    assert re.search(rf"/services/{deploy.COURSE_ID}/formgrader", fg.url), fg.url
-    assert row.locator("td.status").inner_text().strip() == "draft"
-    row.locator("td.release a").click()
-    formgrader_modal(fg, "release")
-    shot(fg, "02-formgrader-released.png")
-    close_modal(fg)
-    assert row.locator("td.status").inner_text().strip() == "released"
-
-    # The student: OS password, straight into their own JupyterLab (a server running as them).
-    sctx, sp = log_in(browser, hub, STUDENT)
-    pages["student"] = sp
-    sp.wait_for_url(f"**/user/{STUDENT}/lab**", timeout=LONG_MS)
-    sp.wait_for_selector(".jp-LabShell", timeout=LONG_MS)
-    pid = hub.api().user(STUDENT)["servers"][""]["state"]["pid"]
-    assert Path(f"/proc/{pid}").stat().st_uid == deploy.uid_of(STUDENT)
-    news = sp.get_by_role("button", name="No", exact=True)
-    try:
-        news.click(timeout=10_000)  # JupyterLab's "Jupyter news?" prompt on a first start
-    except Exception:
-        pass
-    sp.get_by_role("menuitem", name="Nbgrader", exact=True).click()
-    items = [t.strip() for t in sp.locator(".lm-Menu-content .lm-Menu-item:not(.lm-mod-hidden) .lm-Menu-itemLabel")
-             .all_inner_texts() if t.strip()]
-    assert items == ["Assignment List"], f"a student's Nbgrader menu shows {items}"
-    sp.get_by_role("menuitem", name="Assignment List").click()
-    released = sp.locator(f"#released_assignments_list .list_item:has-text('{A}')")
-    released.wait_for(timeout=LONG_MS)
-    shot(sp, "03-student-assignment-list.png")
-    released.get_by_role("button", name="Fetch").click()
-    fetched = sp.locator(f"#fetched_assignments_list .list_item:has(a.assignment-notebooks-link:has-text('{A}'))")
-    fetched.wait_for(timeout=LONG_MS)
-    shot(sp, "04-student-fetched.png")
-
-    # Open the notebook from the list and run its first code cell (the course library's imports).
-    fetched.locator("a.assignment-notebooks-link").click()
-    sp.locator(f"#nbgrader-{deploy.COURSE_ID}-{A} a:text-is('{NB}')").click()
-    nb_panel = sp.locator(".jp-NotebookPanel:visible")
-    nb_panel.wait_for(timeout=LONG_MS)
-    first_code = nb_panel.locator(".jp-CodeCell").first
-    first_code.wait_for(timeout=LONG_MS)
-    # A cell run before the kernel is connected is dropped: wait for JupyterLab's "Idle".
-    expect(sp.locator("#jp-main-statusbar")).to_contain_text("| Idle", timeout=LONG_MS)
-    first_code.locator(".jp-InputArea-editor").click()
-    t0 = time.monotonic()
-    sp.keyboard.press("Shift+Enter")
-    expect(first_code.locator(".jp-InputArea-prompt")).to_have_text(re.compile(r"\[\d+\]"), timeout=LONG_MS)
-    ran_s = time.monotonic() - t0
-    errors = first_code.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'], "
-                                ".jp-RenderedText[data-mime-type='application/vnd.jupyter.error']")
-    assert errors.count() == 0, f"the first cell failed in the student's kernel: {errors.first.inner_text()[:1000]}"
-    sp.keyboard.press("Control+s")
-    sp.wait_for_function("() => !document.querySelector('.jp-mod-current.jp-mod-dirty')", timeout=60_000)
-    first_code.scroll_into_view_if_needed()
-    shot(sp, "05-student-ran-first-cell.png")
-    saved = json.loads((deploy.home_of(STUDENT) / A / f"{NB}.ipynb").read_text())
-    first_saved = next(c for c in saved["cells"] if c["cell_type"] == "code")
-    assert first_saved.get("execution_count") == 1, "the run cell was not saved"
+    fg, row = _instructor_releases_in_the_formgrader(browser, hub, pages)
+    sp, fetched = _student_fetches_from_the_assignment_list(browser, hub, pages)
+    saved, ran_s = _student_runs_the_first_cell_and_saves(sp, fetched)
 
     # Back in the assignment list: submit.
     sp.locator(".lm-TabBar-tab:has-text('Assignments')").first.click()
@@ -245,31 +174,9 @@ def hostile_cells(mark: str) -> list[dict]:
 
 
 def test_manual_grading_shows_a_hostile_submission_inert(course_hub, browser, pages):
-    hub, cfg, hubapi = course_hub, course_hub.cfg, course_hub.api()
+    hub, cfg = course_hub, course_hub.cfg
     mark = secrets.token_hex(6)
-    tokens = {n: hubapi.new_token(n) for n in (INSTRUCTOR, HOSTILE)}
-    fg = Formgrader(hub.url, tokens[INSTRUCTOR], deploy.COURSE_ID)
-    student = UserServer(hub.url, tokens[HOSTILE], HOSTILE)
-    student.start()
-    student.wait_ready()
-    fg.wait_ready()
-    if next(a for a in fg.get("/assignments") if a["name"] == A)["status"] != "released":
-        fg.post(f"/assignment/{A}/release")
-    student.action("fetch", deploy.COURSE_ID, A)
-    nb = student.get_notebook(f"{A}/{NB}.ipynb")
-    nb["cells"][1:1] = hostile_cells(mark)
-    student.put_notebook(f"{A}/{NB}.ipynb", nb)
-    student.action("submit", deploy.COURSE_ID, A)
-    fg.post(f"/assignment/{A}/collect")
-    python = str(deploy.env_dir(cfg) / "bin" / "python")
-    proc = deploy.run_as(INSTRUCTOR, [python, "course_tool.py", "autograde", A, "--workers", "2"], cfg,
-                         cwd=cfg.course_dir, timeout=900, check=False)
-    (ARTIFACTS / "hostile-autograde.log").write_text(proc.stdout + proc.stderr)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    graded = json.loads((cfg.course_dir / "autograded" / HOSTILE / A / f"{NB}.ipynb").read_text())
-    shown = json.dumps(graded)
-    assert f"html-{mark}" in shown and "application/javascript" in shown, "the hostile outputs were not produced"
-    sub_id = next(n["id"] for n in fg.get(f"/submitted_notebooks/{A}/{NB}") if n["student"] == HOSTILE)
+    fg, sub_id = _hostile_submission_graded(course_hub, mark)
     url = f"{hub.url}/services/{deploy.COURSE_ID}/formgrader/submissions/{sub_id}/"
     log_before = len(hub.hub.log_path.read_text(errors="replace"))
 
@@ -306,8 +213,121 @@ def test_manual_grading_shows_a_hostile_submission_inert(course_hub, browser, pa
     assert grade["manual_score"] == 0, grade
     fg.put(f"/grade/{grade['id']}", {"manual_score": None})
 
-    # The policy on its own: the same page with a script and a handler put back into it (as if the
-    # sanitiser had missed them) runs neither; the browser reports the policy's refusals.
+    _the_policy_alone_stops_injected_code(page, url, hub, mark, requests, console)
+    shot(page, "10-manual-grading-injected.png")
+    ctx.close()
+
+
+def _instructor_releases_in_the_formgrader(browser, hub, pages):
+    """The instructor: hub home page (not a server of their own), the formgrader in a new tab, where they
+    release the assignment. Returns (the formgrader's page, the assignment's row)."""
+    ictx, ip = log_in(browser, hub, INSTRUCTOR)
+    pages["instructor-home"] = ip
+    ip.wait_for_url("**/hub/home", timeout=LONG_MS)
+    link = ip.locator(f"#formgrader-{deploy.COURSE_ID}")
+    assert link.get_attribute("target") == "_blank"
+    shot(ip, "01-instructor-home.png")
+    with ictx.expect_page() as opened:
+        link.click()
+    fg = opened.value
+    pages["formgrader"] = fg
+    fg.set_default_timeout(60_000)
+    row = fg.locator(f"table tr:has(td.name a:text-is('{A}'))")
+    row.wait_for(timeout=LONG_MS)
+    assert re.search(rf"/services/{deploy.COURSE_ID}/formgrader", fg.url), fg.url
+    assert row.locator("td.status").inner_text().strip() == "draft"
+    row.locator("td.release a").click()
+    formgrader_modal(fg, "release")
+    shot(fg, "02-formgrader-released.png")
+    close_modal(fg)
+    assert row.locator("td.status").inner_text().strip() == "released"
+    return fg, row
+
+
+def _student_fetches_from_the_assignment_list(browser, hub, pages):
+    """The student: OS password, straight into their own JupyterLab (a server running as them); the
+    Nbgrader menu shows only the assignment list, where they fetch. Returns (their page, the fetched row)."""
+    sctx, sp = log_in(browser, hub, STUDENT)
+    pages["student"] = sp
+    sp.wait_for_url(f"**/user/{STUDENT}/lab**", timeout=LONG_MS)
+    sp.wait_for_selector(".jp-LabShell", timeout=LONG_MS)
+    pid = hub.api().user(STUDENT)["servers"][""]["state"]["pid"]
+    assert Path(f"/proc/{pid}").stat().st_uid == deploy.uid_of(STUDENT)
+    news = sp.get_by_role("button", name="No", exact=True)
+    try:
+        news.click(timeout=10_000)  # JupyterLab's "Jupyter news?" prompt on a first start
+    except Exception:
+        pass
+    sp.get_by_role("menuitem", name="Nbgrader", exact=True).click()
+    items = [t.strip() for t in sp.locator(".lm-Menu-content .lm-Menu-item:not(.lm-mod-hidden) .lm-Menu-itemLabel")
+             .all_inner_texts() if t.strip()]
+    assert items == ["Assignment List"], f"a student's Nbgrader menu shows {items}"
+    sp.get_by_role("menuitem", name="Assignment List").click()
+    released = sp.locator(f"#released_assignments_list .list_item:has-text('{A}')")
+    released.wait_for(timeout=LONG_MS)
+    shot(sp, "03-student-assignment-list.png")
+    released.get_by_role("button", name="Fetch").click()
+    fetched = sp.locator(f"#fetched_assignments_list .list_item:has(a.assignment-notebooks-link:has-text('{A}'))")
+    fetched.wait_for(timeout=LONG_MS)
+    shot(sp, "04-student-fetched.png")
+    return sp, fetched
+
+
+def _student_runs_the_first_cell_and_saves(sp, fetched):
+    """Open the notebook from the list and run its first code cell (the course library's imports), then
+    save. Returns (the saved notebook, the cell's run time in seconds)."""
+    fetched.locator("a.assignment-notebooks-link").click()
+    sp.locator(f"#nbgrader-{deploy.COURSE_ID}-{A} a:text-is('{NB}')").click()
+    nb_panel = sp.locator(".jp-NotebookPanel:visible")
+    nb_panel.wait_for(timeout=LONG_MS)
+    first_code = nb_panel.locator(".jp-CodeCell").first
+    first_code.wait_for(timeout=LONG_MS)
+    # A cell run before the kernel is connected is dropped: wait for JupyterLab's "Idle".
+    expect(sp.locator("#jp-main-statusbar")).to_contain_text("| Idle", timeout=LONG_MS)
+    first_code.locator(".jp-InputArea-editor").click()
+    t0 = time.monotonic()
+    sp.keyboard.press("Shift+Enter")
+    expect(first_code.locator(".jp-InputArea-prompt")).to_have_text(re.compile(r"\[\d+\]"), timeout=LONG_MS)
+    ran_s = time.monotonic() - t0
+    errors = first_code.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'], "
+                                ".jp-RenderedText[data-mime-type='application/vnd.jupyter.error']")
+    assert errors.count() == 0, f"the first cell failed in the student's kernel: {errors.first.inner_text()[:1000]}"
+    sp.keyboard.press("Control+s")
+    sp.wait_for_function("() => !document.querySelector('.jp-mod-current.jp-mod-dirty')", timeout=60_000)
+    first_code.scroll_into_view_if_needed()
+    shot(sp, "05-student-ran-first-cell.png")
+    saved = json.loads((deploy.home_of(STUDENT) / A / f"{NB}.ipynb").read_text())
+    first_saved = next(c for c in saved["cells"] if c["cell_type"] == "code")
+    assert first_saved.get("execution_count") == 1, "the run cell was not saved"
+    return saved, ran_s
+
+
+def _hostile_submission_graded(course_hub, mark: str):
+    """The hostile student submits the cells of hostile_cells(mark); the instructor collects and grades
+    (course_tool.py autograde). Returns (the instructor's formgrader, the notebook's submission id)."""
+    cfg = course_hub.cfg
+    users, fg = course_hub.open_class([HOSTILE], A)
+    student = users[HOSTILE]
+    nb = student.get_notebook(f"{A}/{NB}.ipynb")
+    nb["cells"][1:1] = hostile_cells(mark)
+    student.put_notebook(f"{A}/{NB}.ipynb", nb)
+    student.action("submit", deploy.COURSE_ID, A)
+    fg.post(f"/assignment/{A}/collect")
+    python = str(deploy.env_dir(cfg) / "bin" / "python")
+    proc = deploy.run_as(INSTRUCTOR, [python, "course_tool.py", "autograde", A, "--workers", "2"], cfg,
+                         cwd=cfg.course_dir, timeout=900, check=False)
+    (ARTIFACTS / "hostile-autograde.log").write_text(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    graded = json.loads((cfg.course_dir / "autograded" / HOSTILE / A / f"{NB}.ipynb").read_text())
+    shown = json.dumps(graded)
+    assert f"html-{mark}" in shown and "application/javascript" in shown, "the hostile outputs were not produced"
+    sub_id = next(n["id"] for n in fg.get(f"/submitted_notebooks/{A}/{NB}") if n["student"] == HOSTILE)
+    return fg, sub_id
+
+
+def _the_policy_alone_stops_injected_code(page, url: str, hub, mark: str, requests: list, console: list) -> None:
+    """The policy on its own: the same page with a script and a handler put back into it (as if the
+    sanitiser had missed them) runs neither; the browser reports the policy's refusals."""
     def inject(route):
         response = route.fetch()
         body = response.text().replace(
@@ -336,5 +356,3 @@ def test_manual_grading_shows_a_hostile_submission_inert(course_hub, browser, pa
         "the policy let an injected image reach the service"
     assert any("Content Security Policy" in m for m in console), console[-5:]
     assert page.evaluate("() => typeof Backbone") == "object", "the formgrader's own scripts no longer run"
-    shot(page, "10-manual-grading-injected.png")
-    ctx.close()

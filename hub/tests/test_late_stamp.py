@@ -17,14 +17,10 @@ import csv
 import datetime
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-
-from common import ARTIFACTS, INSTRUCTOR, REPO
-from hubclient import Formgrader, UserServer
-from test_course_cycle import COURSE, S1, S2, S3, _meta, _text, fill
 
 from hub import deploy
+from hub.tests.common import ARTIFACTS, INSTRUCTOR, REPO
+from hub.tests.test_course_cycle import COURSE, S1, S2, S3, _meta, _text, fill
 
 A, NB = "lab11", "llm_as_policy"
 # what the forger runs as their OS account: the folder `nbgrader submit` writes, with a chosen time
@@ -55,21 +51,10 @@ def _stamp(when: datetime.datetime) -> str:
 
 
 def test_a_forged_early_timestamp_after_the_due_date_gets_the_late_policy(course_hub):
-    cfg, hubapi = course_hub.cfg, course_hub.api()
+    cfg = course_hub.cfg
     course_dir = cfg.course_dir
     inbound = cfg.exchange / COURSE / "inbound"
-    tokens = {n: hubapi.new_token(n) for n in (INSTRUCTOR, S1, S2, S3)}
-    users = {n: UserServer(course_hub.url, tokens[n], n) for n in (S1, S2, S3)}
-    fg = Formgrader(course_hub.url, tokens[INSTRUCTOR], COURSE)
-    for u in users.values():
-        u.start()  # already running after the course cycle; started here when this test runs alone
-    with ThreadPoolExecutor(3) as pool:
-        list(pool.map(lambda u: u.wait_ready(), users.values()))
-    fg.wait_ready()
-    if next(a for a in fg.get("/assignments") if a["name"] == A)["status"] != "released":
-        fg.post(f"/assignment/{A}/release")
-    for u in users.values():
-        u.action("fetch", COURSE, A)
+    users, fg = course_hub.open_class((S1, S2, S3), A)  # servers already running after the course cycle
     answered = fill(users[S1].get_notebook(f"{A}/{NB}.ipynb"), _solutions(), {})
 
     config = course_dir / "nbgrader_config.py"

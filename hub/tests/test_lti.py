@@ -1,7 +1,7 @@
 """Logging in to the course's hub from an LMS with LTI 1.3 (hub/lti.py), against a real JupyterHub.
 
 The test plays the LMS (the LTI platform): it makes its own RSA keys, serves their public half as a JWKS
-on 127.0.0.1, starts the course's hub (hub/deploy.py, with lti.json in its folder) and launches users the
+on 127.0.0.1, starts the course's hub (hub/deploy, with lti.json in its folder) and launches users the
 way Canvas or Moodle do: the OpenID login initiation at /hub/lti13/oauth_login, then the id_token (a JWT
 signed with its key) posted to /hub/lti13/oauth_callback with the state the hub handed out. Nothing is
 mocked: the hub fetches the keys over HTTP and checks the signature, issuer, audience, state and nonce.

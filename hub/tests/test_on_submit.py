@@ -1,4 +1,4 @@
-"""Grading on submit on the running hub (hub/on_submit.py), as students and the instructor use it.
+"""Grading on submit on the running hub (hub/on_submit), as students and the instructor use it.
 
 The instructor switches lab11 to "score". Two students submit through their servers at the same
 moment (s1 the reference answers, s2 the corpus's wrong-e: task 4 without 0 log 0 = 0); a third (s3)
@@ -24,12 +24,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from common import ARTIFACTS, INSTRUCTOR
-from hubclient import Formgrader, UserServer
-from test_course_cycle import COURSE, probe_as
-
 from autograder import corpus
 from hub import deploy, on_submit
+from hub.layout import QUEUE_FILE
+from hub.tests.common import ARTIFACTS, INSTRUCTOR
+from hub.tests.test_course_cycle import COURSE, probe_as
 
 A, NB = "lab11", "llm_as_policy"
 S1, S2, S3 = "llmrl-t-s1", "llmrl-t-s2", "llmrl-t-s3"
@@ -101,20 +100,9 @@ def _gradebook_rows(cfg) -> list:
 
 
 def test_graded_on_submit(course_hub):
-    cfg, hubapi = course_hub.cfg, course_hub.api()
+    cfg = course_hub.cfg
     timings: dict = {"load_average_start": " ".join(f"{x:.2f}" for x in __import__("os").getloadavg())}
-    tokens = {n: hubapi.new_token(n) for n in (INSTRUCTOR, S1, S2, S3)}
-    users = {n: UserServer(course_hub.url, tokens[n], n) for n in (S1, S2, S3)}
-    fg = Formgrader(course_hub.url, tokens[INSTRUCTOR], COURSE)
-    for u in users.values():
-        u.start()
-    with ThreadPoolExecutor(3) as pool:
-        list(pool.map(lambda u: u.wait_ready(), users.values()))
-    fg.wait_ready()
-    if next(a for a in fg.get("/assignments") if a["name"] == A)["status"] != "released":
-        fg.post(f"/assignment/{A}/release")
-    for u in users.values():
-        u.action("fetch", COURSE, A)
+    users, fg = course_hub.open_class((S1, S2, S3), A)
     # due tomorrow (an earlier test made it due in the past): on time for now
     tomorrow = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=1)
     fg.put(f"/assignment/{A}", {"duedate_notimezone": tomorrow.strftime("%Y-%m-%d %H:%M:%S"),
@@ -215,7 +203,15 @@ def test_graded_on_submit(course_hub):
     assert batch.returncode == 0, batch.stdout[-2000:] + batch.stderr[-2000:]
     assert f"{A}: on-submit grades agree with the batch for 3 of 3 students" in batch.stdout, batch.stdout[-2000:]
 
-    # -- bad input: not JSON, another assignment's notebook, a deadline passed, scores hidden
+    _bad_input_gets_its_reason(cfg, users, fg)
+    _a_restart_grades_each_queued_submission_once(course_hub, users, wrong, timings)
+    timings["load_average_end"] = " ".join(f"{x:.2f}" for x in __import__("os").getloadavg())
+    (ARTIFACTS / "on-submit-timings.json").write_text(json.dumps(timings, indent=1))
+    print(json.dumps(timings, indent=1))
+
+
+def _bad_input_gets_its_reason(cfg, users, fg) -> None:
+    """Not JSON, another assignment's notebook, a deadline passed, the scores hidden."""
     python = str(deploy.env_dir(cfg) / "bin" / "python")
     deploy.run_as(S2, [python, "-c", f"open({str(deploy.home_of(S2) / A / (NB + '.ipynb'))!r}, 'w')"
                                      f".write('{{\"cells\": [')"], cfg, confined=True)
@@ -245,7 +241,10 @@ def test_graded_on_submit(course_hub):
     assert "points hidden" in page and "Score:" not in page
     assert "after the due date" in (deploy.home_of(S1) / FEEDBACK / "status.html").read_text()
 
-    # -- a restart with three submissions queued: each graded once
+
+def _a_restart_grades_each_queued_submission_once(course_hub, users, wrong: dict, timings: dict) -> None:
+    """Three submissions queued, the hub restarted: each is graded once."""
+    cfg, results = course_hub.cfg, course_hub.cfg.on_submit.results
     _instructor(cfg, "on-submit", A, "score")
     jobs_before = {n: _status(cfg, n)["job"] for n in (S1, S2, S3)}
     users[S2].put_notebook(f"{A}/{NB}.ipynb", wrong)
@@ -253,7 +252,7 @@ def test_graded_on_submit(course_hub):
         users[n].action("submit", COURSE, A)
     for n in (S1, S2, S3):
         _wait(cfg, n, lambda s: s["job"] != jobs_before[n], timeout=120)  # each is queued (or already graded)
-    queue_db = cfg.state / "on-submit.sqlite"
+    queue_db = cfg.state / QUEUE_FILE
     with sqlite3.connect(f"file:{queue_db}?mode=ro", uri=True) as db:
         states = dict(db.execute("SELECT student, state FROM jobs WHERE id > ?", (max(jobs_before.values()),)))
     timings["states_at_restart"] = states
@@ -271,7 +270,3 @@ def test_graded_on_submit(course_hub):
     for n in (S1, S2, S3):
         done = [p for p in (results / A / n).iterdir() if p.is_dir() and int(p.name) > max(jobs_before.values())]
         assert len(done) == 1, f"{n}: graded {len(done)} times after the restart"
-
-    timings["load_average_end"] = " ".join(f"{x:.2f}" for x in __import__("os").getloadavg())
-    (ARTIFACTS / "on-submit-timings.json").write_text(json.dumps(timings, indent=1))
-    print(json.dumps(timings, indent=1))

@@ -1,16 +1,21 @@
-"""The on-submit queue (hub/on_submit.py Queue) and what a student reads, without a hub: fairness, a
+"""The on-submit queue (hub/on_submit/queue.py) and what a student reads, without a hub: fairness, a
 newer submission replacing a queued one, the rate limit, restarts and crashes, the instructor's
-switch, and the status page escaping what a submission holds. The queue on a real hub, with real
-accounts, is tested in test_on_submit.py (make test-hub)."""
+switch, the status page escaping what a submission holds, and the service importing the grader before its
+threads start. The queue on a real hub, with real accounts, is tested in test_on_submit.py (make test-hub)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from hub import on_submit
 from hub.on_submit import Queue
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -165,3 +170,34 @@ def test_the_switch_is_remembered_from_when_it_was_turned_on(q):
     assert q.switched_on({"lab11": "feedback"}, now=200.0) == {"lab11": 100.0}  # still on: the same moment
     assert q.switched_on({}, now=300.0) == {}
     assert q.switched_on({"lab11": "score"}, now=400.0) == {"lab11": 400.0}
+
+
+SERVE_ONCE = r'''
+import sys, threading
+from pathlib import Path
+from hub.on_submit import Service, Settings
+t = Path(sys.argv[1])
+s = Settings(students=[], users_dir=t, course_dir=t, state=t, exchange=t, repo=t, env=t, cache=t, grader="nobody",
+             instructor="nobody", dir=t, workers=2, rate_per_hour=10, poll_s=0.1)
+loaded_at_start = []
+start = threading.Thread.start
+def noting(thread):
+    loaded_at_start.append(all(m in sys.modules for m in ("autograder.collect.exchange",
+                                                          "autograder.batch.gradebook_merge",
+                                                          "autograder.export.feedback_pages")))
+    start(thread)
+threading.Thread.start = noting
+service = Service(s, log=print)
+service.stop()  # serve() starts its workers, which see the stop, and returns
+service.serve()
+print("LOADED", loaded_at_start)
+'''
+
+
+def test_the_service_loads_the_graders_modules_before_its_threads_start(tmp_path):
+    """Its scan and its workers import the grader (and nbgrader) at their first use: two threads doing that at
+    once can each meet the other's half-made module, so the service imports them before any thread starts."""
+    proc = subprocess.run([sys.executable, "-c", SERVE_ONCE, str(tmp_path)], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "LOADED [True, True]" in proc.stdout, proc.stdout[-2000:]
