@@ -90,11 +90,12 @@ def make_demo_course(labs: list[Lab], demo: Path = DEMO, root: Path = ROOT) -> P
 
 
 def demo(labs: list[Lab], demo_dir: Path = DEMO, root: Path = ROOT, progress: bool = True,
-         workers: int | None = None) -> str:
-    """Grade the sample students in their own course folder; returns the score table."""
+         workers: int | None = None, no_sandbox: bool = False) -> str:
+    """Grade the sample students in their own course folder; returns the score table (`no_sandbox`:
+    grade_course's)."""
     folder = make_demo_course(labs, demo_dir, root)
     demo_labs = [Lab(lab.assignment, lab.name, folder) for lab in labs]
-    result = grade_course(demo_labs, folder, progress=progress, workers=workers)
+    result = grade_course(demo_labs, folder, progress=progress, workers=workers, no_sandbox=no_sandbox)
     return score_table(demo_labs, folder, _failed(result), no_submission=False)
 
 

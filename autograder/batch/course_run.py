@@ -9,8 +9,10 @@ from autograder.export.grades_csv import score_table
 
 # ----------------------------------------------------------------------------- grading (the batch)
 
-def grade_course(labs: list[Lab], root: Path = ROOT, progress: bool = True, workers: int | None = None) -> dict:
-    """The sandboxed batch grader (autograder/batch/run.py) on root/submitted/, then grades.csv.
+def grade_course(labs: list[Lab], root: Path = ROOT, progress: bool = True, workers: int | None = None,
+                 no_sandbox: bool = False) -> dict:
+    """The sandboxed batch grader (autograder/batch/run.py) on root/submitted/, then grades.csv
+    (`no_sandbox`: the instructor's --no-sandbox; without it a machine without the sandbox is refused).
 
     grades.csv is removed before grading and written again only when the batch finished: a run
     that fails never leaves a table of an earlier run behind. Raises PipelineError (the batch's)."""
@@ -26,7 +28,7 @@ def grade_course(labs: list[Lab], root: Path = ROOT, progress: bool = True, work
         return {"results": [], "assignments": []}
     try:
         result = batch.run_batch(names, root, submitted, workers=workers, csv_path=root / "batch_grades.csv",
-                                 progress=progress)
+                                 progress=progress, no_sandbox=no_sandbox)
     except PipelineError as e:
         if grades.exists():
             grades.unlink()
@@ -36,13 +38,13 @@ def grade_course(labs: list[Lab], root: Path = ROOT, progress: bool = True, work
     return result
 
 
-def autograde(labs: list[Lab], root: Path = ROOT, progress: bool = True) -> None:
+def autograde(labs: list[Lab], root: Path = ROOT, progress: bool = True, no_sandbox: bool = False) -> None:
     submitted = root / "submitted"
     if not submitted.is_dir() or not any(submitted.iterdir()):
         print(f"{rel(submitted, root)}/ is empty: copy submissions to submitted/<student>/<assignment>/<name>.ipynb "
               f"(or run `make demo` to grade the sample students in {rel(DEMO)}/, apart from this gradebook)")
         return
-    result = grade_course(labs, root, progress=progress)
+    result = grade_course(labs, root, progress=progress, no_sandbox=no_sandbox)
     print()
     print(score_table(labs, root, _failed(result)))
     print(f"\ngrades.csv, batch_grades.csv, autograded/, feedback/<student>/<assignment>/*.html (no hidden tests; "

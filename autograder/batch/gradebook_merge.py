@@ -9,6 +9,7 @@ import os
 import sqlite3
 import time
 from pathlib import Path
+from autograder.batch import sandbox_gate
 from autograder.batch.jobs import BatchStop, Job, Result, SIDE_FILES, STATE, _key
 from autograder.course.layout import PipelineError
 from autograder.course.nbgrader_app import record_assignment
@@ -237,6 +238,7 @@ def copy_outputs(result: Result, root: Path) -> None:
     # Feedback with something a person has not graded yet stays back (course.py feedback releases it
     # once it is graded, or when the instructor forces it); an older copy of it is taken out.
     held = {nb["notebook"] for nb in (result.report or {}).get("notebooks", []) if not feedback.releasable(nb)}
+    without = sandbox_gate.unsandboxed(result.report)
     for kind, suffix in (("autograded", ".ipynb"), ("feedback", ".html")):
         target = root / kind / job.student / job.assignment
         for p in sorted(result.out.iterdir()):
@@ -245,13 +247,39 @@ def copy_outputs(result: Result, root: Path) -> None:
                     if files.is_regular(target / p.name):
                         (target / p.name).unlink()
                     continue
-                files.copy_regular(p, target / p.name)
+                if kind == "autograded":
+                    _copy_marked(p, target / p.name, without)
+                else:
+                    files.copy_regular(p, target / p.name)
     for name in SIDE_FILES:  # the formgrader and release_feedback read them there; an older one goes
         target = root / "autograded" / job.student / job.assignment / name
         if name in job.side:
             files.atomic_write_bytes(target, job.side[name])
         elif files.is_regular(target):
             target.unlink()
+
+
+def _copy_marked(src: Path, target: Path, without: str) -> None:
+    """The autograded notebook into autograded/, carrying the mark of a grade made without the sandbox
+    (feedback_pages.UNSANDBOXED_MARK, read when `make feedback` makes its page again) exactly when it
+    was: a mark the student's own notebook carried is taken out. Unmarked notebooks are copied byte for byte."""
+    from autograder.export.feedback_pages import UNSANDBOXED_MARK
+
+    data = files.read_regular(src, 256 << 20)
+    if not without and UNSANDBOXED_MARK.encode() not in data:
+        files.atomic_write_bytes(target, data)
+        return
+    nb = json.loads(data)
+    meta = nb.setdefault("metadata", {})
+    own = meta.get("llmrl") if isinstance(meta.get("llmrl"), dict) else {}
+    own.pop(UNSANDBOXED_MARK, None)
+    if without:
+        own[UNSANDBOXED_MARK] = without
+    if own:
+        meta["llmrl"] = own
+    else:
+        meta.pop("llmrl", None)
+    files.atomic_write_text(target, json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 def snapshot(root: Path) -> dict:

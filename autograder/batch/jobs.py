@@ -16,6 +16,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from autograder.batch import warm_workers
 from autograder.grading.matching import match_submission
 from autograder.collect import exchange as course_collect
 from autograder.course.layout import PipelineError, ROOT
@@ -67,6 +68,8 @@ class Result:
     seconds: float
     out: Path | None = None
     reused: bool = False
+    started: float | None = None   # time.monotonic() when its worker started, and when it ended (the benchmark's
+    ended: float | None = None     # grading wall time: first start to last end)
 
 
 def _lexists_dir(p: Path) -> bool:
@@ -201,6 +204,12 @@ def run_job(job: Job, template: Path, work: Path, root: Path, index: int) -> Res
     started = time.monotonic()
     if job.problem:
         return Result(job, None, job.problem, 0.0)
+    result = _run_job(job, template, work, root, index, started)
+    result.started, result.ended = started, time.monotonic()
+    return result
+
+
+def _run_job(job: Job, template: Path, work: Path, root: Path, index: int, started: float) -> Result:
     jobdir = work / "jobs" / f"{index:05d}-{_key(job.student)}"
     out = jobdir / "out"
     report_file = jobdir / "report.json"
@@ -218,25 +227,36 @@ def run_job(job: Job, template: Path, work: Path, root: Path, index: int) -> Res
     limit = 2 * nb_timeout + 180  # the feedback run, then the grading run; notebooks run side by side
     mem = int(env.get("LLMRL_GRADE_WORKER_MEM_MB", max(8192, int(env.get("LLMRL_GRADE_MEM_MB", 4096)) + 4096)))
     # run from the folder holding the package (`-m autograder...`); every path above is absolute
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
-                            cwd=PACKAGE.parent, start_new_session=True, preexec_fn=_child_setup(mem))
-    with _LIVE_LOCK:
-        _LIVE.add(proc)
-    try:
-        _, err = proc.communicate(timeout=limit)
-    except subprocess.TimeoutExpired:
-        _kill(proc)
-        proc.communicate()
-        return Result(job, None, f"grading took longer than {limit} s and was stopped", time.monotonic() - started)
-    finally:
+    returncode = err = None
+    server = warm_workers.server_for(work)  # a fresh fork of the batch's warm grader, once it has one
+    if server is not None:
+        try:
+            returncode, err = server.run(cmd[3:], env, PACKAGE.parent, mem, limit, _LIVE, _LIVE_LOCK)
+        except warm_workers.WarmUnavailable:
+            returncode = None  # graded cold below
+        except TimeoutError:
+            return Result(job, None, f"grading took longer than {limit} s and was stopped", time.monotonic() - started)
+    if returncode is None:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                                cwd=PACKAGE.parent, start_new_session=True, preexec_fn=_child_setup(mem))
         with _LIVE_LOCK:
-            _LIVE.discard(proc)
+            _LIVE.add(proc)
+        try:
+            _, err = proc.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            _kill(proc)
+            proc.communicate()
+            return Result(job, None, f"grading took longer than {limit} s and was stopped", time.monotonic() - started)
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(proc)
+        returncode = proc.returncode
     seconds = time.monotonic() - started
-    if proc.returncode != 0 or not report_file.exists():
+    if returncode != 0 or not report_file.exists():
         lines = [l for l in (err or "").splitlines() if l.startswith("error:")] or (err or "").strip().splitlines()
-        reason = (lines[-1] if lines else f"exit status {proc.returncode}").removeprefix("error: ")
-        if proc.returncode < 0:
-            reason = f"the grading process was killed (signal {-proc.returncode}: memory limit?)"
+        reason = (lines[-1] if lines else f"exit status {returncode}").removeprefix("error: ")
+        if returncode < 0:
+            reason = f"the grading process was killed (signal {-returncode}: memory limit?)"
         return Result(job, None, reason[:300], seconds)
     return Result(job, json.loads(report_file.read_text()), None, seconds, out)
 

@@ -4,7 +4,9 @@
     autograder/bin/grade ...   (the same, with the course's .venv, from any folder)
 
 autograder/grading/one_notebook.py says what it does and what the JSON holds; the batch grader runs
-this command once per student (autograder/batch/jobs.py).
+this command once per student (autograder/batch/jobs.py). Where the sandbox does not work it refuses
+to grade (autograder/batch/sandbox_gate.py) unless given --no-sandbox; run by the batch, it takes the
+batch's decision.
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ import sys
 
 
 def _start_checks(argv: list[str]):
-    """Run from the command line, the cached models are checked (and built if missing) and the
-    sandbox's import probe runs in two other processes while this one imports nbgrader."""
+    """Run from the command line, the shipped models are checked against their manifest
+    (autograder/grading/shipped_models.py) and the sandbox's import probe runs, in two other processes
+    while this one imports nbgrader."""
     if __name__ != "__main__" or "--no-warm" in argv:
         return None, None
-    warm = subprocess.Popen([sys.executable, "-m", "llmrl.tools.cache"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
     home = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # holds autograder/
+    warm = subprocess.Popen([sys.executable, "-m", "autograder.grading.shipped_models"], cwd=home,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     probe = subprocess.Popen([sys.executable, "-m", "autograder.sandbox.bubblewrap", "--probe"], cwd=home,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return warm, probe
@@ -33,6 +36,7 @@ import argparse  # noqa: E402  (the checks above start first: they run while nbg
 import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from autograder.batch import sandbox_gate  # noqa: E402
 from autograder.course.layout import ROOT, PipelineError  # noqa: E402
 from autograder.grading import one_notebook  # noqa: E402
 from autograder.grading.one_notebook import STUDENT, grade  # noqa: E402
@@ -55,17 +59,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", type=Path, help="also write the JSON report to this file")
     parser.add_argument("--root", type=Path, default=ROOT, help="course directory holding source/ (default: this repository)")
     parser.add_argument("--no-warm", action="store_true",
-                        help="the caller checked the environment (cached models, sandbox probe): batch grading")
+                        help="the caller checked the environment (shipped models, sandbox probe): batch grading")
     parser.add_argument("--self-check", action="store_true",
                         help="grading run only, in a fresh student's kernel (the batch's check of the reference)")
     parser.add_argument("--timestamp", help="the submission's time, as nbgrader's timestamp.txt holds it: the "
                                             "course's late-penalty policy applies against the assignment's due date")
     parser.add_argument("--duedate", help="the assignment's due date, e.g. '2026-12-14 23:59:00 UTC' (without "
                                           "--template; the course's gradebook is never opened)")
+    parser.add_argument("--no-sandbox", action="store_true",
+                        help="grade without the sandbox (bubblewrap) on purpose; the feedback pages say so")
     args = parser.parse_args(argv)
     if not args.notebooks and not args.lenient:
         parser.error("give at least one notebook")
     try:
+        without = sandbox_gate.in_grading_process(args.no_sandbox)
         report = grade(args.assignment, args.notebooks, keep=args.keep, template=args.template,
                        student=args.student, out=args.out, lenient=args.lenient, root=args.root.resolve(),
                        warm=not args.no_warm, probe=not args.no_warm, self_check=args.self_check,
@@ -76,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     except files.DiskFull as e:
         print(f"error: {e.strerror}", file=sys.stderr)
         return 1
+    if without:
+        report["graded_without_sandbox"] = without
     text = json.dumps(report, indent=2)
     if args.report:
         files.atomic_write_text(args.report, text)

@@ -229,6 +229,8 @@ def copy_submission(src: Path, dest: Path, owner_uid: int | None, limits: Limits
 
 def _copy_dir(src_fd: int, dest: Path, rel: str, owner_uid: int | None, limits: Limits, report: CopyReport,
               depth: int) -> None:
+    """Copy the entries of the folder open as src_fd into dest; rel is the folder's path in the
+    submission ("" at its top, else ending in "/"), as the report names it."""
     try:
         names = sorted(os.listdir(src_fd))
     except OSError as e:
@@ -247,83 +249,104 @@ def _copy_dir(src_fd: int, dest: Path, rel: str, owner_uid: int | None, limits: 
         except OSError as e:
             report.refused.append(f"{path}: cannot be read ({e.strerror})")
             continue
-        kind = kind_of(st.st_mode)
-        if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
-            why = kind
-            if stat.S_ISLNK(st.st_mode):
-                try:
-                    why += f" to {os.readlink(name, dir_fd=src_fd)[:200]!r}"
-                except OSError:
-                    pass
-            report.refused.append(f"{path}: {why}; only regular files are collected")
-            continue
-        if owner_uid is not None and st.st_uid != owner_uid:
-            extra = f", a hard link ({st.st_nlink} names) to another account's file" if (
-                stat.S_ISREG(st.st_mode) and st.st_nlink > 1) else ""
-            report.refused.append(f"{path}: {kind} owned by {account_name(st.st_uid)}, not by the student{extra}")
-            continue
-        if stat.S_ISDIR(st.st_mode):
-            if depth + 1 > limits.max_depth:
-                report.refused.append(f"{path}/: more than {limits.max_depth} folders deep")
-                continue
+        why = _not_collected(name, src_fd, st, owner_uid)
+        if why:
+            report.refused.append(f"{path}: {why}")
+        elif stat.S_ISDIR(st.st_mode):
+            _copy_subdir(src_fd, name, st, dest, path, owner_uid, limits, report, depth)
+        else:
+            _copy_file(src_fd, name, st, dest, path, limits, report)
+
+
+def _not_collected(name: str, src_fd: int, st: os.stat_result, owner_uid: int | None) -> str | None:
+    """Why the entry `name` of the folder open as src_fd (listed as st) is refused, or None: only
+    regular files and folders, owned by the student, are collected."""
+    kind = kind_of(st.st_mode)
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        why = kind
+        if stat.S_ISLNK(st.st_mode):
             try:
-                fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW, dir_fd=src_fd)
-            except OSError as e:
-                report.refused.append(f"{path}/: cannot be opened ({e.strerror})")
-                continue
+                why += f" to {os.readlink(name, dir_fd=src_fd)[:200]!r}"
+            except OSError:
+                pass
+        return f"{why}; only regular files are collected"
+    if owner_uid is not None and st.st_uid != owner_uid:
+        extra = f", a hard link ({st.st_nlink} names) to another account's file" if (
+            stat.S_ISREG(st.st_mode) and st.st_nlink > 1) else ""
+        return f"{kind} owned by {account_name(st.st_uid)}, not by the student{extra}"
+    return None
+
+
+def _copy_subdir(src_fd: int, name: str, st: os.stat_result, dest: Path, path: str, owner_uid: int | None,
+                 limits: Limits, report: CopyReport, depth: int) -> None:
+    """The folder `name` (listed as st) copied into dest / name, when it is not too deep and is still
+    the folder that was listed once opened."""
+    if depth + 1 > limits.max_depth:
+        report.refused.append(f"{path}/: more than {limits.max_depth} folders deep")
+        return
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW, dir_fd=src_fd)
+    except OSError as e:
+        report.refused.append(f"{path}/: cannot be opened ({e.strerror})")
+        return
+    try:
+        got = os.fstat(fd)
+        if (got.st_dev, got.st_ino) != (st.st_dev, st.st_ino):
+            report.refused.append(f"{path}/: replaced while it was collected")
+            return
+        os.mkdir(dest / name, 0o755)
+        _copy_dir(fd, dest / name, f"{path}/", owner_uid, limits, report, depth + 1)
+    finally:
+        os.close(fd)
+
+
+def _copy_file(src_fd: int, name: str, st: os.stat_result, dest: Path, path: str, limits: Limits,
+               report: CopyReport) -> None:
+    """The regular file `name` (listed as st) copied into dest / name within the size limits, when it is
+    still the file that was listed once opened; a copy that fails or grows past its cap is removed."""
+    # the apparent size counts (a sparse file of 1 TB holds 1 TB of zeros)
+    if st.st_size > limits.max_file_bytes:
+        report.refused.append(f"{path}: {st.st_size} bytes, more than the limit of {limits.max_file_bytes} a file")
+        return
+    if report.bytes + st.st_size > limits.max_total_bytes:
+        report.refused.append(f"{path}: {st.st_size} bytes would take the submission past its limit of "
+                              f"{limits.max_total_bytes} bytes")
+        return
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW, dir_fd=src_fd)
+    except OSError as e:
+        report.refused.append(f"{path}: cannot be opened ({e.strerror})")
+        return
+    out = None
+    try:
+        got = os.fstat(fd)
+        if (got.st_dev, got.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(got.st_mode):
+            report.refused.append(f"{path}: replaced while it was collected")
+            return
+        cap = min(limits.max_file_bytes, limits.max_total_bytes - report.bytes)
+        out = os.open(dest / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o644)
+        n = _read_capped(fd, out, cap)
+        if n < 0:
+            os.close(out)
+            out = None
+            os.unlink(dest / name)
+            report.refused.append(f"{path}: grew past the limit of {cap} bytes while it was collected")
+            return
+        report.files += 1
+        report.bytes += n
+    except OSError as e:
+        report.refused.append(f"{path}: cannot be read ({e.strerror})")
+        if out is not None:
+            os.close(out)
+            out = None
             try:
-                got = os.fstat(fd)
-                if (got.st_dev, got.st_ino) != (st.st_dev, st.st_ino):
-                    report.refused.append(f"{path}/: replaced while it was collected")
-                    continue
-                os.mkdir(dest / name, 0o755)
-                _copy_dir(fd, dest / name, f"{path}/", owner_uid, limits, report, depth + 1)
-            finally:
-                os.close(fd)
-            continue
-        # a regular file: the apparent size counts (a sparse file of 1 TB holds 1 TB of zeros)
-        if st.st_size > limits.max_file_bytes:
-            report.refused.append(f"{path}: {st.st_size} bytes, more than the limit of {limits.max_file_bytes} a file")
-            continue
-        if report.bytes + st.st_size > limits.max_total_bytes:
-            report.refused.append(f"{path}: {st.st_size} bytes would take the submission past its limit of "
-                                  f"{limits.max_total_bytes} bytes")
-            continue
-        try:
-            fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW, dir_fd=src_fd)
-        except OSError as e:
-            report.refused.append(f"{path}: cannot be opened ({e.strerror})")
-            continue
-        out = None
-        try:
-            got = os.fstat(fd)
-            if (got.st_dev, got.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(got.st_mode):
-                report.refused.append(f"{path}: replaced while it was collected")
-                continue
-            cap = min(limits.max_file_bytes, limits.max_total_bytes - report.bytes)
-            out = os.open(dest / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o644)
-            n = _read_capped(fd, out, cap)
-            if n < 0:
-                os.close(out)
-                out = None
                 os.unlink(dest / name)
-                report.refused.append(f"{path}: grew past the limit of {cap} bytes while it was collected")
-                continue
-            report.files += 1
-            report.bytes += n
-        except OSError as e:
-            report.refused.append(f"{path}: cannot be read ({e.strerror})")
-            if out is not None:
-                os.close(out)
-                out = None
-                try:
-                    os.unlink(dest / name)
-                except OSError:
-                    pass
-        finally:
-            os.close(fd)
-            if out is not None:
-                os.close(out)
+            except OSError:
+                pass
+    finally:
+        os.close(fd)
+        if out is not None:
+            os.close(out)
 
 
 class _Stop(Exception):

@@ -210,7 +210,7 @@ def load_spec(assignment: str):
 
 
 def holdout(assignment: str) -> list[Entry]:
-    """The assignment's hold-out set (autograder/corpus/_holdout_<assignment>.py, issue 30): wrong
+    """The assignment's hold-out set (autograder/corpus/_holdout_<assignment>.py): wrong
     answers and correct alternatives that autograder/corpus/catch_rates.py measures but make test does not
     grade with nbgrader (each entry would cost a kernel run). Empty when the module does not exist."""
     first = (list(importlib.import_module(f"autograder.corpus._holdout_{assignment}").HOLDOUT)
@@ -238,7 +238,7 @@ def tests_of(assignment: str, notebook: str, *tasks: str) -> tuple:
 def task_tests(nb) -> dict[str, list[str]]:
     """{solution grade_id: [its test cells' grade_ids]}: the graded test cells that follow a solution
     cell, up to the next solution cell, belong to its task (a task's tests are split by concern,
-    test_<task>_<concern>, issue 30)."""
+    test_<task>_<concern>)."""
     out: dict[str, list[str]] = {}
     current = None
     for c in nb["cells"]:

@@ -1,4 +1,4 @@
-"""A second hold-out set (issue 30), written AFTER the contract tests and measured once, without
+"""A second hold-out set, written AFTER the contract tests and measured once, without
 changing a test for it: a less optimistic estimate than the first hold-out set (_holdout_<a>.py),
 which was written from the same list of kinds of mistake as the tests. Everyday slips of other kinds
 (a wrong axis, a wrong normaliser, a missing special case). catch_rates measures these with the

@@ -1,6 +1,6 @@
-"""lab11 hold-out set (issue 30): wrong answers nobody listed before, and more correct ones.
+"""lab11 hold-out set: wrong answers nobody listed before, and more correct ones.
 
-Written before the contract tests of issue 30, from the kinds of mistake the issue names (wrong
+Written before the contract tests, from the kinds of mistake they were to catch (wrong
 structure, dtype, no gradient, the documented RNG use, a sampler that never draws the tail of a
 large vocabulary, a batch of one squeezed away, a re-seeded global RNG, inputs modified in place,
 extreme but valid inputs) and other plausible slips. autograder/corpus/catch_rates.py measures them

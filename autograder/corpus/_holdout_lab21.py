@@ -1,6 +1,6 @@
-"""lab21 hold-out set (issue 30): wrong answers nobody listed before, and more correct ones.
+"""lab21 hold-out set: wrong answers nobody listed before, and more correct ones.
 
-Written before the contract tests of issue 30 (see _holdout_lab11.py for how they are used).
+Written before the contract tests (see _holdout_lab11.py for how they are used).
 """
 
 from autograder.corpus import Entry, solve

@@ -177,24 +177,25 @@ LEANS = {
     ],
 }
 
-# What the answer-key check must say for each entry: the library functions its notes name.
+# What the answer-key check must say for each entry: the library functions its notes name, where the
+# library defines them (an entry imports the old path llmrl.sampling: the note names llmrl.lm.sampling).
 NOTES = {
-    ("lab11", "lean-import"): ("task1a_response_logprobs", "llmrl.sampling.gather_logprobs"),
-    ("lab11", "lean-module-alias"): ("task4_tilted_optimum", "llmrl.toylm.tilted_optimum", "llmrl.toylm.kl_objective"),
+    ("lab11", "lean-import"): ("task1a_response_logprobs", "llmrl.lm.sampling.gather_logprobs"),
+    ("lab11", "lean-module-alias"): ("task4_tilted_optimum", "llmrl.lm.toylm.tilted_optimum", "llmrl.lm.toylm.kl_objective"),
     ("lab11", "lean-partial"): ("task3_kl_estimators", "llmrl.labs.lab11.reference_kl_estimators"),
-    ("lab11", "lean-getattr"): ("task2_sample_with_temperature", "llmrl.sampling.sample_token"),
-    ("lab11", "lean-helper-cell"): ("task5_token_level_optimum", "llmrl.toylm.soft_values"),
+    ("lab11", "lean-getattr"): ("task2_sample_with_temperature", "llmrl.lm.sampling.sample_token"),
+    ("lab11", "lean-helper-cell"): ("task5_token_level_optimum", "llmrl.lm.toylm.soft_values"),
     ("lab11", "lean-star"): ("task1b_sequence_logprob", "llmrl.labs.lab11.reference_sequence_logprob"),
-    ("lab19", "lean-import"): ("task3_clipped_pg_loss", "llmrl.losses.clipped_surrogate"),
-    ("lab19", "lean-overopt"): ("task1a_bon_kl", "llmrl.overopt.bon_kl", "task1b_best_of_n_stats",
-                                "llmrl.overopt.best_of_n_stats", "task1c_fit_gao_bon", "llmrl.overopt.fit_gao_bon"),
-    ("lab19", "lean-vars"): ("task4_token_entropy", "llmrl.evaluation.token_entropy"),
-    ("lab21", "lean-import"): ("task4_pass_at_k", "llmrl.evaluation.pass_at_k"),
-    ("lab21", "lean-importlib"): ("task5_maxrl_advantages", "llmrl.advantages.group_advantages"),
-    ("lab21", "lean-class"): ("task3_full_vocab_reverse_kl", "llmrl.losses.full_vocab_kl"),
-    ("hw4", "lean-default-arg"): ("task1_per_token_logprobs", "llmrl.sampling.gather_logprobs"),
+    ("lab19", "lean-import"): ("task3_clipped_pg_loss", "llmrl.rl.losses.clipped_surrogate"),
+    ("lab19", "lean-overopt"): ("task1a_bon_kl", "llmrl.labs.overopt.bon_kl", "task1b_best_of_n_stats",
+                                "llmrl.labs.overopt.best_of_n_stats", "task1c_fit_gao_bon", "llmrl.labs.overopt.fit_gao_bon"),
+    ("lab19", "lean-vars"): ("task4_token_entropy", "llmrl.rl.evaluation.token_entropy"),
+    ("lab21", "lean-import"): ("task4_pass_at_k", "llmrl.rl.evaluation.pass_at_k"),
+    ("lab21", "lean-importlib"): ("task5_maxrl_advantages", "llmrl.rl.advantages.group_advantages"),
+    ("lab21", "lean-class"): ("task3_full_vocab_reverse_kl", "llmrl.rl.losses.full_vocab_kl"),
+    ("hw4", "lean-default-arg"): ("task1_per_token_logprobs", "llmrl.lm.sampling.gather_logprobs"),
     ("hw4", "lean-getattr"): ("task4_iter_minibatches", "llmrl.rl.step.minibatches"),
-    ("hw4", "lean-exec"): ("task5_group_advantages", "llmrl.advantages.group_advantages"),
+    ("hw4", "lean-exec"): ("task5_group_advantages", "llmrl.rl.advantages.group_advantages"),
     ("hw4", "lean-reference"): ("task8_grpo_loss", "llmrl.hw4.impl.load_impl"),
 }
 # Entries whose answer is right only where the reference solutions can be read (not in the sandbox).

@@ -62,11 +62,6 @@ class Variant:
     result: dict = field(default_factory=dict)  # test gid -> {"visible": msg|None, "full": msg|None}
 
     @property
-    def own_test(self) -> str | None:
-        """The first of its task's test cells (kept for callers that name one)."""
-        return self.own_tests[0] if self.own_tests else None
-
-    @property
     def label(self) -> str:
         return f"{self.notebook}:{self.entry}" + (f"/{self.task}" if self.task else "")
 

@@ -1,5 +1,5 @@
 """Submissions whose graded functions hand their work to the course library's own code in ways a
-watch inside the student's process cannot see (issue 41), graded by the real batch in `make test`.
+watch inside the student's process cannot see, graded by the real batch in `make test`.
 
 Shared spec (like hostile.py and evasion.py): `entries(assignment)` gives the entries placed on that
 assignment's notebook. Against the grader that called the student's functions in the feedback run's

@@ -1,14 +1,14 @@
 """Submissions that hide a lean on the course library from the answer-key check, and ones whose
-function crashes the kernel (issue 28): graded by the real batch grader in `make test`.
+function crashes the kernel: graded by the real batch grader in `make test`.
 
 Shared spec (like hostile.py): `entries(assignment)` gives the entries that run on that
 assignment's notebook. Each evasion entry hands graded tasks to the library's complete versions in
-a way the answer-key check of issue 13 did not see (the library copied into the kernel's folder and
+a way the first answer-key check (source text only) did not see (the library copied into the kernel's folder and
 imported from there, a function fetched by unpickling, a code object found through the garbage
 collector and rebuilt under another file name, code unmarshalled from bytes pasted into the
 notebook, a function that dies or stalls only when the probe calls it, a trace or profile function
-set before the grader's calls). Against the grader of issue 28 every answer was right (all tests
-passed), so only the hold for review told it from an honest notebook. Since issue 41 the answer
+set before the grader's calls). Against the grader before the answer kernel every answer was right (all tests
+passed), so only the hold for review told it from an honest notebook. Since then the answer
 kernel holds none of the library's code: an attack that reaches for the library itself (a copy of
 its files, a pickled reference, a walk of the garbage collector) finds nothing that computes and its
 task loses its tests (`lose`); one that brings the library's bytecode in as pasted bytes (marshal, a
@@ -133,7 +133,7 @@ import importlib.util, shutil, sys
 from llmrl import overopt as _real
 
 shutil.copy(_real.__file__, "fit_notes.py")            # one file of the library, under another name
-_spec = importlib.util.spec_from_file_location("llmrl.fit_notes", "fit_notes.py")
+_spec = importlib.util.spec_from_file_location("llmrl.labs.fit_notes", "fit_notes.py")  # beside its home: its ..utils import
 _fit_notes = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = _fit_notes
 _spec.loader.exec_module(_fit_notes)
@@ -181,7 +181,7 @@ def _lab11() -> list[Entry]:
               "(a reference to lab11.reference_kl_estimators), 4's tilted_optimum is found through the garbage "
               "collector and rebuilt under another file name, 1b is unmarshalled from pasted bytes", [
                   solve("task1a_response_logprobs", COPY_PACKAGE + _code('''
-                      import mylib.sampling as _mine
+                      import mylib.lm.sampling as _mine
 
                       def response_logprobs(logits, tokens, prompt_len):
                           return _mine.gather_logprobs(logits[:, prompt_len - 1:-1], tokens[:, prompt_len:])
@@ -203,14 +203,14 @@ def _lab11() -> list[Entry]:
 
                       for _o in gc.get_objects():
                           if type(_o) is types.FunctionType and _o.__name__ == "tilted_optimum" \\
-                                  and _o.__module__ == "llmrl.toylm":
+                                  and _o.__module__ == "llmrl.lm.toylm":
                               tilted_optimum = types.FunctionType(
                                   _o.__code__.replace(co_filename="<my optimum>"), _o.__globals__, "tilted_optimum")
                               break
                   '''),
               ], review=True, lose=tests_of("lab11", L11, "task1a_response_logprobs", "task1b_sequence_logprob",
                                          "task3_kl_estimators"),
-              reasons=("task1a_response_logprobs: response_logprobs uses module mylib.sampling, which is not installed "
+              reasons=("task1a_response_logprobs: response_logprobs uses module mylib.lm.sampling, which is not installed "
                        "(a file written at run time)",
                        "task1b_sequence_logprob: sequence_logprob ran a copy of llmrl.labs.lab11.reference_sequence_logprob",
                        "task1b_sequence_logprob: sequence_logprob uses unmarshalled code (marshal.loads)",
@@ -269,9 +269,9 @@ def _lab19() -> list[Entry]:
               ], review=True, lose=tests_of("lab19", L19, "task1b_best_of_n_stats", "task1c_fit_gao_bon",
                                          "task3_clipped_pg_loss"),
               reasons=("task1c_fit_gao_bon: fit_gao_bon uses a module loaded from a file (importlib.util.spec_from_file_location)",
-                       "task1b_best_of_n_stats: best_of_n_stats ran a copy of llmrl.overopt.best_of_n_stats",
+                       "task1b_best_of_n_stats: best_of_n_stats ran a copy of llmrl.labs.overopt.best_of_n_stats",
                        "task1b_best_of_n_stats: best_of_n_stats uses unpickling (pickle.loads)",
-                       "task2_kl_penalized_rewards: kl_penalized_rewards ran a copy of llmrl.losses.kl_estimate",
+                       "task2_kl_penalized_rewards: kl_penalized_rewards ran a copy of llmrl.rl.losses.kl_estimate",
                        "task2_kl_penalized_rewards: kl_penalized_rewards uses unmarshalled code (marshal.loads)",
                        "task3_clipped_pg_loss: clipped_pg_loss uses a walk of the garbage collector (gc.get_referents)")),
         Entry("crash-own-check", L19, "correct, but fit_gao_bon kills the kernel (SIGSEGV), and its solution cell "
@@ -372,7 +372,7 @@ def entries(assignment: str, root=None) -> list[Entry]:
     return make() if make else []
 
 
-# The classes of issue 28 this spec covers, each with the entries that attack it (entry name, a text of
+# The evasion classes this spec covers, each with the entries that attack it (entry name, a text of
 # that entry's `reasons`). The CSV class (a formula as a student id or file name) is graded by a real
 # batch in autograder/tests/test_grading_faults.py (test_ids_that_used_to_share_a_report_file_...).
 CLASSES = {

@@ -1,9 +1,9 @@
-"""Hostile submissions, one group per class of issue 13, applied to the assignments' notebooks.
+"""Hostile submissions, one group per attack class of docs/grading-safety.md, applied to the assignments' notebooks.
 
 Each entry is written once, here, for any notebook with test cells: the edits find the solution
 cells and the names they define in the notebook itself. `entries(assignment)` (called by
 corpus.build_all) places every entry on the notebook `PLACES` names (one where the attack got
-through the grader of issue 13), so that each assignment carries some of them and the corpus
+through the first grader), so that each assignment carries some of them and the corpus
 does not grade each attack four times; the class 1 entry that took every untouched release to
 full marks, and `wrong-control`, run on every notebook.
 
@@ -15,7 +15,7 @@ What each must score is what an honest submission with the same answers scores:
 - attacks that read or write what they must not, or flood the grader, keep the reference answers
   and must score full marks, with the extra check the entry names (autograder/tests/test_corpus.py).
 
-Each entry reproduces a way the grader of issue 13 was beaten; test_corpus.py runs them all.
+Each entry reproduces a way the first grader was beaten; test_corpus.py runs them all.
 """
 
 from __future__ import annotations
@@ -515,7 +515,7 @@ def _attack_entries(a: str, nb: str, all_tests: tuple) -> dict[str, Entry]:
 
 # Where each entry runs. The class 1 entry runs on every notebook with tests (two lines took every
 # untouched release to full marks); the others each on one notebook, chosen where the attack got
-# through the grader of issue 13 (see the table in docs/grading-safety.md); wrong-control on each
+# through the first grader (see the table in docs/grading-safety.md); wrong-control on each
 # notebook that has a class 3 or 4 attack.
 EVERYWHERE = ["h1-displayhook"]
 CONTROLLED = ("h3-", "h4-")  # wrong-control runs where an attack dresses up its wrong answers

@@ -183,7 +183,7 @@ WRONG_D = [
     '''),
 ]
 
-# the traps the first corpus lacked (issue 19)
+# the traps the first corpus lacked
 WRONG_E = [
     solve(S[1], '''
         def compute_per_token_logprobs(logits, input_ids):

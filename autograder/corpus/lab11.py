@@ -162,7 +162,7 @@ VALUES_NAIVE_EXP = solve(S5, '''
         return tilted_optimum(first_probs, values, beta), pi_second, values
 ''')
 
-# the traps the first corpus lacked (issue 19): each loses its own task
+# the traps the first corpus lacked: each loses its own task
 LOG_OF_SOFTMAX = solve(S1A, '''
     def response_logprobs(logits, tokens, prompt_len):
         probs = torch.softmax(logits[:, prompt_len - 1:-1], dim=-1)  # underflows to 0 for unlikely tokens

@@ -150,7 +150,7 @@ WRONG_D = [
     '''),
 ]
 
-# the traps the first corpus lacked (issue 19)
+# the traps the first corpus lacked
 WRONG_E = [
     solve(S1C, '''
         def fit_gao_bon(d, gold_gain):

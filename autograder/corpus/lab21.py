@@ -116,7 +116,7 @@ WRONG_D = [
     '''),
 ]
 
-# the traps the first corpus lacked (issue 19)
+# the traps the first corpus lacked
 WRONG_E = [
     solve(S2, '''
         def opd_pg_loss(student_logprobs, teacher_logprobs, mask):

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # The folder holding the autograder package; it is the course folder too (source/, release/, gradebook.db), in this
-# repository as in the hub's course folder (hub/deploy.py copies the package there).
+# repository as in the hub's course folder (hub/deploy/course.py copies the package there).
 PACKAGE_HOME = Path(__file__).resolve().parents[2]
 ROOT = PACKAGE_HOME
 CONFIG = ROOT / "autograder" / "nbgrader_config.py"

@@ -75,6 +75,15 @@ def _verdict_message(reply: kernels.Reply, cell_timeout: float) -> str | None:
     return f"GraderError: the test cell ended with status {reply.status!r}"
 
 
+def spent(events: dict | None, part: str, seconds: float) -> None:
+    """Add `seconds` to the wall time of one part of the grading (events["timings_s"], which the
+    benchmark autograder/bench_grading.py sums). The parts overlap (the feedback run runs beside the
+    grading run), so they say where the time goes, not how it adds up."""
+    if events is not None:
+        t = events.setdefault("timings_s", {})
+        t[part] = round(t.get(part, 0.0) + seconds, 3)
+
+
 def _error(ename: str, evalue: str) -> dict:
     return {"output_type": "error", "ename": ename, "evalue": evalue, "traceback": [f"{ename}: {evalue}"]}
 
@@ -210,6 +219,7 @@ class Broker:
         # with it or not at all (a kernel that dies later cannot take it away).
         r = await student.execute("", timeout=timeout, silent=True,
                                   user_expressions={"r": expr, "w": "__import__('_llmrl_remote').watch_report()"})
+        spent(self.events, "calls", r.seconds)
         if r.status in ("timeout", "hung"):
             self.events["calls_timed_out"] = self.events.get("calls_timed_out", 0) + 1
             self._outcome(name, "timeout")

@@ -213,6 +213,8 @@ class Kernel:
         which its sandbox shows in place of the library."""
         self.label = label
         self.view = view
+        # which zygote may start it warm (autograder/sandbox/zygote.py): the answer kernel, the tests' or the student's
+        self.role = "answer" if view is not None else "tests" if label == "tests" else "student"
         self.dir = files.scratch_dir("kernel", parent)
         self.work = self.dir / "work"
         self.runtime = self.dir / "rt"
@@ -225,17 +227,22 @@ class Kernel:
         self.kc = None
         self.ctx = None
         self.dead = False
+        self.start_s = 0.0   # seconds from launch to the kernel's first answer (the benchmark's "kernel start")
+        self.warm = False    # asked of a zygote (the launcher starts it cold, and says so, when that fails)
 
     async def start(self, timeout: float = 120) -> None:
         from jupyter_client import AsyncKernelManager
         from jupyter_client.kernelspec import KernelSpec
 
+        started = time.monotonic()
         km = AsyncKernelManager(kernel_name="python3")
         km.transport = "ipc"
         km.ip = str(self.runtime / "ipc")
         km.connection_file = str(self.runtime / "kernel.json")
-        argv = ([sandbox.PYTHON, str(SANDBOX), "{connection_file}"] if self.use_sandbox else
-                [sandbox.PYTHON, "-m", "ipykernel_launcher", "-f", "{connection_file}"])
+        zygote = warm_zygote(self.role) if self.use_sandbox else None
+        self.warm = zygote is not None
+        argv = ([sandbox.PYTHON, str(SANDBOX)] + ([f"--zygote={zygote}"] if zygote else []) + ["{connection_file}"]
+                if self.use_sandbox else [sandbox.PYTHON, "-m", "ipykernel_launcher", "-f", "{connection_file}"])
         km._kernel_spec = KernelSpec(argv=argv + ["--InteractiveShell.xmode=Minimal"],
                                      display_name="Python 3 (llmrl grader)", language="python",
                                      interrupt_mode="message")
@@ -258,6 +265,8 @@ class Kernel:
         except RuntimeError as e:  # died while starting
             self.dead = True
             raise KernelStartError(f"the {self.label} kernel did not start: {e}") from None
+        finally:
+            self.start_s = time.monotonic() - started
 
     async def alive(self) -> bool:
         if self.km is None or self.dead:
@@ -397,6 +406,22 @@ class Kernel:
                 self.ctx.destroy(linger=0)
             self.dead = True
             files.rmtree(self.dir)
+
+
+def warm_zygote(role: str) -> str | None:
+    """The socket of the zygote that starts kernels of `role` warm, when this grading process was given
+    one (LLMRL_GRADE_ZYGOTES, set by the batch's warm workers, autograder/batch/warm_workers.py)."""
+    import json
+    import os
+
+    if os.environ.get("LLMRL_GRADE_WARM") == "0":
+        return None
+    try:
+        sockets = json.loads(os.environ.get("LLMRL_GRADE_ZYGOTES") or "{}")
+    except ValueError:
+        return None
+    sock = sockets.get(role) if isinstance(sockets, dict) else None
+    return sock if isinstance(sock, str) and os.path.exists(sock) else None
 
 
 class KernelStartError(Exception):

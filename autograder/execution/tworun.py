@@ -57,7 +57,7 @@ from nbformat import NotebookNode
 from autograder.execution.broker import Broker, NotebookResult, Settings, _error, _verdict_message
 from autograder.execution.notebook_cells import definitions_only, is_solution_cell, is_test_cell, names, nbmeta, setup_cells, solution_names, source_tests, strip_hidden
 from autograder.execution import sandboxed_kernel as kernels
-from autograder.execution.broker import CALL_GRACE, PROBE_TIMEOUT
+from autograder.execution.broker import CALL_GRACE, PROBE_TIMEOUT, spent
 
 HERE = Path(__file__).resolve().parent
 # How a report's events name the kernel the student's functions were called in.
@@ -133,6 +133,15 @@ async def _inject(kernel: kernels.Kernel, extra: str = "", watch: str | None = N
             (kernels.inject_module("_llmrl_watch", watch) if watch else "") + extra)
     status, text = await kernel.expression(exec_expression(code, "llmrl grader"), timeout=120)
     return status == "ok" and text == "'ok'"
+
+
+async def _started(kernel: kernels.Kernel, events: dict | None) -> None:
+    try:
+        await kernel.start()
+    finally:
+        spent(events, "kernel_start", kernel.start_s)
+        if events is not None and kernel.warm:
+            events["warm_kernels"] = events.get("warm_kernels", 0) + 1
 
 
 async def _answer_key(kernel: kernels.Kernel, probe: tuple | None, s: Settings,
@@ -255,8 +264,10 @@ async def fresh_student(submission, source_nb, s: Settings, label: str, deadline
             elif state == "definitions" and defs is not None:
                 run.append((key, defs))
         k = kernels.Kernel(f"answer ({label})", s.scratch, _env(), s.course_roots, s.use_sandbox, view=s.library_view)
-        await k.start()
+        await _started(k, events)
+        t = time.monotonic()
         killer = await _run_cells(k, run, s, deadline)
+        spent(events, "answer_cells", time.monotonic() - t)
         if killer is None or asyncio.get_running_loop().time() >= deadline:
             break
         defs = next(d for key, _, d in cells if key == killer)
@@ -268,7 +279,9 @@ async def fresh_student(submission, source_nb, s: Settings, label: str, deadline
                 else "killed the kernel; left out")
         await k.shutdown()
     if not k.dead:
+        t = time.monotonic()
         await _inject(k, watch=s.watch)
+        spent(events, "answer_setup", time.monotonic() - t)
     return k
 
 
@@ -279,7 +292,8 @@ async def _feedback_run(nb, s: Settings, events: dict) -> tuple[kernels.Kernel, 
     outputs: list = [None] * len(nb.cells)
     counts: list = [None] * len(nb.cells)
     k = kernels.Kernel("student", s.scratch, _env(), s.course_roots, s.use_sandbox)
-    await k.start()
+    await _started(k, events)
+    t = time.monotonic()
     why_stopped = None
     for i, cell in enumerate(nb.cells):
         if cell.get("cell_type") != "code" or not cell.source.strip():
@@ -309,6 +323,7 @@ async def _feedback_run(nb, s: Settings, events: dict) -> tuple[kernels.Kernel, 
             why_stopped = f"the kernel stopped earlier (cell {i + 1})"
             k.dead = True
         outputs[i] = outs
+    spent(events, "feedback_cells", time.monotonic() - t)
     return k, outputs, counts
 
 
@@ -320,7 +335,8 @@ async def _start_tests_kernel(source_nb, tests, s: Settings, broker: Broker, eve
     sock = k.runtime / "rpc.sock"
     await broker.serve(sock)
     k.env_extra = dict(_env(), LLMRL_GRADER_RPC=str(sock))
-    await k.start()
+    await _started(k, events)
+    t = time.monotonic()
     sol = solution_names(source_nb)
     ok = await _inject(k, f"__import__('_llmrl_remote').connect({str(sock)!r})\n"
                           f"__import__('_llmrl_remote').bind({sol!r}, globals())\n")
@@ -338,6 +354,7 @@ async def _start_tests_kernel(source_nb, tests, s: Settings, broker: Broker, eve
     for i in sorted(k.setup):
         if i < upto:
             await _tests_setup_cell(k, source_nb, i, s, events)
+    spent(events, "tests_setup", time.monotonic() - t)
     return k
 
 
@@ -367,10 +384,13 @@ async def _grading_run(source_nb, tests, s: Settings, broker: Broker, tests_kern
     events["student_kernel"] = ANSWER_KERNEL
     grading_deadline = loop.time() + s.notebook_timeout
     broker.grading_deadline = grading_deadline
+    t = time.monotonic()
     probe_answer, probe_ends = await _answer_key(broker.student, s.probe, s, events)
+    spent(events, "probe", time.monotonic() - t)
     broker.ready.set()
     tk = await tests_kernel_task
     kernels_used.append(tk)
+    t = time.monotonic()
     for i, c in enumerate(source_nb.cells):
         if i in tk.setup and i not in tk.done:
             await _tests_setup_cell(tk, source_nb, i, s, events)
@@ -393,6 +413,7 @@ async def _grading_run(source_nb, tests, s: Settings, broker: Broker, tests_kern
         verdicts[gid] = _verdict_message(r, timeout)
         if r.status in ("died", "hung"):
             tk.dead = True
+    spent(events, "tests", time.monotonic() - t)
     return verdicts, probe_answer, probe_ends
 
 
@@ -429,7 +450,9 @@ async def run_notebook(nb, source_nb, s: Settings) -> NotebookResult:
             fb, outputs, counts = await _feedback_run(nb, s, events)
             if not fb.dead:
                 cpu += await fb.cpu_seconds() or 0.0
+            t = time.monotonic()
             await fb.shutdown()  # nothing of it is graded: its kernel goes as soon as its outputs are in
+            spent(events, "kernel_shutdown", time.monotonic() - t)
         events["feedback_s"] = round(time.monotonic() - started, 1)
         verdicts: dict = {}
         probe_answer, probe_ends = None, {}
@@ -456,8 +479,10 @@ async def run_notebook(nb, source_nb, s: Settings) -> NotebookResult:
                 kernels_used.append(k)
         if broker is not None:
             await broker.close()
+        t = time.monotonic()
         for k in set(kernels_used + (broker.retired if broker else []) + ([broker.student] if broker and broker.student else [])):
             await k.shutdown()
+        spent(events, "kernel_shutdown", time.monotonic() - t)
 
 
 def apply(nb, result: NotebookResult) -> None:

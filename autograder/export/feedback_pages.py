@@ -11,6 +11,12 @@ The summary names each graded cell by its task and concern ("Task 1a response_lo
 a failed test cell shows its failure's message above its code, and the maths is drawn by a MathJax
 inlined from the installed jupyter-server-mathjax package (no network needed to read the page).
 
+A notebook graded without the grading sandbox (the instructor's --no-sandbox: autograder/batch/
+sandbox_gate.py) says so at the top of its page, in a red box above the score: UNSANDBOXED_ENV in the
+grading process's environment while it grades, the autograded notebook's mark (metadata
+llmrl.graded_without_sandbox, which the batch writes into autograded/ and removes when the grade was
+sandboxed) when the page is made again later (`make feedback`).
+
 `releasable(report_notebook)` and `pending_in_gradebook(...)` decide whether a notebook's feedback
 may go to the student (autograder/cli/course.py `feedback`, autograder/batch/run.py): only once nothing in
 it awaits grading, unless the instructor forces it.
@@ -30,7 +36,10 @@ from nbgrader.preprocessors import GetGrades
 from traitlets.config import Config
 
 AWAITING = "awaiting grading"
-HIDE_SCORES_ENV = "LLMRL_FEEDBACK_SCORES"  # "hidden": pages without points (grading on submit, hub/on_submit.py)
+HIDE_SCORES_ENV = "LLMRL_FEEDBACK_SCORES"  # "hidden": pages without points (grading on submit, hub/on_submit/)
+# Set by the batch in each grading process: "" (sandboxed) or why the grades are made without the sandbox.
+UNSANDBOXED_ENV = "LLMRL_GRADED_WITHOUT_SANDBOX"
+UNSANDBOXED_MARK = "graded_without_sandbox"  # the autograded notebook's metadata["llmrl"][UNSANDBOXED_MARK]
 
 
 def _needs_person(grade) -> bool:
@@ -67,7 +76,7 @@ class GetGradesPending(GetGrades):
 
 # nbgrader's feedback page (its feedback/index.html.j2, which this extends) where a cell no person has
 # graded yet shows "awaiting grading" instead of a score of 0. Kept here, not in a template folder, so
-# that a copy of the grader's .py files (hub/deploy.py) has it. nbgrader's own macros call nbgrader's
+# that a copy of the grader's .py files (hub/deploy/course.py) has it. nbgrader's own macros call nbgrader's
 # score(): the heading macro and the two blocks that call it are repeated with macros of their own.
 TEMPLATE = r"""{%- extends 'index.html.j2' -%}
 
@@ -137,9 +146,17 @@ Score: {{ cell.metadata.nbgrader.score | float | round(2) }} / {{ cell.metadata.
     #toc li.failed > a { color: #c9302c; }
     #toc .llmrl-mark { color: #c9302c; font-weight: bold; }
     .panel-primary > .panel-heading .nbgrader-label { font-size: 115%; font-weight: bold; }
+    .llmrl-unsandboxed { background: #c9302c; color: #fff; padding: 0.8em 1em; margin: 1em 0; font-size: 115%;
+                         border-radius: 4px; }
   </style>
   <a name="top"></a>
   <div class="container">
+    {% if resources.llmrl_unsandboxed %}
+    <div class="llmrl-unsandboxed" id="graded-without-sandbox" role="alert">
+      <strong>Graded without the grading sandbox.</strong>
+      The tests ran as usual, but this submission's code was not kept apart from the grading machine
+      ({{ resources.llmrl_unsandboxed | e }}). Ask your instructor before relying on this grade.</div>
+    {% endif %}
     <div class="panel panel-default">
       <div class="panel-heading">
         {%- set pending = resources.nbgrader.pending_points | default(0) | float -%}
@@ -243,7 +260,8 @@ Score: {{ cell.metadata.nbgrader.score | float | round(2) }} / {{ cell.metadata.
 
 # ----------------------------------------------------------------------------- names and verdicts of cells
 
-# The concerns a task's tests are split by (test_<task>_<concern>, issue 30), as the summary names them.
+# The concerns a task's tests are split by (one test cell per concern, named test_<task>_<concern>:
+# docs/grading-safety.md, "How strong the tests are"), as the summary names them.
 CONCERNS = {"values": "values", "contract": "types, shapes and inputs", "edge": "extreme inputs",
             "grad": "gradient", "rng": "random generator", "ties": "ties", "bounds": "clip bounds",
             "clip": "clip_eps", "kl": "KL term"}
@@ -276,7 +294,7 @@ def cell_label(cell) -> str:
 
 def test_label(grade_id: str) -> str:
     """A test cell's name from its grade_id alone ("Task 1a response_logprobs: values"), as the
-    summary of a report without the notebook's cells says it (hub/on_submit.py)."""
+    summary of a report without the notebook's cells says it (hub/on_submit/pages.py)."""
     m = _TEST_ID.match(str(grade_id))
     if not m:
         return f"Test cell {grade_id}"
@@ -368,10 +386,11 @@ class FeedbackExporter(HTMLExporter):
         yield from (("llmrl_label", cell_label), ("llmrl_verdict", cell_verdict), ("llmrl_failure", cell_failure))
 
     def from_notebook_node(self, nb, resources=None, **kw):
-        # Graded on submit with the scores hidden (hub/on_submit.py, the "feedback" setting): each
+        # Graded on submit with the scores hidden (hub/on_submit/settings.py, the "feedback" setting): each
         # test says passed or failed, no page shows a point.
         resources = {} if resources is None else resources
         resources["llmrl_hide_scores"] = os.environ.get(HIDE_SCORES_ENV) == "hidden"
+        resources["llmrl_unsandboxed"] = unsandboxed_reason(nb)
         output, resources = super().from_notebook_node(nb, resources, **kw)
         return offline_maths(output), resources
 
@@ -385,6 +404,18 @@ class FeedbackExporter(HTMLExporter):
             anchor_link_text=self.anchor_link_text, exclude_anchor_links=self.exclude_anchor_links,
             **self.lexer_options)
         return MarkdownWithMath(renderer=renderer, plugins=[import_plugin(p) for p in MARKDOWN_PLUGINS]).render(source)
+
+
+def unsandboxed_reason(nb) -> str:
+    """Why this notebook's grade was made without the sandbox, or "" (it was sandboxed).
+
+    While grading, the grading process's UNSANDBOXED_ENV decides (a mark a student wrote into their
+    own notebook counts for nothing then); a page made later from autograded/ reads the mark the batch
+    wrote there."""
+    if UNSANDBOXED_ENV in os.environ:
+        return os.environ[UNSANDBOXED_ENV]
+    meta = (nb.get("metadata") or {}).get("llmrl") or {}
+    return str(meta.get(UNSANDBOXED_MARK) or "") if isinstance(meta, dict) else ""
 
 
 def releasable(notebook_report: dict) -> bool:

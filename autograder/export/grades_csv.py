@@ -3,6 +3,7 @@ missing marked), and nbgrader's exporter plugin for it.
 """
 
 from __future__ import annotations
+import functools
 from pathlib import Path
 from autograder.course.layout import Lab, ROOT, assignments
 from autograder.course.nbgrader_app import load_config
@@ -94,13 +95,11 @@ def grade_rows(root: Path = ROOT, selected: list[str] | tuple[str, ...] = (),
     instead of showing what an older run left in the gradebook."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    from autograder.collect import exchange as course_collect
-
     db = root / "gradebook.db"
     if not db.exists():
         return []
     failed = failed or {}
-    penalty = None  # the course's late policy, read once a late submission needs it
+    policy = functools.cache(lambda: late_policy(root))  # the course's late policy, read once a late submission needs it
     rows = []
     with Gradebook(f"sqlite:///{db}") as gb:
         students = sorted(gb.students, key=lambda x: x.id)
@@ -118,51 +117,10 @@ def grade_rows(root: Path = ROOT, selected: list[str] | tuple[str, ...] = (),
                     sub = None
                 if (a.name, st.id) in failed:
                     row.update(status="failed", notes=f"not graded: {failed[(a.name, st.id)]}")
-                    rows.append(row)
-                    continue
-                if sub is None:
+                elif sub is None:
                     row.update(status="missing", notes="no submission")
-                    rows.append(row)
-                    continue
-                row["timestamp"] = str(sub.timestamp or "")
-                late = float(sub.total_seconds_late or 0.0)
-                states = [notebook_state(nb, manual) for nb in sorted(sub.notebooks, key=lambda n: n.name)]
-                if late > 0:  # the policy on each notebook's final score, manual points included
-                    penalty = penalty or late_policy(root)
-                    for x in states:
-                        if not x["missing"]:
-                            x["late_penalty"] = penalty(st.id, x["automatic"] + x["manual"], late)
-                row["notebooks"] = states
-                got = [x for x in states if not x["missing"]]
-                notes = [f"{x['notebook']}.ipynb missing" for x in states if x["missing"]]
-                if not got:
-                    row.update(status="missing", notes="; ".join(notes) or "no notebook")
-                    rows.append(row)
-                    continue
-                tot = {k: sum(x[k] for x in states) for k in ("automatic_max", "manual_max")}
-                tot.update({k: sum(x[k] for x in got) for k in ("automatic", "manual", "manual_pending", "late_penalty")})
-                review = any(x["review"] for x in got)
-                pending = [c for x in got for c in x["pending_cells"]]
-                row.update({k: f"{v:g}" for k, v in tot.items()})
-                row["max_score"] = f"{tot['automatic_max'] + tot['manual_max']:g}"
-                stamped = course_collect.collection_note(root, a.name, st.id)
-                if stamped:  # the collection graded the inbound files' time, not the student's
-                    notes.append(stamped)
-                if late > 0:
-                    notes.append(f"late by {_duration(late)}" + (f", penalty -{tot['late_penalty']:g}"
-                                                                  if tot["late_penalty"] else ""))
-                if review:
-                    status = "review"
-                    notes.append("automatic points held for review (batch_grades.csv says why): "
-                                 + ", ".join(c for x in got if x["review"] for c in x["pending_cells"]))
-                elif pending:
-                    status = "awaiting grading"
-                    notes.append(f"{len(pending)} written answer(s) to grade in the formgrader: " + ", ".join(pending))
                 else:
-                    status = "graded"
-                    total = tot["automatic"] + tot["manual"] - tot["late_penalty"]
-                    row["total"] = f"{max(total, 0.0):g}"
-                row.update(status=status, notes="; ".join(notes))
+                    _fill_submitted_row(row, sub, manual, root, a.name, st.id, policy)
                 rows.append(row)
         known = {(r["assignment"], r["student_id"]) for r in rows}
         for (a, student), why in sorted(failed.items()):  # failed before the gradebook ever saw them
@@ -172,6 +130,51 @@ def grade_rows(root: Path = ROOT, selected: list[str] | tuple[str, ...] = (),
                            notebooks=[])
                 rows.append(row)
     return rows
+
+
+def _fill_submitted_row(row: dict, sub, manual, root: Path, assignment: str, student: str, policy) -> None:
+    """A row from the student's submission in the gradebook: each notebook's state (with the late
+    penalty of `policy()`, the course's late policy), the totals, the status and its notes."""
+    from autograder.collect import exchange as course_collect
+
+    row["timestamp"] = str(sub.timestamp or "")
+    late = float(sub.total_seconds_late or 0.0)
+    states = [notebook_state(nb, manual) for nb in sorted(sub.notebooks, key=lambda n: n.name)]
+    if late > 0:  # the policy on each notebook's final score, manual points included
+        penalty = policy()
+        for x in states:
+            if not x["missing"]:
+                x["late_penalty"] = penalty(student, x["automatic"] + x["manual"], late)
+    row["notebooks"] = states
+    got = [x for x in states if not x["missing"]]
+    notes = [f"{x['notebook']}.ipynb missing" for x in states if x["missing"]]
+    if not got:
+        row.update(status="missing", notes="; ".join(notes) or "no notebook")
+        return
+    tot = {k: sum(x[k] for x in states) for k in ("automatic_max", "manual_max")}
+    tot.update({k: sum(x[k] for x in got) for k in ("automatic", "manual", "manual_pending", "late_penalty")})
+    review = any(x["review"] for x in got)
+    pending = [c for x in got for c in x["pending_cells"]]
+    row.update({k: f"{v:g}" for k, v in tot.items()})
+    row["max_score"] = f"{tot['automatic_max'] + tot['manual_max']:g}"
+    stamped = course_collect.collection_note(root, assignment, student)
+    if stamped:  # the collection graded the inbound files' time, not the student's
+        notes.append(stamped)
+    if late > 0:
+        notes.append(f"late by {_duration(late)}" + (f", penalty -{tot['late_penalty']:g}"
+                                                      if tot["late_penalty"] else ""))
+    if review:
+        status = "review"
+        notes.append("automatic points held for review (batch_grades.csv says why): "
+                     + ", ".join(c for x in got if x["review"] for c in x["pending_cells"]))
+    elif pending:
+        status = "awaiting grading"
+        notes.append(f"{len(pending)} written answer(s) to grade in the formgrader: " + ", ".join(pending))
+    else:
+        status = "graded"
+        total = tot["automatic"] + tot["manual"] - tot["late_penalty"]
+        row["total"] = f"{max(total, 0.0):g}"
+    row.update(status=status, notes="; ".join(notes))
 
 
 def _duration(seconds: float) -> str:

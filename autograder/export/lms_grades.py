@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from nbgrader.plugins import ExportPlugin
 
-from autograder.course.roster import LmsError, Person, ROSTER, load_roster
+from autograder.course.roster import LmsError, Person, ROSTER, Roster, load_roster
 from autograder.export.grades_csv import grade_rows, manual_cells
 from autograder.sandbox import safe_files as files
 
@@ -50,6 +50,56 @@ def _maxima(root: Path) -> dict[str, tuple[float, float]]:
     return out
 
 
+def _columns(names: list[str], maxima: dict, roster: Roster, totals_only: bool) -> list[Column]:
+    """The grade columns: per assignment its total (under the LMS's own title for it, when the class
+    list has one), and its automatic and written points apart when it has written answers."""
+    columns: list[Column] = []
+    for a in names:
+        auto, written = maxima[a]
+        title = next((h for t, h in roster.columns.items() if t.strip().lower() == a.lower()), a)
+        columns.append(Column(title, a, "total", auto + written))
+        if written and not totals_only:
+            columns += [Column(f"{a} automatic", a, "automatic", auto), Column(f"{a} written", a, "written", written)]
+    return columns
+
+
+def _note(status: str, r: dict | None) -> str:
+    """What the student reads about a grade that is not final ("" for a graded one)."""
+    if status == "graded":
+        return ""
+    if status == "awaiting grading":
+        return f"written answers being graded ({_fmt(float(r['manual_pending']))} points)"
+    if status == "review":
+        return "automatic points held until a person has checked them"
+    if status == "missing":
+        return "missing: " + (r["notes"] if r and r["notes"] else "no submission")
+    return "not graded yet (your instructor has been told why)"
+
+
+def _cells(person: Person, names: list[str], columns: list[Column], rows_by: dict,
+           report: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(the person's value in each column, their note per assignment); a line for the instructor's
+    report is appended for each grade that is not final."""
+    values, notes = {}, {}
+    for a in names:
+        r = rows_by.get((a, person.student_id))
+        status = r["status"] if r else "missing"
+        note = _note(status, r)
+        notes[a] = note
+        if note:
+            report.append(f"{person.student_id} {a}: {status}" + (f" ({r['notes']})" if r and r["notes"] else ""))
+        for c in (c for c in columns if c.assignment == a):
+            value = ""
+            if c.part == "total" and status == "graded":
+                value = _fmt(float(r["total"]))
+            elif c.part == "automatic" and status in ("graded", "awaiting grading"):
+                value = _fmt(float(r["automatic"]))
+            elif c.part == "written" and status == "graded":
+                value = _fmt(float(r["manual"]))
+            values[c.header] = value
+    return values, notes
+
+
 def lms_table(root: Path, lms: str, totals_only: bool = False, assignments: list[str] | None = None):
     """(header, rows, report) of the LMS's gradebook import for the course at `root`.
 
@@ -67,13 +117,7 @@ def lms_table(root: Path, lms: str, totals_only: bool = False, assignments: list
     maxima = _maxima(root)
     names = sorted((a for a in maxima if not assignments or a in assignments), key=_assignment_order)
     rows_by = {(r["assignment"], r["student_id"]): r for r in grade_rows(Path(root))}
-    columns: list[Column] = []
-    for a in names:
-        auto, written = maxima[a]
-        title = next((h for t, h in roster.columns.items() if t.strip().lower() == a.lower()), a)
-        columns.append(Column(title, a, "total", auto + written))
-        if written and not totals_only:
-            columns += [Column(f"{a} automatic", a, "automatic", auto), Column(f"{a} written", a, "written", written)]
+    columns = _columns(names, maxima, roster, totals_only)
     report: list[str] = []
     ids = roster.by_id()
     extra = sorted({sid for (_, sid) in rows_by} - set(ids))
@@ -81,42 +125,13 @@ def lms_table(root: Path, lms: str, totals_only: bool = False, assignments: list
         report.append(f"in the gradebook but not on the class list, not exported ({lms.capitalize()} would not "
                       f"know them): {', '.join(extra)}")
 
-    def cells(person: Person) -> tuple[dict[str, str], dict[str, str]]:
-        values, notes = {}, {}
-        for a in names:
-            r = rows_by.get((a, person.student_id))
-            status = r["status"] if r else "missing"
-            if status == "graded":
-                note = ""
-            elif status == "awaiting grading":
-                note = f"written answers being graded ({_fmt(float(r['manual_pending']))} points)"
-            elif status == "review":
-                note = "automatic points held until a person has checked them"
-            elif status == "missing":
-                note = "missing: " + (r["notes"] if r and r["notes"] else "no submission")
-            else:
-                note = "not graded yet (your instructor has been told why)"
-            notes[a] = note
-            if note:
-                report.append(f"{person.student_id} {a}: {status}" + (f" ({r['notes']})" if r and r["notes"] else ""))
-            for c in (c for c in columns if c.assignment == a):
-                value = ""
-                if c.part == "total" and status == "graded":
-                    value = _fmt(float(r["total"]))
-                elif c.part == "automatic" and status in ("graded", "awaiting grading"):
-                    value = _fmt(float(r["automatic"]))
-                elif c.part == "written" and status == "graded":
-                    value = _fmt(float(r["manual"]))
-                values[c.header] = value
-        return values, notes
-
     people = sorted(roster.people, key=lambda p: (p.last_name.lower(), p.first_name.lower(), p.student_id))
     if lms == "canvas":
         info = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
         header = info + [c.header for c in columns]
         rows = [{"Student": "    Points Possible", **{c.header: _fmt(c.points) for c in columns}}]
         for p in people:
-            values, _ = cells(p)
+            values, _ = _cells(p, names, columns, rows_by, report)
             rows.append({"Student": p.lms_name or f"{p.last_name}, {p.first_name}", "ID": p.lms_user_id,
                          "SIS User ID": p.sis_user_id, "SIS Login ID": p.sis_login_id, "Section": p.section,
                          **values})
@@ -125,7 +140,7 @@ def lms_table(root: Path, lms: str, totals_only: bool = False, assignments: list
         header = info + [c.header for c in columns] + [f"Feedback: {a}" for a in names]
         rows = []
         for p in people:
-            values, notes = cells(p)
+            values, notes = _cells(p, names, columns, rows_by, report)
             rows.append({"First name": p.first_name, "Last name": p.last_name, "ID number": p.id_number,
                          "Institution": "", "Department": "", "Email address": p.email, **values,
                          **{f"Feedback: {a}": notes[a] for a in names}})

@@ -22,7 +22,7 @@ loads nbgrader's and replaces the two things that render student content:
    cannot make the grader's browser request anything of the service.
 
 Use: `jpserver_extensions = {"autograder.formgrader.safe_formgrader": True, "nbgrader.server_extensions.formgrader": False}`
-(hub/deploy.py writes this for the course service). The extension loads nbgrader's formgrader itself,
+(hub/deploy/configs.py writes this for the course service). The extension loads nbgrader's formgrader itself,
 so a formgrader without these protections never starts in its place: if this module fails to load,
 there is no formgrader at all.
 """

@@ -30,7 +30,7 @@ code and metadata a reviewer should see
 says what happened in the two runs (notebook_timeout, kernel_died, cells_skipped,
 student_kernel, calls, restarts, kernel_cpu_s). Exit status 0 when grading ran, 1 with one
 "error: ..." line on stderr when the input is unusable or the environment is broken (the course
-library cannot be imported inside the sandbox, the cached models cannot be built).
+library cannot be imported inside the sandbox, a shipped model is missing or changed).
 
 Batch grading (autograder/batch/run.py) calls this file once per student with --template (a scratch
 course prepared once), --student, --out (autograded notebook and feedback) and --lenient
@@ -267,7 +267,7 @@ _PROBING = None
 
 
 def adopt_early_checks(warming, probing) -> None:
-    """The model-cache check and the sandbox probe the command line started before importing nbgrader."""
+    """The shipped models' check and the sandbox probe the command line started before importing nbgrader."""
     global _WARMING, _PROBING
     _WARMING, _PROBING = warming, probing
 
@@ -281,15 +281,20 @@ def _wait(proc, what: str) -> str:
 
 
 def _warm_model_cache() -> None:
-    """Build the course's cached models outside the sandbox (kernels only read the cache): wait for
-    the process started at import, or build them in this process."""
+    """Check the course's shipped models against their manifest outside the sandbox, before any kernel
+    starts (kernels only read them; nothing is built): wait for the process the command line started
+    (autograder/grading/shipped_models.py), or check them in this process. PipelineError when one is
+    missing or changed. (The name is the batch's and the hub's, from when the models were built here.)"""
     global _WARMING
+    from autograder.grading import shipped_models
+
     if _WARMING is None:
-        from llmrl.tools.cache import warm
-        warm()
+        found = shipped_models.problem()
+        if found:
+            raise PipelineError(f"{shipped_models.CHECK_FAILED}: {found}")
         return
     proc, _WARMING = _WARMING, None
-    _wait(proc, "building the cached models (python -m llmrl.tools.cache) failed")
+    _wait(proc, shipped_models.CHECK_FAILED)
 
 
 def _library_view() -> Path:
@@ -392,19 +397,114 @@ def _answer_key_runtime(assignment: str, name: str, result, nb) -> list[str]:
                 f"functions"]
 
 
+def _stage_submissions(assignment: str, chosen: dict, sources: dict, course_dir: Path, student: str,
+                       stamp: str | None) -> tuple[dict, dict, dict]:
+    """Each chosen notebook, its nbgrader metadata repaired from the source, written into the scratch course
+    as the student's submission (with timestamp.txt); by notebook: notes, answer-key reasons, the notebook."""
+    import nbformat
+
+    from autograder.review import code_flags as safety
+
+    notes: dict[str, list[str]] = {}
+    leans: dict[str, list[str]] = {}
+    submitted: dict = {}
+    for name, path in chosen.items():
+        nb = _read_notebook(str(path))
+        submitted[name] = nb
+        notes[name] = repair_metadata(nb, nbformat.read(sources[name], as_version=4)) + safety.scan_notebook(nb)
+        leans[name], extra = _answer_key_static(assignment, nb, name)
+        notes[name] += extra
+        target = course_dir / "submitted" / student / assignment / f"{name}.ipynb"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, target)
+    if stamp and chosen:  # nbgrader's autograde records it; AssignLatePenalties applies the course's policy
+        files.atomic_write_text(course_dir / "submitted" / student / assignment / "timestamp.txt", stamp + "\n")
+    return notes, leans, submitted
+
+
+def _run_staged(assignment: str, sources: dict, root: Path, scratch: Path, self_check: bool) -> dict:
+    """The two runs (autograder/execution/tworun.py) of every notebook nbgrader staged, in the sandbox,
+    with the answer-key probe unless this is the reference's self-check; the results by notebook."""
+    from autograder.execution import nbgrader_preprocessors, tworun
+    from autograder.execution import sandboxed_kernel as kernels
+
+    settings = {}
+    view = _library_view()
+    for name in nbgrader_preprocessors.STAGED:
+        probe, watch = (None, None) if self_check else _answer_key_probe(assignment, name)
+        settings[name] = nbgrader_preprocessors.settings_from_env(
+            course_roots=[ROOT, root], scratch=scratch, feedback=not self_check,
+            library_view=view, probe=probe, watch=watch)
+    try:
+        staged = nbgrader_preprocessors.STAGED
+        return asyncio.run(_run_all(dict(staged), {n: sources[n] for n in staged}, settings))
+    except (tworun.GradingError, kernels.KernelStartError, OSError, RuntimeError) as e:
+        if isinstance(e, files.DiskFull):
+            raise
+        raise PipelineError(f"the grader could not run the notebooks: {type(e).__name__}: "
+                            f"{str(e).strip().splitlines()[0] if str(e).strip() else 'no detail'}") from None
+
+
+def _add_runtime_notes(assignment: str, results: dict, submitted: dict, notes: dict, leans: dict,
+                       self_check: bool) -> None:
+    """The answer-key check's findings from the runs (its probe, the watch over the graded calls),
+    added to each notebook's reasons for review and notes."""
+    for name, result in results.items():
+        leans[name] += [n for n in _answer_key_runtime(assignment, name, None if self_check else result,
+                                                        submitted.get(name))
+                        if n not in leans[name]]
+        if result.events.get("answer_key_probe"):
+            notes[name].append(f"the answer-key probe: {result.events['answer_key_probe']}; the graded calls "
+                               f"themselves were watched")
+
+
+def _score(course_dir: Path, assignment: str, student: str, root: Path, results: dict):
+    """nbgrader's autograde again, scoring the runs' results (TwoRunExecute) with the course's late
+    policy; returns nbgrader's API for the feedback export."""
+    from nbconvert.preprocessors import ClearMetadataPreprocessor
+    from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, IgnorePattern, LimitOutput,
+                                        SaveAutoGrades)
+
+    from autograder.execution import nbgrader_preprocessors
+
+    nbgrader_preprocessors.RESULTS.clear()
+    nbgrader_preprocessors.RESULTS.update(results)
+    pre = [nbgrader_preprocessors.TwoRunExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
+           AssignLatePenalties, CheckCellMetadata]
+    return _autograde(_scratch_config(course_dir, pre, root), assignment, student)
+
+
+def _grades_report(assignment: str, student: str, course_dir: Path, sources: dict, chosen: dict,
+                   problems: dict | None, results: dict, notes: dict, leans: dict, stamp: str | None) -> dict:
+    """The report's grades, read from the scratch gradebook: one entry per notebook of the assignment
+    (graded, missing or unusable) and their totals."""
+    from nbgrader.api import Gradebook
+
+    report = {"assignment": assignment, "student": student, "notebooks": [], "points": 0.0, "max_points": 0.0,
+              "needs_manual_review": False, "sandbox": _sandbox_line(), "timestamp": stamp if chosen else None,
+              "seconds_late": 0.0, "late_penalty": 0.0}
+    with Gradebook(f"sqlite:///{course_dir / 'gradebook.db'}") as gb:
+        if stamp and chosen:
+            report["seconds_late"] = float(gb.find_submission(assignment, student).total_seconds_late)
+        for name, src in sources.items():
+            entry = _notebook_entry(gb, course_dir, assignment, student, name, src, chosen, problems or {},
+                                    results.get(name), notes.get(name, []), leans.get(name, []))
+            report["notebooks"].append(entry)
+    for entry in report["notebooks"]:
+        report["points"] += entry["points"]
+        report["max_points"] += entry["max_points"]
+        report["needs_manual_review"] |= entry["needs_manual_review"]
+        report["late_penalty"] += entry["late_penalty"]
+    return report
+
+
 def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Path | None = None,
           student: str = STUDENT, out: Path | None = None, lenient: bool = False, root: Path = ROOT,
           warm: bool = True, probe: bool = True, self_check: bool = False, timestamp: str | None = None,
           duedate: str | None = None) -> dict:
-    import nbformat
     from nbgrader.api import Gradebook
-    from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, IgnorePattern, LimitOutput,
-                                        SaveAutoGrades)
-    from nbconvert.preprocessors import ClearMetadataPreprocessor
 
-    from autograder.execution import sandboxed_kernel as kernels
-    from autograder.review import code_flags as safety
-    from autograder.execution import nbgrader_preprocessors, tworun
+    from autograder.execution import nbgrader_preprocessors
 
     started = time.monotonic()
     stages: dict[str, float] = {}
@@ -424,76 +524,26 @@ def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Pa
     if not chosen and not lenient:
         raise PipelineError("no notebook to grade")
     scratch = files.scratch_dir("grade")
+    _scratch_gradebooks_unsynced(scratch)
     try:
         if template is not None:
             shutil.copytree(template, scratch / "course", dirs_exist_ok=True)
         else:
             make_template(assignment, root, scratch / "course", duedate=_duedate(duedate))
         course_dir = scratch / "course"
-        notes: dict[str, list[str]] = {}
-        leans: dict[str, list[str]] = {}
-        submitted: dict = {}
-        for name, path in chosen.items():
-            nb = _read_notebook(str(path))
-            submitted[name] = nb
-            notes[name] = repair_metadata(nb, nbformat.read(sources[name], as_version=4)) + safety.scan_notebook(nb)
-            leans[name], extra = _answer_key_static(assignment, nb, name)
-            notes[name] += extra
-            target = course_dir / "submitted" / student / assignment / f"{name}.ipynb"
-            target.parent.mkdir(parents=True, exist_ok=True)
-            nbformat.write(nb, target)
-        if stamp and chosen:  # nbgrader's autograde records it; AssignLatePenalties applies the course's policy
-            files.atomic_write_text(course_dir / "submitted" / student / assignment / "timestamp.txt", stamp + "\n")
+        notes, leans, submitted = _stage_submissions(assignment, chosen, sources, course_dir, student, stamp)
         stage("course")
         results: dict = {}
         if chosen:
             nbgrader_preprocessors.STAGED.clear()
             _autograde(_scratch_config(course_dir, [nbgrader_preprocessors.StageNotebooks], root), assignment, student)
             stage("nbgrader_restore")
-            settings = {}
-            view = _library_view()
-            for name in nbgrader_preprocessors.STAGED:
-                probe, watch = (None, None) if self_check else _answer_key_probe(assignment, name)
-                settings[name] = nbgrader_preprocessors.settings_from_env(
-                    course_roots=[ROOT, root], scratch=scratch, feedback=not self_check,
-                    library_view=view, probe=probe, watch=watch)
-            try:
-                staged = nbgrader_preprocessors.STAGED
-                results = asyncio.run(_run_all(dict(staged), {n: sources[n] for n in staged}, settings))
-            except (tworun.GradingError, kernels.KernelStartError, OSError, RuntimeError) as e:
-                if isinstance(e, files.DiskFull):
-                    raise
-                raise PipelineError(f"the grader could not run the notebooks: {type(e).__name__}: "
-                                    f"{str(e).strip().splitlines()[0] if str(e).strip() else 'no detail'}") from None
-            for name, result in results.items():
-                leans[name] += [n for n in _answer_key_runtime(assignment, name, None if self_check else result,
-                                                                submitted.get(name))
-                                if n not in leans[name]]
-                if result.events.get("answer_key_probe"):
-                    notes[name].append(f"the answer-key probe: {result.events['answer_key_probe']}; the graded calls "
-                                       f"themselves were watched")
+            results = _run_staged(assignment, sources, root, scratch, self_check)
+            _add_runtime_notes(assignment, results, submitted, notes, leans, self_check)
             stage("kernels")
-            nbgrader_preprocessors.RESULTS.clear()
-            nbgrader_preprocessors.RESULTS.update(results)
-            pre = [nbgrader_preprocessors.TwoRunExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
-                   AssignLatePenalties, CheckCellMetadata]
-            api = _autograde(_scratch_config(course_dir, pre, root), assignment, student)
+            api = _score(course_dir, assignment, student, root, results)
             stage("nbgrader_score")
-        report = {"assignment": assignment, "student": student, "notebooks": [], "points": 0.0, "max_points": 0.0,
-                  "needs_manual_review": False, "sandbox": _sandbox_line(), "timestamp": stamp if chosen else None,
-                  "seconds_late": 0.0, "late_penalty": 0.0}
-        with Gradebook(f"sqlite:///{course_dir / 'gradebook.db'}") as gb:
-            if stamp and chosen:
-                report["seconds_late"] = float(gb.find_submission(assignment, student).total_seconds_late)
-            for name, src in sources.items():
-                entry = _notebook_entry(gb, course_dir, assignment, student, name, src, chosen, problems or {},
-                                        results.get(name), notes.get(name, []), leans.get(name, []))
-                report["notebooks"].append(entry)
-        for entry in report["notebooks"]:
-            report["points"] += entry["points"]
-            report["max_points"] += entry["max_points"]
-            report["needs_manual_review"] |= entry["needs_manual_review"]
-            report["late_penalty"] += entry["late_penalty"]
+        report = _grades_report(assignment, student, course_dir, sources, chosen, problems, results, notes, leans, stamp)
         if out is not None and chosen:
             # The feedback is made from the scratch gradebook: first it gets what the course's gradebook
             # will hold (a notebook held for review has no points there, and says so in its feedback).
@@ -503,6 +553,8 @@ def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Pa
             stage("feedback_html")
         report["seconds"] = round(time.monotonic() - started, 1)
         report["stages_s"] = stages
+        # forked from the batch's warm workers (autograder/batch/warm_workers.py), kernels from their zygotes
+        report["warm_worker"] = os.environ.get("LLMRL_GRADE_WARM_WORKER") == "1"
         report["grader_max_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
         return report
     finally:
@@ -510,6 +562,32 @@ def grade(assignment: str, paths: list[str], keep: bool = False, *, template: Pa
             print(f"scratch course kept in {scratch}", file=sys.stderr)
         else:
             files.rmtree(scratch)
+
+
+_UNSYNCED: list[str] = []   # scratch folders whose gradebooks need no durability
+
+
+def _scratch_gradebooks_unsynced(scratch: Path) -> None:
+    """A scratch course's gradebook is thrown away with the scratch folder: nbgrader's hundred-odd
+    commits per notebook need not wait for the disk there (sqlite's synchronous=OFF, journal in memory).
+    Only gradebooks inside `scratch` are affected; the course's own gradebook (which the batch alone
+    writes, autograder/batch/gradebook_merge.py) keeps sqlite's defaults."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    if not _UNSYNCED:
+        @event.listens_for(Engine, "connect")
+        def _unsynced(dbapi_connection, _record):
+            try:
+                cur = dbapi_connection.cursor()
+                files_ = [row[2] for row in cur.execute("PRAGMA database_list").fetchall()]
+                if files_ and files_[0] and any(files_[0].startswith(d + os.sep) for d in _UNSYNCED):
+                    cur.execute("PRAGMA synchronous=OFF")
+                    cur.execute("PRAGMA journal_mode=MEMORY")
+                cur.close()
+            except Exception:  # not sqlite, or no file: left as it is
+                pass
+    _UNSYNCED.append(str(Path(scratch).resolve()))
 
 
 def _duedate(text: str | None):

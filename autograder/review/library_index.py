@@ -9,6 +9,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 from autograder.course.layout import ROOT
+from autograder.sandbox.library_view import alias_target, follow_aliases
 
 # ============================================================================ the library's index
 
@@ -24,12 +25,18 @@ def library_dir() -> Path:
 
 
 class Library:
-    """The llmrl package read with ast: modules, their definitions, imports and call graph."""
+    """The llmrl package read with ast: modules, their definitions, imports and call graph.
+
+    An old path the library keeps for the notebooks (`llmrl/sampling.py`, whose only code makes
+    `llmrl.sampling` the module `llmrl.lm.sampling`) is an alias: every name through it is its
+    home's (`canonical("llmrl.sampling.gather_logprobs") == "llmrl.lm.sampling.gather_logprobs"`),
+    so a student's import by either path is seen as the same function."""
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
         self.modules: dict[str, dict] = {}      # module -> {"defs": {name: node}, "imports": {name: target},
         #                                                    "containers": {name: [ast exprs]}, "package": bool}
+        direct: dict[str, str] = {}             # old path -> the module it names
         for p in sorted(self.folder.rglob("*.py")):
             rel = p.relative_to(self.folder).with_suffix("")
             parts = ["llmrl", *rel.parts]
@@ -38,11 +45,20 @@ class Library:
                 parts = parts[:-1]
             name = ".".join(parts)
             try:
-                tree = ast.parse(p.read_text(encoding="utf-8"))
+                text = p.read_text(encoding="utf-8")
+                tree = ast.parse(text)
             except (SyntaxError, UnicodeDecodeError):
                 continue
             self.modules[name] = self._read(name, tree, package)
+            target = alias_target(name, package, text)
+            if target is not None and target != name:
+                direct[name] = target
+        self.aliases = follow_aliases(direct)   # old path -> the module it is (its home)
         self._reach: dict[str, frozenset] = {}
+
+    def home(self, module: str) -> str:
+        """The module an old path is (followed through aliases of aliases); any other module itself."""
+        return self.aliases.get(module, module)
 
     @staticmethod
     def _read(name: str, tree: ast.Module, package: bool) -> dict:
@@ -72,18 +88,21 @@ class Library:
         return {"defs": defs, "imports": imports, "containers": containers, "package": package}
 
     def canonical(self, path: str, _depth: int = 0) -> str:
-        """Where a dotted name inside llmrl really lives (`llmrl.evaluation.full_vocab_kl` ->
-        `llmrl.losses.full_vocab_kl`); names the index does not know are returned as they are."""
+        """Where a dotted name inside llmrl really lives (`llmrl.rl.evaluation.full_vocab_kl` ->
+        `llmrl.rl.losses.full_vocab_kl`, an old path's `llmrl.sampling.gather_logprobs` ->
+        `llmrl.lm.sampling.gather_logprobs`); names the index does not know are returned as they are."""
         parts = path.split(".")
         if parts[0] != "llmrl" or _depth > 20:
             return path
         mod = "llmrl"
         i = 1
         while i < len(parts) and f"{mod}.{parts[i]}" in self.modules and parts[i] not in self.modules[mod]["defs"]:
-            mod = f"{mod}.{parts[i]}"
+            mod = self.home(f"{mod}.{parts[i]}")
             i += 1
-        if i == len(parts) or mod not in self.modules:
+        if mod not in self.modules:
             return path
+        if i == len(parts):
+            return mod
         info, head, rest = self.modules[mod], parts[i], parts[i + 1:]
         if head in info["defs"] or head in info["containers"]:
             return ".".join([mod, head, *rest])
@@ -109,7 +128,9 @@ class Library:
 
     def public_names(self, module: str) -> list[str]:
         """What `from <module> import *` binds (no __all__ in llmrl: every name not starting with _),
-        and for a package its submodules (bound once imported anywhere, as the notebooks do)."""
+        and for a package its submodules (bound once imported anywhere, as the notebooks do); an old
+        path binds its home's."""
+        module = self.home(module)
         info = self.modules.get(module)
         if not info:
             return []

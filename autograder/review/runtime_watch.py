@@ -138,7 +138,7 @@ def _llmrl_answer_key_probe(keys=None):
     import builtins, inspect, itertools, json, math
     import numpy as np
     import torch
-    from llmrl.losses import LossBatch
+    from llmrl.rl.losses import LossBatch
     from types import SimpleNamespace
     spec = _llmrl_answer_key_SPEC
     ns = globals()

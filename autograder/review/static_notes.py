@@ -49,8 +49,10 @@ Interface for the grader (autograder/grading/one_notebook.py and tworun.py wire 
                          submission=notebook)
 
 Each note starts with the grade_id of the solution cell, e.g. "task1a_response_logprobs:
-response_logprobs delegates to llmrl.sampling.gather_logprobs, which does this task once the
-logits are shifted (log_softmax and gather)".
+response_logprobs delegates to llmrl.lm.sampling.gather_logprobs, which does this task once the
+logits are shifted (log_softmax and gather)". A note names a library function where the library
+defines it, whichever path the notebook imported it by (``llmrl.sampling``, the old path the
+library keeps for the notebooks, is ``llmrl.lm.sampling``).
 """
 
 from __future__ import annotations
@@ -121,12 +123,7 @@ def review_notes(assignment: str, notebook, notebook_name: str | None = None,
     """
     lib = lib or library()
     cells = _cells(notebook)
-    tasks = tasks_for(assignment, notebook_name)
-    if notebook_name is None:
-        present = {m.get("grade_id") for _, m, _ in cells}
-        names = {t.notebook for t in tasks if t.grade_id in present or t.test_id in present}
-        if len(names) == 1:
-            tasks = [t for t in tasks if t.notebook in names]
+    tasks = _tasks_of(assignment, notebook_name, cells)
     if not tasks:
         return []
     analysis = _Analysis(lib)
@@ -138,15 +135,41 @@ def review_notes(assignment: str, notebook, notebook_name: str | None = None,
         is_test = bool(meta.get("grade")) and not meta.get("solution")
         sources.append((meta, None if is_test else _python(src, analysis)))
     _load_modules(analysis)
+    notes: list[str] = []
+    snapshots, final = _run_cells(analysis, sources, {t.test_id for t in tasks}, notes)
+    owners: dict[str, set] = {}   # library target -> graded functions whose task lists it
+    for t in tasks:
+        for l in t.library:
+            owners.setdefault(l.target, set()).add(t.function)
+    for t in tasks:
+        env = _Scope(dict(snapshots.get(t.test_id, final)), None)
+        fn_values = set(env.vars.get(t.function, ()))
+        if fn_values:
+            notes += _task_notes(t, fn_values, env, analysis, lib, owners)
+    return list(dict.fromkeys(notes))
+
+
+def _tasks_of(assignment: str, notebook_name: str | None, cells) -> list:
+    """The assignment's tasks; without `notebook_name`, those of the one notebook whose grade_ids the
+    cells have (all of them when the cells name several notebooks or none)."""
+    tasks = tasks_for(assignment, notebook_name)
+    if notebook_name is None:
+        present = {m.get("grade_id") for _, m, _ in cells}
+        names = {t.notebook for t in tasks if t.grade_id in present or t.test_id in present}
+        if len(names) == 1:
+            tasks = [t for t in tasks if t.notebook in names]
+    return tasks
+
+
+def _run_cells(analysis: _Analysis, sources, test_ids: set, notes: list[str]) -> tuple[dict[str, dict], dict]:
+    """Run the cells' statements through `analysis` in notebook order, appending a note for each cell it
+    cannot read. Returns the scope's snapshot as it stood before each test cell in `test_ids`, and at
+    the end."""
     root = _Scope({}, None)
     snapshots: dict[str, dict] = {}
-    notes: list[str] = []
-    by_test = {}
-    for t in tasks:
-        by_test.setdefault(t.test_id, []).append(t)
     for meta, src in sources:
         gid = meta.get("grade_id")
-        if gid in by_test and gid not in snapshots:
+        if gid in test_ids and gid not in snapshots:
             snapshots[gid] = root.snapshot()
         if src is None:
             continue
@@ -168,72 +191,68 @@ def review_notes(assignment: str, notebook, notebook_name: str | None = None,
                 notes.append(f"{gid or 'a cell'}: code too deeply nested or too large for the answer-key "
                              "check; review the graded functions by hand")
                 analysis.steps = 0
-    final = root.snapshot()
-    owners: dict[str, set] = {}   # library target -> graded functions whose task lists it
-    for t in tasks:
-        for l in t.library:
-            owners.setdefault(l.target, set()).add(t.function)
-    for t in tasks:
-        env = _Scope(dict(snapshots.get(t.test_id, final)), None)
-        fn_values = set(env.vars.get(t.function, ()))
-        if not fn_values:
+    return snapshots, root.snapshot()
+
+
+def _task_notes(t, fn_values: set, env: _Scope, analysis: _Analysis, lib: Library,
+                owners: dict[str, set]) -> list[str]:
+    """The notes on one task's graded function, whose values in `env` are `fn_values`."""
+    notes: list[str] = []
+    targets = {l.target: l for l in t.library + ANYWHERE}
+    found: dict[str, tuple] = {}
+    dynamic: dict[str, tuple] = {}
+    analysis.steps = 0
+    try:
+        reached = list(analysis.reached(fn_values, env))
+    except (RecursionError, _TooComplex):
+        notes.append(f"{t.grade_id}: {t.function} is too deeply nested or too large for the answer-key "
+                     "check; review it by hand")
+        reached = []
+    for what, chain in reached:
+        if isinstance(what, tuple):
+            dynamic.setdefault(what[1], chain)
             continue
-        targets = {l.target: l for l in t.library + ANYWHERE}
-        found: dict[str, tuple] = {}
-        dynamic: dict[str, tuple] = {}
-        analysis.steps = 0
-        try:
-            reached = list(analysis.reached(fn_values, env))
-        except (RecursionError, _TooComplex):
-            notes.append(f"{t.grade_id}: {t.function} is too deeply nested or too large for the answer-key "
-                         "check; review it by hand")
-            reached = []
-        for what, chain in reached:
-            if isinstance(what, tuple):
-                dynamic.setdefault(what[1], chain)
-                continue
-            base = what.split("(")[0]
-            while base and lib.kind(base) is None and "." in base:
-                base = base.rsplit(".", 1)[0]
-            if not base.startswith("llmrl"):
-                continue
-            hits = [base] if base in targets else []
-            hits += sorted(r for r in lib.reach(base) if r in targets)
-            for h in hits:
-                via = (base,) if h != base else ()
-                found.setdefault(h, chain + via)
-        # a target found through another one (reference_response_logprobs -> gather_logprobs) is
-        # already said by that one's note
-        found = {h: c for h, c in found.items() if not any(x in found for x in c)}
-        # ...and one found through another graded function whose own task lists it is that task's
-        # note (grpo_loss calling the student's approx_kl_from_logprobs, which leans on kl_estimate)
-        found = {h: c for h, c in found.items()
-                 if not any(x in owners.get(h, ()) for x in c[1:] if x != t.function)}
-        for target, chain in sorted(found.items()):
-            lean = targets[target]
-            own = chain[1:] if chain and chain[0] == t.function else chain
-            direct = not chain
-            if direct:
-                notes.append(f"{t.grade_id}: {t.function} is {target} itself (bound in the notebook), "
-                             f"which {lean.does}")
-            else:
-                how = f" (through {' -> '.join(own)})" if own else ""
-                notes.append(f"{t.grade_id}: {t.function} delegates to {target}{how}, which {lean.does}")
-        for what, chain in sorted(dynamic.items()):
-            own = chain[1:] if chain and chain[0] == t.function else chain
-            how = f" (in {' -> '.join(own)})" if own else ""
-            libs = ", ".join(l.target for l in t.library) or "none for this task"
-            notes.append(f"{t.grade_id}: {t.function} uses {what}{how}: the answer-key check cannot follow "
-                         f"it; review it (library functions that do this task: {libs})")
-        for v in fn_values:
-            if v[0] == "def":
-                try:
-                    copied = _copied_from(analysis.defs[v[1]].node, lib, [l.target for l in t.library])
-                except RecursionError:
-                    copied = []
-                for target in copied:
-                    notes.append(f"{t.grade_id}: {t.function} repeats the body of {target}, "
-                                 f"which {targets[target].does}")
-    return list(dict.fromkeys(notes))
+        base = what.split("(")[0]
+        while base and lib.kind(base) is None and "." in base:
+            base = base.rsplit(".", 1)[0]
+        if not base.startswith("llmrl"):
+            continue
+        hits = [base] if base in targets else []
+        hits += sorted(r for r in lib.reach(base) if r in targets)
+        for h in hits:
+            via = (base,) if h != base else ()
+            found.setdefault(h, chain + via)
+    # a target found through another one (reference_response_logprobs -> gather_logprobs) is
+    # already said by that one's note
+    found = {h: c for h, c in found.items() if not any(x in found for x in c)}
+    # ...and one found through another graded function whose own task lists it is that task's
+    # note (grpo_loss calling the student's approx_kl_from_logprobs, which leans on kl_estimate)
+    found = {h: c for h, c in found.items()
+             if not any(x in owners.get(h, ()) for x in c[1:] if x != t.function)}
+    for target, chain in sorted(found.items()):
+        lean = targets[target]
+        own = chain[1:] if chain and chain[0] == t.function else chain
+        if not chain:
+            notes.append(f"{t.grade_id}: {t.function} is {target} itself (bound in the notebook), "
+                         f"which {lean.does}")
+        else:
+            how = f" (through {' -> '.join(own)})" if own else ""
+            notes.append(f"{t.grade_id}: {t.function} delegates to {target}{how}, which {lean.does}")
+    for what, chain in sorted(dynamic.items()):
+        own = chain[1:] if chain and chain[0] == t.function else chain
+        how = f" (in {' -> '.join(own)})" if own else ""
+        libs = ", ".join(l.target for l in t.library) or "none for this task"
+        notes.append(f"{t.grade_id}: {t.function} uses {what}{how}: the answer-key check cannot follow "
+                     f"it; review it (library functions that do this task: {libs})")
+    for v in fn_values:
+        if v[0] == "def":
+            try:
+                copied = _copied_from(analysis.defs[v[1]].node, lib, [l.target for l in t.library])
+            except RecursionError:
+                copied = []
+            for target in copied:
+                notes.append(f"{t.grade_id}: {t.function} repeats the body of {target}, "
+                             f"which {targets[target].does}")
+    return notes
 
 

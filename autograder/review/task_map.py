@@ -32,7 +32,7 @@ class TaskMapError(ValueError):
 class Lean:
     """A library function that does a graded task (or the part of it that is the task's point)."""
 
-    target: str   # its qualified name, as defined in llmrl (llmrl.module.function)
+    target: str   # its qualified name where llmrl defines it (llmrl.lm.sampling.gather_logprobs, not an old path)
     does: str     # finishes "..., which <does>"
 
 
@@ -150,16 +150,32 @@ def _notebook_cells(root: Path, assignment: str, notebook: str) -> dict[str, str
             if isinstance(c.metadata.get("nbgrader"), dict) and "grade_id" in c.metadata["nbgrader"]}
 
 
+def _not_home(target: str) -> str | None:
+    """Where `target` is defined when it names it through another path (an old path such as
+    llmrl.sampling, a re-export), else None: the runtime watch finds a function by the module that
+    defines it, so a target must be written there."""
+    from autograder.review.library_index import library
+
+    home = library().canonical(target)
+    return home if home != target else None
+
+
 def problems(tasks=None, anywhere=None, root: Path = ROOT) -> list[str]:
     """Everything wrong with the map against the library and the source notebooks: a target that is no
-    function of llmrl, a notebook, solution cell or test cell that does not exist, a graded function the
-    solution cell does not define."""
+    function of llmrl or is named by another path than where it is defined, a notebook, solution cell
+    or test cell that does not exist, a graded function the solution cell does not define."""
     tasks = TASKS if tasks is None else tasks
     anywhere = ANYWHERE if anywhere is None else anywhere
     out = []
+
+    def check(where: str, target: str) -> None:
+        if not _resolves(target):
+            out.append(f"{where}: {target} is no function of the library")
+        elif (home := _not_home(target)) is not None:
+            out.append(f"{where}: {target} is defined as {home}: name it there")
+
     for lean in anywhere:
-        if not _resolves(lean.target):
-            out.append(f"anywhere: {lean.target} is no function of the library")
+        check("anywhere", lean.target)
     cells_of: dict = {}
     for t in tasks:
         key = (t.assignment, t.notebook)
@@ -168,8 +184,7 @@ def problems(tasks=None, anywhere=None, root: Path = ROOT) -> list[str]:
         cells = cells_of[key]
         where = f"{t.assignment}/{t.notebook}:{t.grade_id}"
         for lean in t.library:
-            if not _resolves(lean.target):
-                out.append(f"{where}: {lean.target} is no function of the library")
+            check(where, lean.target)
         if cells is None:
             out.append(f"{where}: no source notebook source/{t.assignment}/{t.notebook}.ipynb")
             continue

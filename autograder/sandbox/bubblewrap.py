@@ -43,12 +43,14 @@ LLMRL_SANDBOX=0 turns the sandbox off on purpose (limits stay).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import resource
 import shutil
 import subprocess
 import sys
+import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -80,14 +82,20 @@ def limits() -> dict[str, int]:
             "fsize_mb": _mb("LLMRL_GRADE_FSIZE_MB", 64)}
 
 
-def apply_limits() -> None:
+def limit_values() -> dict[str, int]:
+    """The resource limits a kernel gets, by the name of the resource module's constant."""
     lim = limits()
-    for res, value in ((resource.RLIMIT_AS, lim["mem_mb"] << 20), (resource.RLIMIT_CPU, lim["cpu_s"]),
-                       (resource.RLIMIT_FSIZE, lim["fsize_mb"] << 20), (resource.RLIMIT_CORE, 0)):
-        if value > 0 or res == resource.RLIMIT_CORE:
-            soft, hard = resource.getrlimit(res)
-            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-            resource.setrlimit(res, (value, value))
+    values = {"RLIMIT_AS": lim["mem_mb"] << 20, "RLIMIT_CPU": lim["cpu_s"], "RLIMIT_FSIZE": lim["fsize_mb"] << 20,
+              "RLIMIT_CORE": 0}
+    return {k: v for k, v in values.items() if v > 0 or k == "RLIMIT_CORE"}
+
+
+def apply_limits() -> None:
+    for name, value in limit_values().items():
+        res = getattr(resource, name)
+        soft, hard = resource.getrlimit(res)
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(res, (value, value))
 
 
 @lru_cache(maxsize=1)
@@ -173,7 +181,7 @@ def _exposed(course_roots: tuple[Path, ...]) -> tuple[Path, ...]:
     import site
 
     # A .pth line "import site; site.addsitedir('/x')" (a thin environment on another one's packages,
-    # as hub/deploy.py builds) adds /x and runs /x's own .pth files: follow those too.
+    # as hub/deploy/environment.py builds) adds /x and runs /x's own .pth files: follow those too.
     addsitedir = re.compile(r"""site\.addsitedir\(\s*(['"])([^'"]+)\1\s*\)""")
     pending, seen = [Path(d) for d in site.getsitepackages()], set()
     while pending:
@@ -338,14 +346,109 @@ def _roots_from_env() -> list[Path]:
 
 
 def main(argv: list[str]) -> None:
+    zygote = argv.pop(0).partition("=")[2] if argv and argv[0].startswith("--zygote=") else None
     if not argv:
-        sys.exit("usage: sandbox.py CONNECTION_FILE [ipykernel arguments]")
+        sys.exit("usage: sandbox.py [--zygote=SOCKET] CONNECTION_FILE [ipykernel arguments]")
     connection_file = Path(argv[0]).resolve()
     runtime = connection_file.parent
     workdir = Path.cwd().resolve()
     prepare_runtime(runtime)
     kernel = [PYTHON, "-m", "ipykernel_launcher", "-f", str(connection_file), *argv[1:]]
+    if zygote:
+        code = _warm(kernel, workdir, runtime, zygote)
+        if code is not None:
+            sys.exit(code)
     _exec(kernel, workdir, runtime)
+
+
+def _sandbox_env(argv: list[str]) -> dict[str, str]:
+    """The environment a command inside the sandbox `argv` gets: this one with bubblewrap's
+    --setenv and --unsetenv applied."""
+    env = dict(os.environ)
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--setenv":
+            env[argv[i + 1]] = argv[i + 2]
+            i += 3
+            continue
+        if argv[i] == "--unsetenv":
+            env.pop(argv[i + 1], None)
+            i += 2
+            continue
+        if argv[i] == "--chdir":
+            env["PWD"] = argv[i + 1]  # as bubblewrap sets it
+            i += 2
+            continue
+        i += 1
+    return env
+
+
+def _warm(cmd: list[str], workdir: Path, runtime: Path, sock: str) -> int | None:
+    """Run the kernel `cmd` as a fork of the zygote at `sock` (autograder/sandbox/zygote.py) inside a
+    sandbox bubblewrap makes exactly as for a cold kernel, around a placeholder that only waits; the
+    kernel's exit status, or None when the zygote cannot serve (the caller then starts it cold)."""
+    if bwrap_status() != "ok" or os.environ.get("LLMRL_GRADE_WARM") == "0":
+        return None
+    try:
+        argv = bwrap_argv(workdir, runtime, _roots_from_env(), library_view())
+    except SandboxError:
+        return None  # the cold start reports it
+    try:
+        from autograder.sandbox import zygote
+    except ImportError:  # run as a script: this file's folder is on the path
+        import zygote
+    zygote.die_with_parent()  # the grader goes: this launcher, the sandbox and the kernel go too
+    apply_limits()
+    ready_r, ready_w = os.pipe()
+    info_r, info_w = os.pipe()
+    hold_r, hold_w = os.pipe()  # the placeholder waits until this launcher is gone
+    # says it runs (a line on its stdout), then reads its stdin, which nothing writes, until the launcher goes
+    holder = ["/bin/sh", "-c", "echo; read x"]
+    proc = subprocess.Popen(["bwrap", "--info-fd", str(info_w)] + argv[1:] + holder, stdin=hold_r, stdout=ready_w,
+                            pass_fds=(info_w,))
+    for fd in (ready_w, info_w, hold_r):
+        os.close(fd)
+    conn = None
+    try:
+        info = _read_all(info_r, 30)
+        ready = _read_all(ready_r, 30, first=True)
+        pid = json.loads(info)["child-pid"] if info and ready else None
+        if not isinstance(pid, int):
+            raise zygote.ZygoteError("bubblewrap did not start the sandbox")
+        conn = zygote.request_kernel(sock, pid, cmd[3:], _sandbox_env(argv), str(workdir), limit_values())
+        while True:
+            message, _ = zygote.receive(conn)
+            if message is None:
+                return 1  # the zygote's child is gone without a status: the kernel is gone too
+            if "exit" in message:
+                return int(message["exit"])
+    except (zygote.ZygoteError, OSError, ValueError, KeyError) as e:
+        if conn is None:
+            print(f"warning: a warm kernel could not be started ({e}); starting it cold", file=sys.stderr, flush=True)
+            return None
+        return 1
+    finally:
+        if conn is not None:
+            conn.close()
+        proc.kill()
+        proc.wait()
+        for fd in (info_r, ready_r, hold_w):
+            os.close(fd)
+
+
+def _read_all(fd: int, timeout: float, first: bool = False) -> bytes:
+    """What `fd` gives until it is closed (or, with `first`, its first bytes), within `timeout` seconds."""
+    import select
+
+    out, deadline = b"", time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return out
+        chunk = os.read(fd, 65536)
+        if not chunk or (first and chunk):
+            return out + chunk
+        out += chunk
 
 
 def _exec(cmd: list[str], workdir: Path, runtime: Path) -> None:

@@ -18,6 +18,11 @@ the library is imported from, a *view* of it built here from the library's sourc
   truth) raises `ImportError` naming it: "llmrl.sampling.gather_logprobs is not available while
   your functions are graded ...". No code of the library's functions is in the view, as source,
   bytecode or data; nor its docstrings;
+- an old path the library keeps for the notebooks (`llmrl/sampling.py`, a file whose only code is
+  `sys.modules[__name__] = importlib.import_module("llmrl.lm.sampling")`) stays that alias in the
+  view, to the view of its home: `from llmrl.sampling import gather_logprobs` and
+  `from llmrl.lm.sampling import gather_logprobs` reach the same absent name, and the allow-list
+  names a declaration by its home (`alias_target` reads such files; the answer key's index uses it too);
 - no data file (models, stored runs) is copied: the view is Python only.
 
 `build()` writes the view once per version of the library, the allow-list and this file, into a
@@ -152,6 +157,62 @@ def _modules(src: Path) -> dict[str, Path]:
             parts = parts[:-1]
         out[".".join(parts)] = p
     return out
+
+
+def alias_target(module: str, is_package: bool, source: str) -> str | None:
+    """The module an alias file makes its own name (`sys.modules[__name__] = <that module>`), else None.
+
+    The module is named by a string (`importlib.import_module("llmrl.lm.sampling")`, the old paths
+    of the library's root) or by a name the file imports (`from . import run_manager`, hw4's
+    trainer.py); the file holds nothing else but imports and its docstring."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    imap = _import_map(module, is_package, tree)
+    body = [n for n in tree.body if not isinstance(n, (ast.Import, ast.ImportFrom))
+            and not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+    if len(body) != 1 or not isinstance(body[0], ast.Assign) or len(body[0].targets) != 1 \
+            or ast.unparse(body[0].targets[0]) != "sys.modules[__name__]":
+        return None
+    value = body[0].value
+    if isinstance(value, ast.Call) and ast.unparse(value.func) == "importlib.import_module" \
+            and len(value.args) == 1 and not value.keywords and isinstance(value.args[0], ast.Constant) \
+            and isinstance(value.args[0].value, str) and value.args[0].value.split(".")[0] == PACKAGE:
+        return value.args[0].value
+    if isinstance(value, ast.Name) and value.id in imap:
+        ref = imap[value.id]
+        return ref[1] if ref[0] == "module" else f"{ref[1]}.{ref[2]}"
+    return None
+
+
+def aliases(modules: dict[str, Path]) -> dict[str, str]:
+    """{alias module: its home} among `modules` ({name: file}), an alias of an alias followed to the end."""
+    direct = {}
+    for mod, path in modules.items():
+        target = alias_target(mod, path.name == "__init__.py", path.read_text(encoding="utf-8"))
+        if target is not None and target in modules and target != mod:
+            direct[mod] = target
+    return follow_aliases(direct)
+
+
+def follow_aliases(direct: dict[str, str]) -> dict[str, str]:
+    """{alias: its home} from {alias: the module it names}: an alias of an alias followed to the end
+    (a loop stops where it would repeat)."""
+    out = {}
+    for mod, target in direct.items():
+        seen = {mod}
+        while target in direct and target not in seen:
+            seen.add(target)
+            target = direct[target]
+        out[mod] = target
+    return out
+
+
+def _alias_source(name: str, home: str) -> str:
+    return (f'"""{name}, as the grader\'s answer kernel sees it: the old path of {home} '
+            f'(autograder/sandbox/library_view.py)."""\n'
+            f"import importlib\nimport sys\n\nsys.modules[__name__] = importlib.import_module({home!r})\n")
 
 
 def _is_literal(node: ast.AST) -> bool:
@@ -326,6 +387,11 @@ def write_view(dest: Path, src: Path, allow: dict[str, dict[str, str]]) -> dict[
     unknown = set(allow) - set(modules)
     if unknown:
         raise ViewError(f"library_view.json names modules llmrl does not have: {', '.join(sorted(unknown))}")
+    homes = aliases(modules)
+    old = sorted(set(allow) & set(homes))
+    if old:
+        raise ViewError(f"library_view.json names {', '.join(f'{m} (the old path of {homes[m]})' for m in old)}: "
+                        f"name a declaration by the module that defines it")
     sources = {mod: path.read_text() for mod, path in modules.items()}
     subs = {mod: {m.rsplit(".", 1)[1] for m in modules if m.rsplit(".", 1)[0] == mod and m != mod} for mod in modules}
     # A constant may be made of other modules' constants: kept names until nothing changes (the
@@ -335,8 +401,10 @@ def write_view(dest: Path, src: Path, allow: dict[str, dict[str, str]]) -> dict[
     while True:
         report = {mod: view_module(mod, sources[mod], allow.get(mod, {}), subs[mod],
                                    modules[mod].name == "__init__.py", constants, set(modules))
-                  for mod in modules}
+                  for mod in modules if mod not in homes}
+        report.update({mod: (_alias_source(mod, home), set(), set()) for mod, home in homes.items()})
         now = {mod: kept for mod, (_, kept, _) in report.items()}
+        now.update({mod: now[home] for mod, home in homes.items()})  # a constant read through an old path
         if now == constants:
             break
         constants = now

@@ -40,6 +40,58 @@ class Claim:
             f"claim {self.says!r}: give either reads and check, or an unchecked reason")
 
 
+# A write-up's **Hypothesis.** is a prediction; the runs support it, refute it or cannot tell. Each part of
+# a hypothesis is a `Hypothesis` entry: `judge(output) -> (verdict, what the output shows)` reads the
+# printed output (picked by `reads`, as for a Claim), and the write-up must give that verdict in the
+# sentence matching `answer` (outside the Hypothesis and Confounders paragraphs), in words of that
+# verdict only (VERDICT_WORDS), naming the hypothesis. `unchecked`: why no run of the notebook can judge it.
+VERDICT_WORDS = {
+    "supported": r"\b(?:supports?|supported|bears? out|borne out|as the hypothesis predicts|as predicted)\b",
+    "refuted": r"\b(?:against the hypothesis|contrary to the hypothesis|refutes?|refuted|the opposite of)\b",
+    "inconclusive": r"\b(?:inconclusive|no clear|not a clear|inside (?:the |its )?(?:seed )?(?:noise|spread)|"
+                    r"cannot tell|does not settle|undecided)\b",
+}
+
+
+@dataclass(frozen=True, eq=False)
+class Hypothesis:
+    notebook: str
+    says: str
+    reads: str = ""
+    judge: Optional[Callable[[str], tuple[str, str]]] = field(default=None, compare=False)
+    answer: str = ""
+    unchecked: str = ""
+
+    def __post_init__(self):
+        assert bool(self.unchecked) != bool(self.judge and self.reads and self.answer), (
+            f"hypothesis {self.says!r}: give reads, judge and answer, or an unchecked reason")
+
+
+def compare(diff: float, se: float) -> str:
+    """The verdict on "a is above b" from their difference and its standard error: 'supported' beyond two
+    standard errors above 0, 'refuted' beyond two below, else 'inconclusive' (a gap the seeds cannot
+    separate from 0 tells neither way)."""
+    if diff > 2 * se:
+        return "supported"
+    if diff < -2 * se:
+        return "refuted"
+    return "inconclusive"
+
+
+def se_of_difference(sd_a: float, sd_b: float, n: int) -> float:
+    """Standard error of the difference of two means over n seeds each, taken as independent (the arms
+    share their seeds, so this is conservative: a paired difference, where printed, is used instead)."""
+    return ((sd_a ** 2 + sd_b ** 2) / n) ** 0.5
+
+
+def spread(out: str, pattern: str) -> tuple[float, float, int]:
+    """The 'm ± s (n seeds)' printed after `pattern` (a regular expression; the first match): mean,
+    standard deviation, seeds."""
+    m = re.search(pattern + rf"[^\n]*?({FLOAT}) ± ({FLOAT}) \((\d+) seeds\)", out)
+    assert m, f"no {pattern!r} ... m ± s (n seeds) in the output"
+    return float(m.group(1)), float(m.group(2)), int(m.group(3))
+
+
 def arrow(out: str, label: str) -> tuple[float, float]:
     """The 'start -> end' pair printed after `label` (the first one in the output)."""
     m = re.search(re.escape(label) + rf"[^\n]*?({FLOAT})\s*->\s*({FLOAT})", out)

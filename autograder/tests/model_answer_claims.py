@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from autograder.tests.model_answer_checks import (  # noqa: F401  (Claim and arrow are read by test_model_answers)
-    Claim, FLOAT, _frontier_below, _hack_rise_fall, _kl_hot_agree, _kl_mid_noisy, _kl_sharp_low,
+    Claim, FLOAT, Hypothesis, compare, se_of_difference, spread, _frontier_below, _hack_rise_fall, _kl_hot_agree, _kl_mid_noisy, _kl_sharp_low,
     _kl_sharp_pooled_low, _math_both_solved, _math_final_tie, _math_grpo_costs, _math_grpo_faster,
     _math_grpo_faster_early, _math_no_clipping, _more_steps_faster, _more_steps_leave_region,
     _no_kl_like_default, _only_degraded, _p3, _p5_sharpens, _solved, _strong_kl_pins, _sweep_seeds_close,
@@ -372,6 +372,27 @@ def _p5_3d1d_zero(out: str) -> Optional[str]:
     return None if max(map(float, m.groups())) == 0.0 else f"3d+1d pass@k reaches {max(map(float, m.groups()))}"
 
 
+def _p1_pass16_falls(out: str) -> Optional[str]:
+    """Every arm's pass@16 ends below its start, and clip-higher's below the symmetric clip's (seed means)."""
+    t = _summary_rows(out, r"symmetric|clip-higher|no-clip")
+    risen = [a for a, cols in t.items() if not cols[2][1] < cols[2][0]]
+    if risen:
+        return f"pass@16 does not fall in {risen}"
+    return None if t["clip-higher"][2][1] < t["symmetric"][2][1] else "clip-higher's pass@16 does not end below symmetric's"
+
+
+def _p4_pass1_order_reversed(out: str) -> Optional[str]:
+    """Ours: maxrl > std > mean at final pass@1; published: mean above both std and maxrl."""
+    ours, published = {}, {}
+    for arm in ("mean", "std", "maxrl"):
+        m = re.search(rf"^{arm}\s+({FLOAT}) -> ({FLOAT}) ± {FLOAT}\s+({FLOAT})", out, re.M)
+        assert m, f"no {arm} row with a published pass@1"
+        ours[arm], published[arm] = float(m.group(2)), float(m.group(3))
+    if not ours["maxrl"] > ours["std"] > ours["mean"]:
+        return f"our pass@1 order is not maxrl > std > mean: {ours}"
+    return None if published["mean"] > max(published["std"], published["maxrl"]) else f"published: {published}"
+
+
 LAB21_PROJECTS: list[Claim] = [
     # Project 1 rests on its summary table (the cell after project1(...)).
     Claim("lab21/projects", r"Entropy collapses in every arm", r"no-clip\s+\d", _p1_collapse),
@@ -398,6 +419,128 @@ LAB21_PROJECTS: list[Claim] = [
           _p2_partial_no_faster),
     # Project 5 rests on its pass@k printout (the cell after project5(...)).
     Claim("lab21/projects", r"the curves cross at k = 10, 38 and 15", r"the curves cross at k", _p5_crosses),
+    Claim("lab21/projects", r"the base model catches up on every seed", r"the curves cross at k", _p5_crosses),
+    # Project 1's pass@16 rests on its summary table (column 2).
+    Claim("lab21/projects", r"pass@16\s+falls in every arm", r"no-clip\s+\d", _p1_pass16_falls),
+    # Project 4's pass@1 order, ours against the published column of its summary table.
+    Claim("lab21/projects", r"the published pass@1 order reversed|the order is the published one reversed",
+          r"maxrl\s+\d", _p4_pass1_order_reversed),
+]
+
+# ----------------------------------------------------------------------------- lab21's hypotheses
+
+def _summary_spreads(out: str, arms: str) -> tuple[dict[str, list[tuple[float, float, float]]], int]:
+    """arm -> [(start, end mean, end sd) per metric] from a lab21.summary_table printout, and the seeds per
+    arm from the setup line above it ('(5 per arm)')."""
+    t = {}
+    for line in out.splitlines():
+        m = re.match(rf"({arms})\s+(\d.*)$", line)
+        if m:
+            t[m.group(1)] = [(float(a), float(b), float(c)) for a, b, c in
+                             re.findall(rf"({FLOAT})\s*->\s*({FLOAT}) ± ({FLOAT})", m.group(2))]
+    n = re.search(r"\((\d+) per arm\)", out)
+    assert t and n, f"no summary table of {arms} with its setup line"
+    return t, int(n.group(1))
+
+
+def _above(out: str, arms: str, a: str, b: str, column: int) -> tuple[str, str]:
+    """Whether arm a ends above arm b in the table's column, against the seeds' noise."""
+    t, n = _summary_spreads(out, arms)
+    (_, ma, sa), (_, mb, sb) = t[a][column], t[b][column]
+    se = se_of_difference(sa, sb, n)
+    return compare(ma - mb, se), f"{a} {ma:.3f} ± {sa:.3f} against {b} {mb:.3f} ± {sb:.3f} (difference {ma - mb:+.3f}, 2 s.e. {2 * se:.3f})"
+
+
+def _paired(out: str, label: str) -> tuple[str, str]:
+    m, sd, n = spread(out, re.escape(label))
+    se = sd / n ** 0.5
+    return compare(m, se), f"{label} {m:.3f} ± {sd:.3f} over {n} seeds (2 s.e. {2 * se:.3f})"
+
+
+_P1 = r"symmetric|clip-higher|no-clip"
+_P4 = r"mean|std|maxrl"
+
+
+def _p4_pass1_not_higher(out: str) -> tuple[str, str]:
+    # "at equal or slightly lower pass@1": refuted when MaxRL ends above a baseline beyond the noise
+    verdicts = {b: _above(out, _P4, "maxrl", b, 0) for b in ("mean", "std")}
+    shown = "; ".join(v[1] for v in verdicts.values())
+    if any(v[0] == "supported" for v in verdicts.values()):
+        return "refuted", shown  # MaxRL's pass@1 is clearly higher than a baseline's
+    return "supported", shown
+
+
+def _p3_spends_little(out: str) -> tuple[str, str]:
+    # "spends little on unsolvable problems": learnability's share of 3d+1d under half of uniform's
+    share = {a: float(re.search(rf"^{a}\s+share of samples:.*3d\+1d ({FLOAT})", out, re.M).group(1))
+             for a in ("uniform", "learnability")}
+    return ("supported" if share["learnability"] < 0.5 * share["uniform"] else "refuted"), f"3d+1d shares {share}"
+
+
+def _p3_gain(out: str) -> tuple[str, str]:
+    got = {a: spread(out, rf"(?m)^{a}\s+mean gain on the 2-digit buckets") for a in ("uniform", "learnability")}
+    (mu, su, n), (ml, sl, _) = got["uniform"], got["learnability"]
+    se = se_of_difference(sl, su, n)
+    return compare(ml - mu, se), f"mean 2-digit gain: learnability {ml:.3f} ± {sl:.3f}, uniform {mu:.3f} ± {su:.3f}"
+
+
+def _p3_target_nothing(out: str) -> tuple[str, str]:
+    return ("supported" if _p3_never(out) is None else "refuted"), "target-only's training successes and drift"
+
+
+def _p5_pass1_rises(out: str) -> tuple[str, str]:
+    a, b = arrow(out, "in distribution: pass@1")
+    return ("supported" if b > a + 0.1 else "refuted"), f"pass@1 {a} -> {b}"
+
+
+def _p5_pass64_not_raised(out: str) -> tuple[str, str]:
+    a, b = arrow(out, "pass@64")
+    return ("supported" if b <= a else "refuted"), f"pass@64 {a} -> {b}"
+
+
+def _p5_catches_up(out: str) -> tuple[str, str]:
+    return ("supported" if _p5_crosses(out) is None else "refuted"), "the before and after curves cross on every seed"
+
+
+def _p2_style_exploited(out: str) -> tuple[str, str]:
+    t = _p2(out)  # w = 1: a style item worth as much as the answer; column 2: padded share of small sums
+    pad = t["stylish_w1"][2][1]
+    return ("supported" if pad > 0.5 else "refuted"), f"w = 1 pads {pad:.3f} of small sums"
+
+
+HYPOTHESES: list[Hypothesis] = [
+    # Project 1 rests on its summary table (entropy, pass@1, pass@16) and the paired difference under it.
+    Hypothesis("lab21/projects", r"keeps per-token entropy higher", r"clip-higher minus symmetric, final entropy",
+               lambda out: _paired(out, "clip-higher minus symmetric, final entropy:"),
+               answer=r"\bon entropy, the hypothesis"),
+    Hypothesis("lab21/projects", r"and improves pass@16", r"no-clip\s+\d",
+               lambda out: _above(out, _P1, "clip-higher", "symmetric", 2), answer=r"\bon pass@16, the hypothesis"),
+    # Project 2: the style half rests on the summary table; the pitfall arm is an extension.
+    Hypothesis("lab21/projects", r"A style item worth about as much as correctness gets exploited", r"stylish_w1\s+\d",
+               _p2_style_exploited, answer=r"\bon the style item, the hypothesis"),
+    Hypothesis("lab21/projects", r"a pitfall item aimed at the exploit removes it",
+               unchecked="the pitfall arm is the write-up's extension: the starter's runs do not include it"),
+    # Project 3 rests on its summary table and the share and gain lines under it.
+    Hypothesis("lab21/projects", r"spends little on unsolvable problems", r"learnability\s+share of samples",
+               _p3_spends_little, answer=r"\bon spending, the hypothesis"),
+    Hypothesis("lab21/projects", r"improves the\s+buckets at the frontier faster", r"learnability\s+mean gain",
+               _p3_gain, answer=r"\bon the frontier buckets, the hypothesis"),
+    Hypothesis("lab21/projects", r"target-only training learns nothing", r"target-only: start minus end",
+               _p3_target_nothing, answer=r"\bon target-only, the hypothesis"),
+    # Project 4 rests on its summary table and the paired pass@16 difference under it.
+    Hypothesis("lab21/projects", r"improves pass@16 more than the mean", r"maxrl minus mean, final pass@16",
+               lambda out: _paired(out, "maxrl minus mean, final pass@16:"), answer=r"\bagainst the mean baseline, the hypothesis"),
+    Hypothesis("lab21/projects", r"improves pass@16 more than the mean and std", r"maxrl\s+\d",
+               lambda out: _above(out, _P4, "maxrl", "std", 1), answer=r"\bagainst the std baseline, the hypothesis"),
+    Hypothesis("lab21/projects", r"at\s+equal or slightly lower pass@1", r"maxrl\s+\d", _p4_pass1_not_higher,
+               answer=r"\bon pass@1, the hypothesis"),
+    # Project 5 rests on its pass@k printout.
+    Hypothesis("lab21/projects", r"RL raises pass@1", r"the curves cross at k", _p5_pass1_rises,
+               answer=r"\bon pass@1, the hypothesis"),
+    Hypothesis("lab21/projects", r"but not pass@64", r"the curves cross at k", _p5_pass64_not_raised,
+               answer=r"\bon pass@64, the hypothesis"),
+    Hypothesis("lab21/projects", r"the base model catches up at large k", r"the curves cross at k", _p5_catches_up,
+               answer=r"\bon the crossing, the hypothesis"),
 ]
 
 CLAIMS: list[Claim] = HW4 + LAB11 + LAB19 + LAB21_TASKS + LAB21_PROJECTS

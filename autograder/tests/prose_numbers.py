@@ -82,7 +82,7 @@ class Example:
         return None
 
 
-_HW4 = "llmrl.hw4.trainer"
+_HW4 = "llmrl.hw4.settings"
 _TOL = "__import__('inspect').signature(llmrl.hw4.ablation.sweep).parameters['tolerance'].default"
 
 PROSE = [
@@ -92,7 +92,7 @@ PROSE = [
             "leaves (about 1e-8) and the advantage that dividing by it makes"),
     Setting("hw4/llm_rl", r"clip advantages to", f"{_HW4}.HW4Config().adv_clip"),
     Setting("hw4/llm_rl", r"\| learning rate \| 5e-5 \| 3e-5 \|",
-            f"[{_HW4}.DEFAULTS[('format_copy', 'grpo')]['lr'], {_HW4}.DEFAULTS[('math_hard', 'grpo')]['lr']]"),
+            f"[{_HW4}.default_config('format_copy', 'grpo').lr, {_HW4}.default_config('math_hard', 'grpo').lr]"),
     Setting("hw4/llm_rl", r"Everything else is as published",
             f"(lambda c: [c.temperature, c.top_p, c.clip_eps, c.kl_coef, c.max_grad_norm, *c.betas])({_HW4}.HW4Config())"),
     Example("hw4/llm_rl", r"to the maximum of 1\.3 within these steps",

@@ -77,12 +77,37 @@ def test_every_library_function_the_map_names_exists():
 
 def test_the_library_index_follows_re_exports_and_aliases():
     lib = static_notes.library()
-    assert lib.canonical("llmrl.evaluation.full_vocab_kl") == "llmrl.losses.full_vocab_kl"
-    assert lib.canonical("llmrl.labs.lab11._sampling.gather_logprobs") == "llmrl.sampling.gather_logprobs"
-    assert lib.canonical("llmrl.rl.step.group_advantages") == "llmrl.advantages.group_advantages"
-    assert "llmrl.losses.kl_estimate" in lib.reach("llmrl.labs.lab11.reference_kl_estimators")
-    assert "llmrl.losses.clipped_pg_loss" in lib.reach("llmrl.losses.BUILTIN_LOSSES")
-    assert "sampling" in lib.public_names("llmrl") and "kl_estimate" in lib.public_names("llmrl.losses")
+    assert lib.canonical("llmrl.rl.evaluation.full_vocab_kl") == "llmrl.rl.losses.full_vocab_kl"
+    assert lib.canonical("llmrl.labs.lab11._sampling.gather_logprobs") == "llmrl.lm.sampling.gather_logprobs"
+    assert lib.canonical("llmrl.rl.step.group_advantages") == "llmrl.rl.advantages.group_advantages"
+    assert "llmrl.rl.losses.kl_estimate" in lib.reach("llmrl.labs.lab11.reference_kl_estimators")
+    assert "llmrl.rl.losses.clipped_pg_loss" in lib.reach("llmrl.rl.losses.BUILTIN_LOSSES")
+    assert "sampling" in lib.public_names("llmrl") and "kl_estimate" in lib.public_names("llmrl.rl.losses")
+
+
+def test_the_library_index_reads_an_old_path_as_its_home():
+    # llmrl/sampling.py is the old path the notebooks import: the very module llmrl.lm.sampling
+    lib = static_notes.library()
+    assert lib.canonical("llmrl.sampling") == "llmrl.lm.sampling"
+    assert lib.canonical("llmrl.sampling.gather_logprobs") == "llmrl.lm.sampling.gather_logprobs"
+    assert lib.canonical("llmrl.evaluation.full_vocab_kl") == "llmrl.rl.losses.full_vocab_kl"  # old path, re-export
+    assert lib.canonical("llmrl.hw4.trainer.train") == "llmrl.hw4.run_manager.train"       # hw4's old name
+    assert "gather_logprobs" in lib.public_names("llmrl.sampling") == lib.public_names("llmrl.lm.sampling")
+    # a library module that still imports an old path (lab19's `from ..losses import clipped_pg_loss`)
+    assert "llmrl.rl.losses.clipped_pg_loss" in lib.reach("llmrl.labs.lab19.entropy_run")
+
+
+@pytest.mark.parametrize("imports, use", [
+    ("from llmrl.sampling import gather_logprobs", "gather_logprobs"),
+    ("from llmrl.lm.sampling import gather_logprobs", "gather_logprobs"),
+    ("import llmrl.sampling as S", "S.gather_logprobs"),
+    ("from llmrl.lm import sampling as S", "S.gather_logprobs"),
+    ("from llmrl import sampling", "sampling.gather_logprobs"),
+])
+def test_a_delegation_is_noted_by_the_old_path_and_by_the_new(imports, use):
+    note = one_note(notes_for("lab11", imports, (T1A, SIG + f"    return {use}" + BODY)), T1A,
+                    "llmrl.lm.sampling.gather_logprobs")
+    assert "delegates to llmrl.lm.sampling.gather_logprobs" in note, note
 
 
 def test_the_grading_safety_page_says_which_tasks_the_library_can_do():
@@ -179,7 +204,7 @@ EVASIONS = {
                             (T1A, SIG + "    return sampling.gather_logprobs" + BODY)],
     "from llmrl.sampling import *": ["from llmrl.sampling import *", (T1A, SIG + "    return gather_logprobs" + BODY)],
     # llmrl.labs.lab11 imports llmrl.sampling as _sampling: the module re-exported through another
-    # (llmrl.trainer, now llmrl.rl, used to re-export gather_logprobs itself; since issue 17 it no longer imports it)
+    # (llmrl.trainer, now llmrl.rl, used to re-export gather_logprobs itself; since the seeds' rework it no longer imports it)
     "re-export through another module": ["from llmrl.labs.lab11 import _sampling as S",
                                          (T1A, SIG + "    return S.gather_logprobs" + BODY)],
     "private alias inside the library": ["from llmrl.labs import lab11",
@@ -269,7 +294,7 @@ EVASIONS = {
 @pytest.mark.parametrize("case", sorted(EVASIONS))
 @pytest.mark.fast
 def test_each_way_of_hiding_the_call_is_noted(case):
-    target = "llmrl.sampling" if "library function that calls" in case else "llmrl."
+    target = "llmrl.lm.sampling" if "library function that calls" in case else "llmrl."
     note = one_note(notes_for("lab11", *EVASIONS[case]), T1A, target)
     assert ("delegates to llmrl." in note or "itself" in note), note
 
@@ -290,7 +315,7 @@ CANNOT_FOLLOW = {
 @pytest.mark.parametrize("case", sorted(CANNOT_FOLLOW))
 def test_what_the_check_cannot_follow_gets_its_own_note(case):
     note = one_note(notes_for("lab11", *CANNOT_FOLLOW[case]), T1A, "cannot follow")
-    assert "review it" in note and "llmrl.sampling.gather_logprobs" in note, note
+    assert "review it" in note and "llmrl.lm.sampling.gather_logprobs" in note, note
 
 
 def test_a_lean_through_another_graded_function_is_noted_once():
@@ -302,14 +327,14 @@ def test_a_lean_through_another_graded_function_is_noted_once():
              ("task7_reinforce_loss", "def reinforce_loss(lp, ref, mask, adv, beta):\n"
                                       "    return -(adv[:, None] * lp)[mask].mean() + beta * approx_kl_from_logprobs(lp, ref, mask)")]
     notes = notes_for("hw4", *cells)
-    one_note(notes, "task3_approx_kl", "llmrl.losses.kl_estimate")
+    one_note(notes, "task3_approx_kl", "llmrl.rl.losses.kl_estimate")
     assert not [n for n in notes if n.startswith("task7")], notes
     routed = ["import llmrl.sampling as s",
               ("task2_completion_mask", "def build_completion_mask(am, p, _x=None):\n"
                                         "    if _x is not None:\n        return s.gather_logprobs(*_x)\n    return am.bool()"),
               ("task1_per_token_logprobs", "def compute_per_token_logprobs(logits, ids):\n"
                                            "    return build_completion_mask(None, 0, (logits[:, :-1], ids[:, 1:]))")]
-    one_note(notes_for("hw4", *routed), "task1_per_token_logprobs", "llmrl.sampling.gather_logprobs")
+    one_note(notes_for("hw4", *routed), "task1_per_token_logprobs", "llmrl.lm.sampling.gather_logprobs")
 
 
 def test_loading_the_reference_solutions_is_noted_in_any_task():
@@ -324,7 +349,7 @@ def test_a_copy_of_the_library_body_is_noted():
                                     "    y = np.asarray(gold_gain, dtype=float)\n    A = np.stack([d, -d * d], axis=1)\n"
                                     "    (alpha, beta), *_ = np.linalg.lstsq(A, y, rcond=None)\n"
                                     "    return float(alpha), float(beta)")]
-    one_note(notes_for("lab19", *cells), "task1c_fit_gao_bon", "repeats the body of llmrl.overopt.fit_gao_bon")
+    one_note(notes_for("lab19", *cells), "task1c_fit_gao_bon", "repeats the body of llmrl.labs.overopt.fit_gao_bon")
 
 
 def test_a_cell_that_does_not_parse_is_said_and_not_fatal():
@@ -446,7 +471,7 @@ def test_the_runtime_probe_sees_a_call_the_static_check_cannot_follow():
     ''')])
     assert any("cannot follow" in n for n in ag_answer_key.review_notes("lab11", nb))
     answer, _ = _runtime("lab11", nb)
-    one_note(ag_answer_key.runtime_notes("lab11", "llm_as_policy", answer), T1A, "llmrl.sampling.gather_logprobs")
+    one_note(ag_answer_key.runtime_notes("lab11", "llm_as_policy", answer), T1A, "llmrl.lm.sampling.gather_logprobs")
 
 
 def test_a_replaced_trace_hook_is_said_not_trusted():
@@ -484,7 +509,7 @@ def test_the_command_line_prints_the_notes_and_the_map(capsys, tmp_path):
     path = tmp_path / "tasks.ipynb"
     path.write_text(next(iter(b.files.values())))
     assert review_main(["lab21", str(path)]) == 0
-    assert "llmrl.evaluation.pass_at_k" in capsys.readouterr().out
+    assert "llmrl.rl.evaluation.pass_at_k" in capsys.readouterr().out
     assert review_main([]) == 0
     assert "| lab11 | `task1a_response_logprobs`" in capsys.readouterr().out
     assert review_main(["lab21", str(tmp_path / "missing.ipynb")]) == 1
@@ -524,7 +549,7 @@ def test_a_notebook_built_to_exhaust_the_check_ends_in_a_note_quickly():
     chain += [f"def f{i}(a):\n    return f{i - 1}(a) + f{i - 1}(a) + f{i - 1}(a)" for i in range(1, 40)]
     chain.append((T1A, SIG + "    return f39(logits)"))
     start = time.monotonic()
-    one_note(notes_for("lab11", *chain), T1A, "llmrl.sampling.gather_logprobs")  # memoized: linear, not 3^40
+    one_note(notes_for("lab11", *chain), T1A, "llmrl.lm.sampling.gather_logprobs")  # memoized: linear, not 3^40
     deep = "x = " + "(" * 5000 + "1" + ")" * 5000
     notes = notes_for("lab11", "y = " + " + ".join(["'a'"] * 3000), (T1A, SIG + "    " + "[" * 200 + "]" * 200))
     assert time.monotonic() - start < 30

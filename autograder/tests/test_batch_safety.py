@@ -399,10 +399,10 @@ SEGFAULT = "__import__('ctypes').string_at(0)"
 
 @pytest.mark.slow
 def test_a_function_that_crashes_the_kernel_costs_only_the_tests_that_call_it():
-    """Issue 28: a correct lab11 whose one function segfaults scored 0/18. The fresh student's kernel
-    ran the course's experiment cells (chosen because a function's own variable, `logits`, has the
-    name of one of their globals), which call the crashing function, so every restarted kernel died
-    before the first call; and after 3 restarts no function ran at all. Here: four tests call the
+    """The failure this guards against: a correct lab11 whose one function segfaults scored 0/18. The
+    fresh student's kernel ran the course's experiment cells (chosen because a function's own variable,
+    `logits`, has the name of one of their globals), which call the crashing function, so every restarted
+    kernel died before the first call; and after 3 restarts no function ran at all. Here: four tests call the
     crashing function, a solution cell runs it at its top level (a student's own check) and an
     experiment cell calls it; the other function's tests must pass."""
     cells = [

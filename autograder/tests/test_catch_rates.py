@@ -2,7 +2,7 @@
 
 Every corpus wrong answer (one edit of a `wrong-*` entry, applied alone to the reference) must fail
 a test cell of its own task; the visible tests a student sees must fail at least two thirds of them
-in every assignment. The hold-out set (autograder/corpus/_holdout_<assignment>.py, issue 30: wrong
+in every assignment. The hold-out set (autograder/corpus/_holdout_<assignment>.py: wrong
 answers of kinds nobody had listed, written before the contract tests) must be caught at least 90%
 by all tests and 75% by the visible ones, in every assignment. The reference and every alternative
 correct answer (`rewritten`, `right-*`, hold-out ones included) must pass every test cell, visible
@@ -24,8 +24,8 @@ from autograder import corpus
 from autograder.corpus import hostile
 
 ASSIGNMENTS = corpus.available()
-VISIBLE_AT_LEAST = Fraction(2, 3)  # the course's target (issue 19): visible tests teach most of the mistakes
-HOLDOUT_ALL_AT_LEAST = Fraction(9, 10)      # issue 30's targets on mistakes nobody listed
+VISIBLE_AT_LEAST = Fraction(2, 3)  # the course's target: visible tests teach most of the mistakes
+HOLDOUT_ALL_AT_LEAST = Fraction(9, 10)      # the target on mistakes nobody listed
 HOLDOUT_VISIBLE_AT_LEAST = Fraction(3, 4)
 
 

@@ -157,7 +157,7 @@ def test_one_huge_message_does_not_reach_the_graders_memory(graded):
     # Against the other students' grading processes of the same batch, not a fixed figure: what a
     # grading process holds depends on the library it imports (about 130 MB before the models were
     # shipped with it, about 320 MB after). Holding the 100 MB message once would add at least 100 MB
-    # (the grader of issue 13 reached 400 MB to 1.2 GB), so 60 MB above the median catches it.
+    # (the first grader reached 400 MB to 1.2 GB), so 60 MB above the median catches it.
     others = sorted(r.report["grader_max_rss_mb"] for s, r in graded["results"].items()
                     if r.report is not None and r.report.get("grader_max_rss_mb") and s not in {b.student for b in entries})
     assert len(others) >= 10, others

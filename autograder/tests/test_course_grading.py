@@ -1,4 +1,4 @@
-"""The instructor's grading workflow (issue 14 items 3-5) on a tiny course with a written answer.
+"""The instructor's grading workflow (collect, grade, written answers, feedback) on a tiny course with a written answer.
 
 `make demo` grades the sample students in a course folder of its own; `make autograde` is the
 sandboxed batch, which matches misnamed, duplicated and extra notebooks per student; grade tables
@@ -58,7 +58,7 @@ def _answer(nb, text: str):
     return nb
 
 
-# ----------------------------------------------------------------------------- item 5: make demo
+# ----------------------------------------------------------------------------- make demo
 
 def test_demo_grades_the_samples_in_its_own_course_and_never_touches_the_instructors(tmp_path):
     instructor = written.make_course(tmp_path / "course")
@@ -126,7 +126,7 @@ def test_demo_refuses_a_folder_it_did_not_make(tmp_path):
     assert (mine / "thesis.tex").read_text() == "precious"
 
 
-# ----------------------------------------------------------------------------- items 3 and 4: one class
+# ----------------------------------------------------------------------------- one class: matching, grade tables, feedback
 
 def _stripped(nb):
     """The notebook as a student's tool that drops cell metadata would save it."""

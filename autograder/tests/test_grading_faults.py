@@ -1,4 +1,5 @@
-"""Batches under faults (issue 13, item 7), on the tiny course of tiny.py with the real batch grader.
+"""Batches under faults (killed, a full disk, a locked or damaged gradebook, odd ids, a reference or a
+course library that fails in the sandbox), on the tiny course of tiny.py with the real batch grader.
 
 Each test first grades an "earlier" student in a batch of its own, then runs the faulty batch, and
 checks that the earlier student's gradebook rows, autograded notebook, feedback and the CSV files
@@ -271,7 +272,7 @@ def test_a_damaged_gradebook_is_put_back_with_a_clear_error(course, damage):
 
 
 def test_ids_that_used_to_share_a_report_file_and_links_in_submissions(course):
-    """Also (issue 28) ids and file names that a spreadsheet would run as a formula: graded by the
+    """Also ids and file names that a spreadsheet would run as a formula: graded by the
     real batch, they reach grades.csv and batch_grades.csv as text."""
     root = course
     before = _earlier(root)

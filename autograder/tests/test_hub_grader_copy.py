@@ -1,4 +1,4 @@
-"""The grader as the hub's course folder holds it (hub/deploy.py copies the package there; the course service
+"""The grader as the hub's course folder holds it (hub/deploy/course.py copies the package there; the course service
 has that folder on PYTHONPATH): the formgrader extension the service's config names, the nbgrader plugins the
 course's settings name and the batch's command line all import from the copy, without the repository."""
 
@@ -15,6 +15,7 @@ import pytest
 
 from autograder.course.layout import ROOT
 from hub import deploy
+from hub.deploy import configs
 
 pytestmark = pytest.mark.fast
 
@@ -56,7 +57,7 @@ def test_the_copied_grader_imports_everything_the_hub_names(tmp_path):
 
 
 def test_the_course_service_loads_the_formgrader_extension_by_its_package_path():
-    text = Path(deploy.__file__).read_text()
+    text = Path(configs.__file__).read_text()  # where the course service's jupyter config is written
     assert '"autograder.formgrader.safe_formgrader": True' in text
     import autograder.formgrader.safe_formgrader as sf
 

@@ -1,4 +1,4 @@
-"""Late submissions and review holds on the tiny course of tiny.py with the real batch grader (issue 14):
+"""Late submissions and review holds on the tiny course of tiny.py with the real batch grader:
 the course's late policy, forged and future time stamps, a late zero that manual grading cannot lift, a
 notebook held for review (its feedback says so, no points), and grade's own time and due date. Like
 test_grading_faults.py, whose helpers these tests share (the course fixture: conftest.py), each checks that the

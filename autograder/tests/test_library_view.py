@@ -1,5 +1,5 @@
 """The answer kernel's view of the course library (autograder/sandbox/library_view.py) holds nothing a
-graded function could hand its work to, and its sandbox shows no other copy of the library (issue 41).
+graded function could hand its work to, and its sandbox shows no other copy of the library.
 
 The view is built from the real library into a folder of the test's own; its modules are read with
 `ast` and imported in subprocesses that put the view first on the path, as an unsandboxed kernel
@@ -54,6 +54,11 @@ def test_the_view_defines_no_function_or_class_but_the_allowed_ones(view):
         names = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
                  and n in tree.body}
         found[module] = names
+        home = library_view.alias_target(module, rel.name == "__init__", path.read_text())
+        if home is not None:  # an old path: nothing but the alias to its home's view
+            assert names == set() and ast.get_docstring(tree).endswith(
+                f"the old path of {home} (autograder/sandbox/library_view.py)."), module
+            continue
         assert names <= set(allow.get(module, {})), f"{module} keeps {sorted(names - set(allow.get(module, {})))}"
         # no docstring of the library's (they state the formulas): the view's only string literals are
         # its own header and the constants it keeps
@@ -100,7 +105,7 @@ set_threads(1)
 print(b.eps_low, b.eps_high, b.rare_prob, type(b).__module__, grading_mode())
 """)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["0.2", "0.2", "0.5", "llmrl.losses", "False"]
+    assert out.stdout.split() == ["0.2", "0.2", "0.5", "llmrl.rl.losses", "False"]
 
 
 def test_the_view_keeps_the_literal_constants(view):
@@ -147,13 +152,39 @@ print(hasattr(gather_logprobs, "__code__"), hasattr(gather_logprobs, "__wrapped_
 """)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[:7] == ["call | llmrl.sampling.gather_logprobs", "attribute | llmrl.sampling.gather_logprobs",
-                         "index | llmrl.labs.lab11.reference_kl_estimators", "iterate | llmrl.toylm.tilted_optimum",
-                         "truth | llmrl.toylm.soft_values", "subclass | llmrl.toylm.ToyLM",
-                         "unpickled | llmrl.sampling.gather_logprobs"]
+    # imported by their old paths, named where the library defines them
+    assert lines[:7] == ["call | llmrl.lm.sampling.gather_logprobs", "attribute | llmrl.lm.sampling.gather_logprobs",
+                         "index | llmrl.labs.lab11.reference_kl_estimators", "iterate | llmrl.lm.toylm.tilted_optimum",
+                         "truth | llmrl.lm.toylm.soft_values", "subclass | llmrl.lm.toylm.ToyLM",
+                         "unpickled | llmrl.lm.sampling.gather_logprobs"]
     assert lines[7] == "unknown | ImportError"  # a name the library does not have is a plain ImportError
     assert "not available while your functions are graded" in lines[8]
     assert lines[9] == "False False"  # no code object or wrapped function to be had from it
+
+
+def test_an_old_path_is_its_homes_module_in_the_view_too(view):
+    # the notebooks' old paths (llmrl.sampling, llmrl.losses) and the homes (llmrl.lm.sampling, ...)
+    # are one module of the view: the same absent names, the same kept declarations
+    out = _run(view, """
+import llmrl.sampling, llmrl.lm.sampling, llmrl.losses, llmrl.rl.losses
+from llmrl import sampling
+from llmrl.sampling import gather_logprobs as old
+from llmrl.lm.sampling import gather_logprobs as new
+from llmrl.losses import LossBatch
+from llmrl.utils import grading_mode
+import llmrl.hw4.trainer, llmrl.hw4.run_manager
+print(llmrl.sampling is llmrl.lm.sampling is sampling, old is new, llmrl.losses is llmrl.rl.losses,
+      LossBatch is llmrl.rl.losses.LossBatch, llmrl.hw4.trainer is llmrl.hw4.run_manager)
+""")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True"] * 5
+
+
+def test_the_allow_list_must_name_a_declaration_where_it_is_defined(tmp_path):
+    allow = tmp_path / "library_view.json"
+    allow.write_text(json.dumps({"llmrl.losses": {"LossBatch": "the tests hand it to a student's function"}}))
+    with pytest.raises(library_view.ViewError, match=r"llmrl.losses \(the old path of llmrl.rl.losses\)"):
+        library_view.build(root=tmp_path / "view", allow_file=allow)
 
 
 def test_the_message_a_student_reads_fits_the_feedback_line(view):

@@ -329,6 +329,26 @@ def unsupported_numbers(item: Checked) -> list[str]:
             if why == "result" and not any(num.rounds_to(p) for p in printed)]
 
 
+# A value with its spread ("1.16 ± 0.05") is one result: the pair must be printed together. Each of its
+# two numbers on its own may be printed somewhere else (0.04 as another row's spread), so checking the
+# numbers one by one lets a wrong spread through.
+PAIR = re.compile(r"(?P<a>[-+−]?\d[\d,]*(?:\.\d+)?)\s*(?:±|\+/-|\+-)\s*(?P<b>\d[\d,]*(?:\.\d+)?)")
+
+
+def pairs(text: str) -> list[tuple[str, Number, Number]]:
+    """Every 'value ± spread' of `text`: (as written, the value, the spread)."""
+    return [(m.group(0), _number(NUM.match(m.group("a"))), _number(NUM.match(m.group("b"))))
+            for m in PAIR.finditer(text)]
+
+
+def unsupported_pairs(item: Checked) -> list[str]:
+    """The 'value ± spread' pairs `item` cites that no output above it prints as a pair (each number
+    rounded to the digits cited)."""
+    printed = [(a, b) for _, out in item.printed for _, a, b in pairs(out)]
+    return [written for written, a, b in pairs(_masked(item.text))
+            if not any(a.rounds_to(pa) and b.rounds_to(pb) for pa, pb in printed)]
+
+
 # ----------------------------------------------------------------------------- directions
 
 def sentences(text: str) -> list[str]:
@@ -357,6 +377,11 @@ def _claims_for(lab):
     return [c for c in model_answer_claims.CLAIMS if c.notebook == f"{lab.assignment}/{lab.name}"]
 
 
+def nearest_output(item: Checked, pattern: str) -> tuple[int, str] | None:
+    """(cell index, output) of the nearest code cell above `item` whose printed output matches `pattern`."""
+    return next(((i, out) for i, out in reversed(item.printed) if re.search(pattern, out)), None)
+
+
 def direction_problems(lab, items: list[Checked]) -> list[str]:
     """Sentences with a direction word that no claim covers, claims that fail, claims whose text is gone."""
     claims = _claims_for(lab)
@@ -374,7 +399,7 @@ def direction_problems(lab, items: list[Checked]) -> list[str]:
                 used.add(claim)
                 if claim.unchecked:
                     continue
-                source = next(((i, out) for i, out in reversed(item.printed) if re.search(claim.reads, out)), None)
+                source = nearest_output(item, claim.reads)
                 if source is None:
                     problems.append(f"cell {item.cell} ({item.name}): {claim.says!r} rests on an output matching "
                                     f"{claim.reads!r}, and no code cell above prints one")
@@ -387,6 +412,52 @@ def direction_problems(lab, items: list[Checked]) -> list[str]:
         if claim not in used:
             problems.append(f"model_answer_claims.py: no sentence of {claim.notebook} matches {claim.says!r} any "
                             "more: remove or update the entry")
+    return problems
+
+
+# ----------------------------------------------------------------------------- hypotheses
+
+def hypothesis_problems(lab, items: list[Checked]) -> list[str]:
+    """Each write-up's **Hypothesis.** must be judged: its sentences covered by entries of
+    model_answer_claims.HYPOTHESES, each entry's verdict read off the printed output, and the write-up
+    giving that verdict (and no other) in the sentence its `answer` names, which names the hypothesis."""
+    from autograder.tests.model_answer_checks import VERDICT_WORDS
+
+    entries = [h for h in model_answer_claims.HYPOTHESES if h.notebook == f"{lab.assignment}/{lab.name}"]
+    problems, used = [], set()
+    for item in items:
+        said = sentences(item.text)
+        predicted = [x for x in said if x.startswith("**Hypothesis.**")]
+        told = [x for x in said if not x.startswith(NOT_CLAIMS)]
+        for sentence in predicted:
+            covering = [h for h in entries if re.search(h.says, sentence, re.I)]
+            if not covering:
+                problems.append(f"cell {item.cell} ({item.name}): the hypothesis {sentence!r} is judged by no entry of "
+                                "model_answer_claims.HYPOTHESES (add one, or an 'unchecked' reason)")
+            for h in covering:
+                used.add(h)
+                if h.unchecked:
+                    continue
+                source = nearest_output(item, h.reads)
+                if source is None:
+                    problems.append(f"cell {item.cell} ({item.name}): the hypothesis {h.says!r} rests on an output "
+                                    f"matching {h.reads!r}, and no code cell above prints one")
+                    continue
+                verdict, shown = h.judge(source[1])
+                answers = [x for x in told if re.search(h.answer, x, re.I)]
+                if not answers:
+                    problems.append(f"cell {item.cell} ({item.name}): the runs leave the hypothesis {h.says!r} "
+                                    f"{verdict} (cell {source[0]}: {shown}), and no sentence matching {h.answer!r} "
+                                    "says so")
+                    continue
+                for x in answers:
+                    words = {v for v, pattern in VERDICT_WORDS.items() if re.search(pattern, x, re.I)}
+                    if "hypothes" not in x.lower() or words != {verdict}:
+                        problems.append(f"cell {item.cell} ({item.name}): {x!r} must say the hypothesis {h.says!r} is "
+                                        f"{verdict} (cell {source[0]}: {shown}), in words of that verdict only; it "
+                                        f"reads as {sorted(words) or 'no verdict'}")
+    problems += [f"model_answer_claims.py: no hypothesis of {e.notebook} matches {e.says!r} any more: remove or "
+                 "update the entry" for e in entries if e not in used]
     return problems
 
 
@@ -475,9 +546,25 @@ def test_model_answers_cite_only_printed_numbers(lab):
 
 
 @pytest.mark.parametrize("lab", LABS, ids=_ids(LABS))
+def test_model_answers_cite_a_value_and_its_spread_as_printed_together(lab):
+    items = checked_texts(_notebook(lab))
+    bad = [f"cell {it.cell} ({it.name}): {', '.join(miss)}" for it in items if (miss := unsupported_pairs(it))]
+    assert not bad, (f"{lab.source}: 'value ± spread' pairs in model answers or results paragraphs that no output "
+                     "above them prints as a pair:\n  " + "\n  ".join(bad))
+
+
+@pytest.mark.parametrize("lab", LABS, ids=_ids(LABS))
 def test_model_answers_claim_only_directions_the_outputs_show(lab):
     items = checked_texts(_notebook(lab))
     problems = direction_problems(lab, items)
+    assert not problems, f"{lab.source}:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("lab", LABS, ids=_ids(LABS))
+def test_write_ups_say_whether_the_runs_support_their_hypothesis(lab):
+    """A write-up whose runs go against its hypothesis must say so, next to the numbers: a Result that
+    only lists what agrees tells a kinder story than the outputs."""
+    problems = hypothesis_problems(lab, checked_texts(_notebook(lab)))
     assert not problems, f"{lab.source}:\n  " + "\n  ".join(problems)
 
 
@@ -517,6 +604,16 @@ def test_rounding_to_the_digits_written():
     assert unsupported_numbers(_stub("advantage about -1", "+1.00 'Answer'")) == ["-1"]
 
 
+def test_a_spread_must_be_printed_with_its_value():
+    printed = "kl_coef = 0.05: final reward 1.16 ± 0.05\nkl_coef = 8: final reward 0.68 ± 0.04"
+    assert not unsupported_pairs(_stub("ends at 1.16 ± 0.05 against 0.68 ± 0.04", printed))
+    # both numbers are printed, but not as this pair: the spread belongs to another row
+    assert unsupported_pairs(_stub("ends at 1.16 ± 0.04", printed)) == ["1.16 ± 0.04"]
+    assert unsupported_pairs(_stub("ends at 1.2 ± 0.2", printed)) == ["1.2 ± 0.2"]
+    assert not unsupported_pairs(_stub("ends at 1.2 ± 0.05", printed))
+    assert not unsupported_pairs(_stub("the mean $m \\pm s$ of each row", printed))  # math is not a result
+
+
 def test_names_labels_math_and_code_are_not_results():
     text = ("Task 4 and Project 3: pass@16 on 1d+1d and 3d+1d, 2-digit buckets, k3, Q4, seeds 0-4, "
             "a 1,000-step run, $e^x \\ge 1 + x$, `rare_group=4`, minibatches 6x1.")
@@ -554,3 +651,31 @@ def test_directions_need_a_covering_claim_and_the_claim_must_hold():
         assert "no sentence" in direction_problems(Lab(), [gone])[0]
     finally:
         model_answer_claims.CLAIMS.remove(rising)
+
+
+def test_a_hypothesis_needs_the_verdict_its_runs_give():
+    @dataclass
+    class Lab:
+        assignment: str = "demo"
+        name: str = "nb"
+
+    printed = "b minus a, final score: 0.300 ± 0.050 (4 seeds)"
+    judged = model_answer_claims.Hypothesis(
+        "demo/nb", r"b scores higher", r"b minus a", answer=r"\bon the score, the hypothesis",
+        judge=lambda out: (model_answer_claims.compare(0.3, 0.05 / 2), "0.300 ± 0.050"))
+    model_answer_claims.HYPOTHESES.append(judged)
+    try:
+        said = "**Hypothesis.** b scores higher than a.\n\n**Result.** On the score, the hypothesis is {}."
+        assert hypothesis_problems(Lab(), [_stub(said.format("supported"), printed)]) == []
+        assert "reads as ['refuted']" in hypothesis_problems(Lab(), [_stub(said.format("refuted"), printed)])[0]
+        both = said.format("supported, though inside the seed noise")  # two verdicts at once: neither is said
+        assert "reads as ['inconclusive', 'supported']" in hypothesis_problems(Lab(), [_stub(both, printed)])[0]
+        silent = "**Hypothesis.** b scores higher than a.\n\n**Result.** b ends at 0.9."
+        assert "says so" in hypothesis_problems(Lab(), [_stub(silent, printed)])[0]
+        unjudged = "**Hypothesis.** c wins.\n\n**Result.** c ends at 0.9."
+        problems = hypothesis_problems(Lab(), [_stub(unjudged, printed)])
+        assert "judged by no entry" in problems[0] and "any more" in problems[1]
+    finally:
+        model_answer_claims.HYPOTHESES.remove(judged)
+    assert model_answer_claims.compare(-0.2, 0.05) == "refuted"
+    assert model_answer_claims.compare(0.05, 0.05) == "inconclusive"

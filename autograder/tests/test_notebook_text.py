@@ -285,7 +285,7 @@ def test_lab19_says_how_many_runs_it_draws():
 
 
 def test_lab19_plots_the_students_own_runs():
-    """Parts 2 and 3 train on the student's functions and plot those runs (issue 18: a wrong Task 2 must
+    """Parts 2 and 3 train on the student's functions and plot those runs (a wrong Task 2 must
     not show the reference curve): the stored reference runs enter only the seed-0 checks and the beta
     slider, and the text before each training cell says whose code it runs."""
     cells = _jupytext_cells(_lab("lab19", "failure_modes"))

@@ -80,10 +80,15 @@ def _changes_sys_path(tree) -> bool:
     return False
 
 
+# A forked kernel must start as `python -m ipykernel_launcher` would, with the kernel's own folder as
+# sys.path[0]: the zygote sets exactly that in the child it forks, and puts none of the grader's folders there.
+SETS_A_KERNELS_OWN_PATH = {"autograder/sandbox/zygote.py"}
+
+
 def test_no_module_puts_folders_on_sys_path():
     """(Code inside the corpus's submissions is text, not the grader's: only real calls count.)"""
     found = [f"autograder/{rel.as_posix()}" for rel, p in _modules() if _changes_sys_path(ast.parse(p.read_text()))]
-    assert found == []
+    assert sorted(set(found) - SETS_A_KERNELS_OWN_PATH) == []
 
 
 @pytest.mark.parametrize("rel", STDLIB_ONLY)
@@ -110,7 +115,7 @@ def test_the_layer_rules_have_no_cycle():
     assert len(order) == len(ALLOWED)
 
 
-MAX_LINES = 700  # issue 32: a file a newcomer can read in one sitting; data (the task map) lives in .json
+MAX_LINES = 700  # a file a newcomer can read in one sitting; data (the task map) lives in .json
 
 
 def test_no_module_of_the_package_is_over_700_lines():

@@ -217,7 +217,7 @@ FEEDBACK_SAMPLE = "k3_flipped"  # lab11: three of task 3's four cells and one of
 
 
 def check_feedback_page(page: str, nb_report: dict) -> None:
-    """The feedback page as a student reads it (issue 30/31): the summary names every graded cell by
+    """The feedback page as a student reads it: the summary names every graded cell by
     its task and concern and marks the failed ones; a failed cell shows its failure's message above
     its code; the maths needs no network (MathJax inlined from the installed package, no script
     fetched from anywhere)."""
@@ -269,6 +269,41 @@ def test_grade_needs_no_writable_model_cache_since_the_models_ship_with_the_libr
     # the reference scores every automatic point (the written report's points wait for a person)
     assert [nb["status"] for nb in report["notebooks"]] == ["graded"] and report["points"] > 0, report
     assert blocker.read_text() == "not a folder"
+
+
+@pytest.mark.fast
+def test_a_changed_shipped_model_stops_grading_with_the_store_layers_message(tmp_path, monkeypatch):
+    """The grader checks the shipped models with the library's store layer (llmrl.store.shipped), in the
+    process the command line starts early (python -m autograder.grading.shipped_models) or in its own:
+    either way a changed file is one PipelineError naming it, and nothing is rebuilt."""
+    from llmrl.store import shipped
+
+    from autograder.grading import one_notebook, shipped_models
+
+    assert shipped_models.problem() is None
+    proc = subprocess.run([sys.executable, "-m", "autograder.grading.shipped_models"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+
+    models = tmp_path / "models"
+    shutil.copytree(shipped.MODELS_DIR, models)
+    damaged = models / shipped.FILES["sft"]
+    damaged.write_bytes(damaged.read_bytes() + b"\0")
+    before = damaged.read_bytes()
+    early = subprocess.Popen([sys.executable, "-c", "import sys; from pathlib import Path; from llmrl.store import shipped; "
+                              f"shipped.MODELS_DIR = Path({str(models)!r}); "
+                              "from autograder.grading import shipped_models; sys.exit(shipped_models.main())"],
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    monkeypatch.setattr(one_notebook, "_WARMING", early)
+    with pytest.raises(PipelineError) as started_early:
+        one_notebook._warm_model_cache()
+    monkeypatch.setattr(shipped, "MODELS_DIR", models)
+    with pytest.raises(PipelineError) as in_process:
+        one_notebook._warm_model_cache()
+    for err in (started_early, in_process):
+        assert str(err.value).startswith(f"{shipped_models.CHECK_FAILED}: "), str(err.value)
+        assert f"{damaged} is not the shipped model 'sft'" in str(err.value), str(err.value)
+    assert damaged.read_bytes() == before
 
 
 def test_grade_rejects_a_notebook_of_no_assignment(tmp_path):

@@ -1,4 +1,4 @@
-"""The answer-key check's runtime watch (autograder/review/runtime_watch.py, issue 28), run here in-process:
+"""The answer-key check's runtime watch (autograder/review/runtime_watch.py), run here in-process:
 library code known by its content wherever it came from (a copied file, unpickled, unmarshalled, rebuilt
 from a code object found by gc, typed into the notebook), tracers set before the watch or replacing it,
 and how the watch's and the probe's reports become notes or a hold. The static check and the task map
@@ -16,7 +16,7 @@ from autograder.review import static_notes
 from autograder.tests.test_answer_key import NB, _fast, _lean_notebook, _runtime  # noqa: F401  (_fast: autouse)
 
 
-# ----------------------------------------------------------------------------- the watch: copies by content (issue 28)
+# ----------------------------------------------------------------------------- the watch: copies by content
 
 def _watched(call, assignment="lab11", notebook="llm_as_policy"):
     """What the watch sees in one call (in this process, as in the student's kernel)."""
@@ -48,35 +48,35 @@ def test_the_watch_knows_the_library_by_content_wherever_its_code_comes_from(tmp
 
     import numpy as np
 
-    import llmrl.toylm
+    import llmrl.lm.toylm
     from autograder.corpus import evasion
 
     args = (np.array([0.2, 0.8]), np.array([1.0, 0.0]), 0.5)
     monkeypatch.chdir(tmp_path)
-    shutil.copy(llmrl.toylm.__file__, "optimum_notes.py")
-    spec = importlib.util.spec_from_file_location("llmrl._optimum_notes", "optimum_notes.py")
+    shutil.copy(llmrl.lm.toylm.__file__, "optimum_notes.py")
+    spec = importlib.util.spec_from_file_location("llmrl.lm._optimum_notes", "optimum_notes.py")  # beside its home: its ..utils import
     copied = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, copied)   # its dataclasses look their module up
     spec.loader.exec_module(copied)
     found = next(o for o in gc.get_objects() if type(o) is types.FunctionType and o.__name__ == "tilted_optimum"
-                 and o.__module__ == "llmrl.toylm")
+                 and o.__module__ == "llmrl.lm.toylm")
     rebuilt = types.FunctionType(found.__code__.replace(co_filename="<mine>", co_name="mine"), found.__globals__)
     unmarshalled = types.FunctionType(marshal.loads(marshal.dumps(rebuilt.__code__)), found.__globals__)
-    unpickled = pickle.loads(evasion._pickled_rebuilt("llmrl.toylm", "tilted_optimum", "<pickled>"))
+    unpickled = pickle.loads(evasion._pickled_rebuilt("llmrl.lm.toylm", "tilted_optimum", "<pickled>"))
     for fn in (copied.tilted_optimum, rebuilt, unmarshalled, unpickled):
         seen = _watched(lambda: fn(*args))
-        assert _copy_targets(seen) == {"llmrl.toylm.tilted_optimum"}, seen
+        assert _copy_targets(seen) == {"llmrl.lm.toylm.tilted_optimum"}, seen
         assert seen["tracer"] == [], seen
         t = next(t for t in ag_answer_key.TASKS if t.function == "tilted_optimum")
         notes = runtime_watch._entry_notes(t, static_notes.library(), seen["lib"], seen["copies"], set(), "a graded call")
-        assert any("ran a copy of llmrl.toylm.tilted_optimum" in n for n in notes), notes
+        assert any("ran a copy of llmrl.lm.toylm.tilted_optimum" in n for n in notes), notes
     assert "optimum_notes.py" in str(_watched(lambda: copied.tilted_optimum(*args))["copies"])
     # the library's own function: named by where it lives, and not called a copy
-    seen = _watched(lambda: llmrl.toylm.tilted_optimum(*args))
-    assert "llmrl.toylm.tilted_optimum" in seen["lib"]
+    seen = _watched(lambda: llmrl.lm.toylm.tilted_optimum(*args))
+    assert "llmrl.lm.toylm.tilted_optimum" in seen["lib"]
     t = next(t for t in ag_answer_key.TASKS if t.function == "tilted_optimum")
     notes = runtime_watch._entry_notes(t, static_notes.library(), seen["lib"], seen["copies"], set(), "a graded call")
-    assert notes == ["task4_tilted_optimum: tilted_optimum ran llmrl.toylm.tilted_optimum (seen at "
+    assert notes == ["task4_tilted_optimum: tilted_optimum ran llmrl.lm.toylm.tilted_optimum (seen at "
                      "run time), which does this task"], notes
 
 
@@ -94,7 +94,7 @@ def test_a_call_to_a_name_the_answer_kernel_does_not_hold_is_noted_by_that_name(
     view = types.ModuleType("llmrl._grading_view")
     where = str(Path(llmrl.__file__).parent / "_grading_view.py")   # where the sandbox binds it
     exec(compile(library_view._ABSENT_SOURCE, where, "exec"), view.__dict__)
-    absent = view.Absent("llmrl.toylm.tilted_optimum")
+    absent = view.Absent("llmrl.lm.toylm.tilted_optimum")   # the view names a function where it lives
 
     def delegating():
         try:
@@ -103,10 +103,10 @@ def test_a_call_to_a_name_the_answer_kernel_does_not_hold_is_noted_by_that_name(
             return str(e)
 
     seen = _watched(delegating)
-    assert seen["lib"] == ["absent:llmrl.toylm.tilted_optimum"], seen
+    assert seen["lib"] == ["absent:llmrl.lm.toylm.tilted_optimum"], seen
     t = next(t for t in ag_answer_key.TASKS if t.function == "tilted_optimum")
     notes = runtime_watch._entry_notes(t, static_notes.library(), seen["lib"], seen["copies"], set(), "a graded call")
-    assert notes == ["task4_tilted_optimum: tilted_optimum called llmrl.toylm.tilted_optimum (seen at run time), "
+    assert notes == ["task4_tilted_optimum: tilted_optimum called llmrl.lm.toylm.tilted_optimum (seen at run time), "
                      "which does this task; the grader does not hold it, so the call failed"], notes
     assert "llmrl._grading_view" not in sys.modules
 
@@ -125,11 +125,11 @@ def test_code_the_notebook_typed_is_a_copy_only_when_it_is_long():
              "    return torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)\n")
     import inspect
 
-    import llmrl.toylm
-    long = "import numpy as np\n\n" + inspect.getsource(llmrl.toylm.tilted_optimum).replace("def tilted_optimum",
+    import llmrl.lm.toylm
+    long = "import numpy as np\n\n" + inspect.getsource(llmrl.lm.toylm.tilted_optimum).replace("def tilted_optimum",
                                                                                              "def my_optimum")
     nb = {"cells": [{"cell_type": "code", "metadata": {}, "source": "import numpy as np\nimport torch\n"
-                     "from llmrl.toylm import _as_prob_vector, _as_rewards, _check_beta"},
+                     "from llmrl.lm.toylm import _as_prob_vector, _as_rewards, _check_beta"},
                     {"cell_type": "code", "metadata": {"nbgrader": {"grade_id": "task1a_response_logprobs",
                                                                      "solution": True}}, "source": short},
                     {"cell_type": "code", "metadata": {}, "source": long}]}
@@ -139,14 +139,14 @@ def test_code_the_notebook_typed_is_a_copy_only_when_it_is_long():
         exec(compile(c["source"], "<cell>", "exec"), ns)
     t1a = next(t for t in ag_answer_key.TASKS if t.function == "response_logprobs")
     seen = _watched(lambda: ns["response_logprobs"](torch.randn(2, 4, 5), torch.zeros(2, 4, dtype=torch.long), 2))
-    assert _copy_targets(seen) == {"llmrl.sampling.gather_logprobs"}, seen
+    assert _copy_targets(seen) == {"llmrl.lm.sampling.gather_logprobs"}, seen
     assert runtime_watch._entry_notes(t1a, static_notes.library(), seen["lib"], seen["copies"], text, "a graded call") == []
     # without the notebook's text, the same code is a copy of unknown origin
     assert runtime_watch._entry_notes(t1a, static_notes.library(), seen["lib"], seen["copies"], set(), "a graded call")
     t4 = next(t for t in ag_answer_key.TASKS if t.function == "tilted_optimum")
     seen = _watched(lambda: ns["my_optimum"](np.array([0.5, 0.5]), np.array([1.0, 0.0]), 1.0))
     notes = runtime_watch._entry_notes(t4, static_notes.library(), seen["lib"], seen["copies"], text, "a graded call")
-    assert len(notes) == 1 and "typed into the notebook line for line from llmrl.toylm.tilted_optimum" in notes[0]
+    assert len(notes) == 1 and "typed into the notebook line for line from llmrl.lm.toylm.tilted_optimum" in notes[0]
 
 
 def test_the_watch_says_when_a_tracer_was_set_before_or_replaced_it():
@@ -200,8 +200,12 @@ W = {"calls": 3, "answered": 3, "died": 0, "timeout": 0, "lib": [], "copies": []
     ({"sample_with_temperature": dict(W, answered=0, timeout=3)}, {"sample_with_temperature": "stalled"}, []),
     ({"sample_with_temperature": dict(W, tracer=["a trace or profile function was already set (sys.settrace)"])}, {},
      ["graded calls of sample_with_temperature: a trace or profile function was already set"]),
-    ({"sample_with_temperature": dict(W, lib=["llmrl.sampling.sample_token"])}, {},
-     ["sample_with_temperature ran llmrl.sampling.sample_token (seen at run time)"]),
+    ({"sample_with_temperature": dict(W, lib=["llmrl.lm.sampling.sample_token"])}, {},
+     ["sample_with_temperature ran llmrl.lm.sampling.sample_token (seen at run time)"]),
+
+    # a name seen by its old path (llmrl.sampling is llmrl.lm.sampling): the note names its home
+    ({"sample_with_temperature": dict(W, lib=["absent:llmrl.sampling.sample_token"])}, {},
+     ["sample_with_temperature called llmrl.lm.sampling.sample_token (seen at run time)"]),
 ])
 def test_what_the_graded_calls_and_the_probe_calls_hold_for_review(watch, probe, want):
     notes = ag_answer_key.watch_notes("lab11", "llm_as_policy", watch, probe, text=set())

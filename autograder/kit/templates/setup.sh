@@ -62,6 +62,8 @@ else
     say "1/4 creating the environment .venv/ with $("$PY" --version 2>&1) ($(command -v "$PY"))"
     "$PY" -m venv .venv || fail "could not create .venv/ (see the message above)"
 fi
+# --no-compile: pip would write bytecode for every .py file it installs (about 27 s of CPU here, most of it
+# for the parts of torch and JupyterLab a notebook never imports); Python writes it on first import instead.
 pip() { "$KIT/.venv/bin/python" -m pip --disable-pip-version-check "$@"; }
 
 # Where PyTorch comes from: chosen before anything is downloaded, so an index this computer cannot reach
@@ -85,17 +87,60 @@ else
     fi
     if [ -n "$TORCH_INDEX" ]; then
         say "2/4 downloading PyTorch ${TORCH#torch==}, CPU build (about 200 MB), from $TORCH_INDEX"
-        pip install --quiet "$TORCH" --index-url "$TORCH_INDEX" ||
+        pip install --quiet --no-compile "$TORCH" --index-url "$TORCH_INDEX" ||
             fail "could not install $TORCH from $TORCH_INDEX (no network? run ./setup.sh again when online, or TORCH_INDEX= ./setup.sh)"
     else
         say "2/4 PyTorch ${TORCH#torch==} comes with the next step, from pip's index"
     fi
 fi
 
+# A new environment whose PyTorch comes with this step uses both cores of a small computer: one pip
+# resolves everything (a dry run that writes what it chose into a report) while a second one unpacks
+# PyTorch, by far the largest wheel; then two more install the rest, half each, from exactly the files
+# the resolution chose (--no-deps and disjoint halves: no second search of the index, no package twice).
+# pip check confirms that nothing is missing. Any trouble, and the plain install below completes it.
+split_install() {
+    local log=.venv/setup-log torch_pid half_pid ok=0
+    pip install --quiet --no-deps --no-compile "$TORCH" > $log.torch 2>&1 &
+    torch_pid=$!
+    if ! pip install --quiet --dry-run --ignore-installed --report $log.report.json -r requirements.txt "$WHEEL" \
+            > $log.resolve 2>&1; then
+        wait "$torch_pid"; return 1
+    fi
+    .venv/bin/python - $log.report.json $log.half <<'PYEOF' || { wait "$torch_pid"; return 1; }
+import json, re, sys
+files = [item["download_info"]["url"] for item in json.load(open(sys.argv[1]))["install"]
+         if re.sub(r"[-_.]+", "-", item["metadata"]["name"]).lower() != "torch"]  # being installed beside
+for k in (0, 1):
+    with open(f"{sys.argv[2]}{k}.txt", "w") as f:
+        f.write("".join(url + "\n" for url in files[k::2]))
+PYEOF
+    pip install --quiet --no-deps --no-compile -r $log.half1.txt > $log.install1 2>&1 &
+    half_pid=$!
+    pip install --quiet --no-deps --no-compile -r $log.half0.txt > $log.install0 2>&1 || ok=1
+    wait "$half_pid" || ok=1
+    wait "$torch_pid" || ok=1
+    [ "$ok" = 0 ] && pip check > $log.check 2>&1
+}
+
 source_of_pip="$(pip config list 2>/dev/null | sed -n "s/^[a-z:.]*index-url='\(.*\)'$/\1/p" | head -1)"
 say "3/4 installing the course library and $COUNT pinned packages (JupyterLab, numpy, matplotlib...) from ${source_of_pip:-PyPI}"
-pip install --quiet -r requirements.txt "$WHEEL" ||
-    fail "pip could not install the course's packages (no network? run ./setup.sh again when online)"
+plain_install() {
+    pip install --quiet --no-compile -r requirements.txt "$WHEEL" ||
+        fail "pip could not install the course's packages (no network? run ./setup.sh again when online)"
+}
+if [ -z "$have_torch" ] && [ -z "$TORCH_INDEX" ]; then
+    split_install || {
+        echo "   (the quicker install stopped; pip's plain install completes what it left. pip said:)"
+        for f in .venv/setup-log.{torch,resolve,install0,install1,check}; do
+            [ -s "$f" ] && tail -n 3 "$f" | sed 's/^/     /'
+        done
+        plain_install
+    }
+else
+    plain_install
+fi
+rm -f .venv/setup-log*
 
 # JupyterLab: no "Would you like to receive official Jupyter news?" pop-up over the notebook, no update checks.
 settings=".venv/share/jupyter/lab/settings"
@@ -107,6 +152,7 @@ cat > "$settings/overrides.json" <<'EOF'
 EOF
 
 say "4/4 checking the environment"
+# (the imports also write the bytecode of what the notebooks import first)
 .venv/bin/python -c 'import llmrl, torch, jupyterlab, ipywidgets, matplotlib
 print(f"   llmrl {llmrl.__version__}, torch {torch.__version__}, jupyterlab {jupyterlab.__version__}")' ||
     fail "the environment does not import the course library; delete .venv/ and run ./setup.sh again"

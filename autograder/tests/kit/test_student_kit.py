@@ -101,6 +101,9 @@ def installed(kit, env, figures):
     assert "Start JupyterLab with:  ./lab.sh" in proc.stdout
     for step in ("1/4 creating the environment", "2/4 PyTorch", "3/4 installing the course library", "4/4 checking"):
         assert step in proc.stdout, f"setup.sh did not say {step!r}:\n{proc.stdout}"
+    # torch comes with step 3 here, so the side-by-side install runs; falling back to the plain one
+    # would still give a working kit, but a slower one, and would say so
+    assert "plain install completes" not in proc.stdout, f"the side-by-side install failed:\n{proc.stdout}"
     venv_size = sum(p.stat().st_size for p in (kit / ".venv").rglob("*") if p.is_file() and not p.is_symlink())
     figures["./setup.sh in a new venv"] = (f"{took:.0f} s (load average after: {_loadavg()}), "
                                            f"environment {venv_size / 1e9:.2f} GB")
