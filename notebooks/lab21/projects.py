@@ -184,12 +184,14 @@ plt.show()
 # **Plot.** Entropy of the training batches against step, one band per arm with every seed drawn;
 # pass@1, pass@16 and the share of tokens the upper bound clips beside it.
 #
-# **Result.** In every arm the entropy ends below where it started (the table's start -> end
-# column), and clip-higher's final entropy is within the spread of seeds of the symmetric clip's (the
-# printed difference and its spread): on this problem there is no clear clip-higher effect. The upper
-# bound stops only a small share of the positive-advantage tokens (the printed shares), so it had
-# little to act on. Without the upper bound the entropy ends highest (0.255) and pass@1 lowest
-# (0.466 against 0.559 with the symmetric clip).
+# **Result.** In every arm the entropy ends below where it started (the table's start -> end column).
+# On entropy, the hypothesis is inconclusive: clip-higher minus symmetric ends at 0.003 ± 0.027 over
+# five seeds, inside the seed noise. On pass@16, the hypothesis is inconclusive as well, and the runs
+# lean against it: pass@16 falls in every arm, from 0.932 to 0.854 (symmetric), 0.838 (clip-higher)
+# and 0.768 (no clip), and clip-higher ends below the symmetric clip, by less than the seeds' spread
+# (± 0.054 and ± 0.030). The upper bound stops only a small share of the positive-advantage tokens
+# (the printed shares), so it had little to act on. Without the upper bound the entropy ends highest
+# (0.255) and pass@1 lowest (0.466 against 0.559 with the symmetric clip).
 #
 # **Confounders.** Tiny vocabulary and 2-4-token answers; one learning rate; the number of epochs
 # sets how far the ratio moves; the evaluation set is 100 problems. Extension to report: the run
@@ -312,11 +314,13 @@ if PITFALL is not None:
 # **Plot.** Gold accuracy, the proxy reward and the padded share of small sums against step, every
 # seed drawn.
 #
-# **Result.** Both stylish rubrics are hacked: the padded share of small sums ends at 0.999 for
-# w = 2 and 0.992 for w = 1, while gold accuracy ends at 0.319 and 0.341 from 0.295 at the start.
-# The published run padded only 0.08 at w = 1; in our runs the hack already wins there, as the
-# break-even rule (padding pays once w is above the accuracy on small sums) predicts for any
-# accuracy short of perfect. Partial credit ends at 0.540 against binary's 0.532: no faster.
+# **Result.** On the style item, the hypothesis is supported: both stylish rubrics are hacked, the
+# padded share of small sums ending at 0.999 for w = 2 and 0.992 for w = 1, while gold accuracy ends
+# at 0.319 and 0.341 from 0.295 at the start. The published run padded only 0.08 at w = 1; in our runs
+# the hack already wins there, as the break-even rule (padding pays once w is above the accuracy on
+# small sums) predicts for any accuracy short of perfect. The pitfall half of the hypothesis is
+# untested here: the starter does not run that arm. Partial credit ends at 0.540 against binary's
+# 0.532: no faster.
 #
 # **Confounders.** The threshold depends on how fast accuracy grows (the break-even moves with p);
 # the pitfall uses the true answer, which a real grader may not have. Extension to report: weights
@@ -437,12 +441,14 @@ plt.show()
 # **Plot.** Bucket usage against step per arm (mean over seeds); final per-bucket accuracy, seeds as
 # dots.
 #
-# **Result.** Learnability spends 0.01 of its samples on 3d+1d against uniform's 0.20, and its mean
-# gain on the 2-digit buckets is 0.299 against uniform's 0.190; on sum >= 100 it ends at 0.550
-# against 0.473. Target-only leaves 3d+1d at 0.000: no group ever holds a success (0 correct
-# training answers on every seed), so no step changes the model, and its 2-digit "gain" of 0.018
-# is the noise of two fresh evaluations. 1d+1d ends at 0.023 with learnability and at 0.047 with
-# uniform (no seed above 0.080): neither fixes it with groups of 8.
+# **Result.** On spending, the hypothesis is supported: learnability spends 0.01 of its samples on
+# 3d+1d against uniform's 0.20. On the frontier buckets, the hypothesis is supported: learnability's
+# mean gain on the 2-digit buckets is 0.299 ± 0.039 against uniform's 0.190 ± 0.047, more than twice
+# the standard error of the difference over three seeds, and on sum >= 100 it ends at 0.550 against
+# 0.473. On target-only, the hypothesis is supported: target-only leaves 3d+1d at 0.000, since no
+# group ever holds a success (0 correct training answers on every seed), so no step changes the model,
+# and its 2-digit "gain" of 0.018 is the noise of two fresh evaluations. 1d+1d ends at 0.023 with
+# learnability and at 0.047 with uniform (no seed above 0.080): neither fixes it with groups of 8.
 #
 # **Confounders.** The bandit's temperature and start values; bucket sizes differ; the 2-digit
 # buckets share skills, so improvements transfer between them. Extension to report: the run with
@@ -489,7 +495,9 @@ plt.show()
 # published 0.55, 0.51 and 0.51) and pass@16 0.880, 0.903 and 0.947 (published 0.89, 0.88 and
 # 0.91), from 0.290 and 0.930. MaxRL ends highest at pass@16, as published, by 0.067 over the mean
 # baseline with a spread of 0.042 over seeds: the published direction, on three seeds and with the
-# evaluation's own standard error near 0.03 (the `±` lines), not yet a clear gap.
+# evaluation's own standard error near 0.03 (the `±` lines), not yet a clear gap. At pass@1 the
+# order is the published one reversed: MaxRL first and the mean baseline last, where the published
+# run had the mean baseline first and MaxRL tied last.
 #
 # **Your job.** Shrink the evaluation noise (`eval_prompts=400`, seeds 0-2 as above), and start from a
 # weaker student where more prompts have small $p$: `student={"greedy_at_least": 0.4}` takes an
@@ -529,11 +537,15 @@ plt.show()
 #
 # **Plot.** Final pass@1 and pass@16 per arm, seeds as dots, the evaluation's standard error as bars.
 #
-# **Result.** pass@1 ends at 0.530, 0.560 and 0.578 (mean, std, MaxRL), and MaxRL's pass@16 is
-# 0.067 above the mean baseline's with a spread of 0.042 over seeds: the direction of the hypothesis,
-# but on three seeds and 100 problems (standard error about 0.02-0.03 per arm) not a clear winner.
-# pass@16 ends between 0.880 and 0.947 from 0.930 at the start: the mean and std arms lose a little
-# of it while MaxRL gains a little.
+# **Result.** pass@1 ends at 0.530, 0.560 and 0.578 (mean, std, MaxRL) and pass@16 at 0.880, 0.903 and
+# 0.947, from 0.290 and 0.930 at the start: the mean and std arms lose a little pass@16 while MaxRL
+# gains a little. Against the mean baseline, the hypothesis is supported at pass@16: MaxRL ends 0.067
+# above it with a spread of 0.042 over three seeds, more than twice the standard error of that mean.
+# Against the std baseline, the hypothesis is inconclusive: MaxRL's 0.947 ± 0.015 and std's 0.903 ±
+# 0.038 differ by less than twice the standard error of their difference over three seeds. On pass@1,
+# the hypothesis is refuted: MaxRL pays nothing in pass@1 for its pass@16 and ends highest there too,
+# above the mean baseline by more than the seeds' noise. That is the published pass@1 order reversed:
+# the published run had the mean baseline first and MaxRL tied last (0.55, 0.51 and 0.51).
 #
 # **Confounders.** The advantage scale changes the effective learning rate (std and MaxRL make
 # larger steps), so a gap may be a step-size effect; few hard prompts in the 2-digit distribution.
@@ -628,8 +640,11 @@ plt.show()
 # **Plot.** pass@k against k (log scale), before and after, mean and spread over seeds, both sets.
 #
 # **Result.** RL sharpens: in distribution pass@1 goes from 0.287 to 0.623 while pass@64 goes from
-# 1.000 to 0.940, and the curves cross at k = 10, 38 and 15 (seeds 0, 1, 2; the published run
-# crossed between 16 and 32). On 3d+1d every pass@k is 0.000 before and after.
+# 1.000 to 0.940, and the curves cross at k = 10, 38 and 15 (seeds 0, 1, 2), none of them inside the
+# published run's 16 to 32. On pass@1, the hypothesis is supported: it more than doubles. On pass@64,
+# the hypothesis is supported: RL does not raise it, the trained model ends below the base model's
+# 1.000. On the crossing, the hypothesis is supported: the base model catches up on every seed, though
+# where it does moves widely from seed to seed. On 3d+1d every pass@k is 0.000 before and after.
 #
 # **Confounders.** pass@64 is close to 1 already, so there is little room to expand; one evaluation
 # temperature (1) for both models, and the crossing moves with it; 100 problems per set. Extension to report: 1,000 steps and the `rl+kl` arm.
