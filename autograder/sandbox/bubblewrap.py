@@ -62,8 +62,8 @@ ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "hosts", 
        "host.conf", "fonts")
 # What a kernel's environment keeps of the grader's (besides what the grader sets itself).
 ENV_KEEP = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-            "NBGRADER_EXECUTION", "LLMRL_FAST", "LLMRL_GRADE_MEM_MB", "LLMRL_GRADE_CPU_S", "LLMRL_GRADE_FSIZE_MB",
-            "LLMRL_SANDBOX")
+            "MKL_CBWR", "NBGRADER_EXECUTION", "LLMRL_FAST", "LLMRL_GRADE_MEM_MB", "LLMRL_GRADE_CPU_S",
+            "LLMRL_GRADE_FSIZE_MB", "LLMRL_SANDBOX")
 
 
 class SandboxError(Exception):
@@ -326,6 +326,10 @@ def kernel_env(runtime: Path, extra: dict[str, str] | None = None) -> dict[str, 
     env = {k: os.environ[k] for k in ENV_KEEP if k in os.environ}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     env["PATH"] = os.pathsep.join([str(Path(PYTHON).parent)] + env["PATH"].split(os.pathsep))
+    # MKL's AVX2 path on every x86 processor, as `import llmrl` sets it (lib/llmrl/__init__.py): a kernel
+    # computes the reference's numbers on any grading machine, and a warm kernel, forked from a zygote
+    # that imported llmrl, has the same environment as a cold one
+    env.setdefault("MKL_CBWR", "AVX2")
     env.update({"HOME": str(runtime / "home"), "TMPDIR": str(runtime / "tmp"), "MPLCONFIGDIR": str(runtime / "mpl"),
                 "IPYTHONDIR": str(runtime / "ipython"), "LLMRL_CACHE": str(cache_dir()), "PYTHONDONTWRITEBYTECODE": "1",
                 "MPLBACKEND": "module://matplotlib_inline.backend_inline"})

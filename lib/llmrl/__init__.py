@@ -25,15 +25,15 @@ docs/spine.md describes how the RL step's parts fit.
 
 import os as _os
 
-# The same numbers on every x86 machine. Intel's MKL, which torch's CPU build calls for its matrix
-# products, picks a code path by the processor: on an AVX-512 machine its sums round differently
-# from an AVX2 machine's, and a seeded run that samples tokens drifts apart after some twenty
-# steps. Then a correct function "DIFFERS from the reference" in lab19's checks, and the stored
-# runs, the published figures and the notebooks' outputs hold on one kind of machine only.
-# MKL_CBWR=AVX2 (MKL's conditional numerical reproducibility) makes every processor with AVX2, Intel's
-# or AMD's, take the AVX2 path. MKL reads it at its first call, so it holds when llmrl is imported
-# before any matrix product; a value the user set wins. ARM machines (an Apple laptop) have no
-# MKL: lib/tests/test_reproducible_cpu.py says what they can expect.
+# The same numbers on Intel machines old and new. Intel's MKL, which torch's CPU build calls for its
+# matrix products, picks a code path by the processor: on an AVX-512 machine its sums round differently
+# from an AVX2 machine's, and a seeded run that samples tokens drifts apart after some twenty steps.
+# Then a correct function "DIFFERS from the reference" in lab19's checks, and the stored runs, the
+# published figures and the notebooks' outputs hold on one kind of machine only. MKL_CBWR=AVX2 (MKL's
+# conditional numerical reproducibility) makes every Intel processor with AVX2 take the AVX2 path (an
+# AMD one drifts all the same, after about 30 steps). MKL reads it at its first call, so it holds when
+# llmrl is imported before any matrix product; a value the user set wins.
+# lib/tests/test_reproducible_cpu.py says what other machines can expect.
 _os.environ.setdefault("MKL_CBWR", "AVX2")
 
 __version__ = "0.1.0"
