@@ -183,31 +183,16 @@ def grade_on_cluster(client, assignments: list[str], root: Path = ROOT, submitte
     names = sorted({j.assignment for j in jobs})
     if not names:
         return batch._finish([], started, usage0, 0, csv_path, 0)
-    try:
-        client.wait_for_workers(1, timeout=wait_for_workers)
-    except (TimeoutError, OSError) as e:
-        raise PipelineError(f"no Dask worker joined the scheduler {address or client.scheduler.address} within "
-                            f"{wait_for_workers:.0f} s ({type(e).__name__}); start some (`dask worker ADDRESS`)") from None
-    workers = len(client.scheduler_info().get("workers", {}))
+    workers = _wait_for_workers(client, address, wait_for_workers)
     files.sweep()
     work = files.scratch_dir("cluster")
     version = grader_version()
-    results: dict[int, Result] = {}
-    notes: list[str] = []
     shard_list: list[Shard] = []
-    cpu = 0.0
     futures: dict = {}
-    run = uuid.uuid4().hex[:10]
+    run = _Run(client, jobs, retries, futures)
     try:
-        due = {a: with_gradebook_retry("reading the due dates", lambda a=a: course_duedate(a, root),
-                                       db=root / "gradebook.db") for a in names}
-        # the same digests as the batch on one machine: records made here and there are interchangeable
-        src_digests = batch.source_digests(names, root, due, no_sandbox)
-        for a in names:
-            prepare_gradebook(a, root)
-        backup = backup_gradebook(root)
-        digests, results = batch.reusable_records(jobs, root, src_digests, version, regrade)
-        results.update({i: Result(j, None, j.problem, 0.0) for i, j in enumerate(jobs) if j.problem})
+        due, src_digests, backup, digests, results = _course_state(names, jobs, root, no_sandbox, version, regrade)
+        run.results = results
         todo = [i for i in range(len(jobs)) if i not in results]
         batch._write_table(csv_path, jobs, results)
         bar = batch.progress_bar(len(jobs), len(results)) if progress else None
@@ -219,47 +204,21 @@ def grade_on_cluster(client, assignments: list[str], root: Path = ROOT, submitte
             batch._write_table(csv_path, jobs, results)
             count = min(len(todo), shards or workers) if todo else 0
             shard_list = [Shard(k, todo[k::count]) for k in range(count)]
-            course = course_files(root, names)
+            run.payload = {"run": run.id, "grader": version, "due": due, "graders": graders, "no_sandbox": no_sandbox,
+                           "course": course_files(root, names)}
             index = {(j.assignment, j.student): i for i, j in enumerate(jobs)}
 
-            def send(shard: Shard):
-                shard.attempts += 1
-                payload = {"run": run, "shard": shard.number, "attempt": shard.attempts, "grader": version,
-                           "assignments": sorted({jobs[i].assignment for i in shard.jobs}), "due": due,
-                           "graders": graders, "no_sandbox": no_sandbox,
-                           "files": {**course, **submission_files([jobs[i] for i in shard.jobs])}}
-                fut = client.submit(grade_shard, payload, key=f"llmrl-shard-{run}-{shard.number}-{shard.attempts}",
-                                    pure=False, retries=0)
-                futures[fut] = shard
-                return fut
+            def merge(out: dict, shard: Shard) -> None:
+                _merge_shard(out, shard, jobs, index, results, work, root, gb, backup, on_merged, state, digests,
+                             src_digests, version, run.notes)
 
             from distributed import as_completed
 
-            pending = as_completed([send(s) for s in shard_list])
+            pending = as_completed([run.send(s) for s in shard_list])
             for fut in pending:
-                shard = futures.pop(fut)
-                try:
-                    out = fut.result()
-                except PipelineError as e:  # the worker's batch refused it: the same everywhere, not retried
-                    _fail(shard, jobs, results, f"its worker refused the shard: {e}")
-                    notes.append(f"shard {shard.number + 1}: refused by its worker: {str(e)[:300]}")
-                except Exception as e:  # a worker died (KilledWorker), the connection broke, ...
-                    why = f"{type(e).__name__}: {str(e).strip()[:200]}"
-                    shard.lost.append(why)
-                    if shard.attempts <= retries:
-                        notes.append(f"shard {shard.number + 1}: attempt {shard.attempts} was lost ({why}); sent "
-                                     f"again (attempt {shard.attempts + 1} of {retries + 1})")
-                        pending.add(send(shard))
-                        continue
-                    _fail(shard, jobs, results, f"lost: the worker grading its shard failed {shard.attempts} times "
-                                                f"({why}); run the batch again to grade it")
-                    notes.append(f"shard {shard.number + 1}: lost {shard.attempts} times, its "
-                                 f"{len(shard.jobs)} submissions are marked failed ({why})")
-                else:
-                    shard.hosts.append(f"{out['host']} (pid {out['pid']})")
-                    cpu += out.get("cpu_s", 0.0)
-                    _merge_shard(out, shard, jobs, index, results, work, root, gb, backup, on_merged, state, digests,
-                                 src_digests, version, notes)
+                again = run.receive(fut, merge)
+                if again is not None:
+                    pending.add(again)
                 batch._write_table(csv_path, jobs, results)
                 if bar is not None:
                     bar.n = len(results)
@@ -277,15 +236,88 @@ def grade_on_cluster(client, assignments: list[str], root: Path = ROOT, submitte
         raise
     finally:
         files.rmtree(work)
-    notes += reruns(client, run, shard_list)
     done = batch._finish([results[i] for i in sorted(results)], started, usage0, workers, csv_path,
                          sum(len(s.jobs) for s in shard_list), jobs)
-    done["cpu_s"] = cpu
+    done["cpu_s"] = run.cpu
     done["shards"] = [{"number": s.number + 1, "submissions": len(s.jobs), "attempts": s.attempts, "hosts": s.hosts,
                        "lost": s.lost} for s in shard_list]
-    done["notes"] = [f"{len(shard_list)} shards on {workers} Dask workers"
-                     + (f" ({address})" if address else "")] + notes
+    done["notes"] = [f"{len(shard_list)} shards on {workers} Dask workers" + (f" ({address})" if address else "")] \
+        + run.notes + reruns(client, run.id, shard_list)
     return done
+
+
+def _course_state(names: list[str], jobs: list[Job], root: Path, no_sandbox: bool, version: str, regrade: bool):
+    """(due dates, source digests, the gradebook's backup, each job's digest, the results reused from
+    records or failed already) before the first shard is sent."""
+    due = {a: with_gradebook_retry("reading the due dates", lambda a=a: course_duedate(a, root),
+                                   db=root / "gradebook.db") for a in names}
+    # the same digests as the batch on one machine: records made here and there are interchangeable
+    src_digests = batch.source_digests(names, root, due, no_sandbox)
+    for a in names:
+        prepare_gradebook(a, root)
+    backup = backup_gradebook(root)
+    digests, results = batch.reusable_records(jobs, root, src_digests, version, regrade)
+    results.update({i: Result(j, None, j.problem, 0.0) for i, j in enumerate(jobs) if j.problem})
+    return due, src_digests, backup, digests, results
+
+
+def _wait_for_workers(client, address: str, timeout: float) -> int:
+    """The number of workers once at least one has joined the scheduler."""
+    try:
+        client.wait_for_workers(1, timeout=timeout)
+    except (TimeoutError, OSError) as e:
+        raise PipelineError(f"no Dask worker joined the scheduler {address or client.scheduler.address} within "
+                            f"{timeout:.0f} s ({type(e).__name__}); start some (`dask worker ADDRESS`)") from None
+    return len(client.scheduler_info().get("workers", {}))
+
+
+class _Run:
+    """One run's shards in flight: sending a shard, and what to do with each that comes back (merge
+    it, send it again after a lost worker, or mark its students failed)."""
+
+    def __init__(self, client, jobs: list[Job], retries: int, futures: dict):
+        self.client, self.jobs, self.retries, self.futures = client, jobs, retries, futures
+        self.id = uuid.uuid4().hex[:10]
+        self.results: dict[int, Result] = {}
+        self.payload: dict = {}  # what every shard of the run carries: grader, due dates, the course's files
+        self.notes: list[str] = []
+        self.cpu = 0.0
+
+    def send(self, shard: Shard):
+        shard.attempts += 1
+        common = {k: v for k, v in self.payload.items() if k != "course"}
+        payload = {**common, "shard": shard.number, "attempt": shard.attempts,
+                   "assignments": sorted({self.jobs[i].assignment for i in shard.jobs}),
+                   "files": {**self.payload["course"], **submission_files([self.jobs[i] for i in shard.jobs])}}
+        fut = self.client.submit(grade_shard, payload, key=f"llmrl-shard-{self.id}-{shard.number}-{shard.attempts}",
+                                 pure=False, retries=0)
+        self.futures[fut] = shard
+        return fut
+
+    def receive(self, fut, merge):
+        """Handle a finished future; returns the future of the shard sent again, or None."""
+        shard = self.futures.pop(fut)
+        try:
+            out = fut.result()
+        except PipelineError as e:  # the worker's batch refused it: the same everywhere, not retried
+            _fail(shard, self.jobs, self.results, f"its worker refused the shard: {e}")
+            self.notes.append(f"shard {shard.number + 1}: refused by its worker: {str(e)[:300]}")
+        except Exception as e:  # a worker died (KilledWorker), the connection broke, ...
+            why = f"{type(e).__name__}: {str(e).strip()[:200]}"
+            shard.lost.append(why)
+            if shard.attempts <= self.retries:
+                self.notes.append(f"shard {shard.number + 1}: attempt {shard.attempts} was lost ({why}); sent "
+                                  f"again (attempt {shard.attempts + 1} of {self.retries + 1})")
+                return self.send(shard)
+            _fail(shard, self.jobs, self.results, f"lost: the worker grading its shard failed {shard.attempts} "
+                                                  f"times ({why}); run the batch again to grade it")
+            self.notes.append(f"shard {shard.number + 1}: lost {shard.attempts} times, its "
+                              f"{len(shard.jobs)} submissions are marked failed ({why})")
+        else:
+            shard.hosts.append(f"{out['host']} (pid {out['pid']})")
+            self.cpu += out.get("cpu_s", 0.0)
+            merge(out, shard)
+        return None
 
 
 def _merge_shard(out, shard, jobs, index, results, work, root, gb, backup, on_merged, state, digests, src_digests,

@@ -45,16 +45,21 @@ half-written, one error says which file could not be written.
 """
 
 from __future__ import annotations
+
 import os
 import resource
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import closing
 from pathlib import Path
-from autograder.batch import sandbox_gate
-from autograder.batch.gradebook_merge import backup_gradebook, copy_outputs, course_duedate, export_grades, gradebook_problem, load_record, merge, prepare_gradebook, restore_gradebook, save_record, with_gradebook_retry
-from autograder.batch import warm_workers
-from autograder.batch.jobs import BatchStop, COLUMNS, Job, Result, SELF_CHECK, _digest_files, _digest_side, _kill_all, find_jobs, grader_version, run_job, settings_digest, source_digest
+
+from autograder.batch import sandbox_gate, warm_workers
+from autograder.batch.gradebook_merge import (backup_gradebook, copy_outputs, course_duedate, export_grades,
+                                              gradebook_problem, load_record, merge, prepare_gradebook,
+                                              restore_gradebook, save_record, with_gradebook_retry)
+from autograder.batch.jobs import (BatchStop, COLUMNS, Job, Result, SELF_CHECK, _digest_files, _digest_side,
+                                   _kill_all, find_jobs, grader_version, run_job, settings_digest, source_digest)
 from autograder.course.layout import PipelineError, ROOT
 from autograder.grading import one_notebook as grading
 from autograder.sandbox import safe_files as files
@@ -106,20 +111,7 @@ def run_batch(assignments: list[str], root: Path = ROOT, submitted: Path | None 
         names = sorted({j.assignment for j in jobs})
         if not names:
             return _finish([], started, usage0, workers, csv_path, 0)
-        without = sandbox_gate.decide(no_sandbox)  # before anything is built or graded
-        env = sandbox_gate.job_env(without)
-        for j in jobs:
-            j.env.update(env)
-        grading._warm_model_cache()  # once, before the workers: kernels only read the cache
-        grading.check_environment([ROOT, root])
-        warm_workers.expect(work, sum(not j.problem for j in jobs))  # its warm grader starts meanwhile
-        # late penalties are applied in each student's scratch course: it gets the course's due date
-        due = {a: with_gradebook_retry("reading the due dates", lambda: course_duedate(a, root),
-                                       db=root / "gradebook.db") for a in names}
-        templates = {a: grading.make_template(a, root, work / "templates" / a, duedate=due[a]) for a in names}
-        src_digests = source_digests(names, root, due, bool(without))
-        if check:
-            self_check(names, root, templates, work, workers, env)
+        without, templates, src_digests = _prepare(names, jobs, root, work, workers, no_sandbox, check)
         backup = None
         if merge_results:
             for a in names:
@@ -137,12 +129,9 @@ def run_batch(assignments: list[str], root: Path = ROOT, submitted: Path | None 
             for i in sorted(results):  # results reused from an earlier run: merged again
                 merge_one(gb, results[i], root, backup, on_merged, state)
             _write_table(csv_path, jobs, results)
-            pool = ThreadPoolExecutor(max_workers=workers)
-            try:
-                futures = {pool.submit(run_job, jobs[i], templates[jobs[i].assignment], work, root, i): i for i in todo}
-                for f in as_completed(futures):
-                    i = futures[f]
-                    r = f.result()
+            # closing: an error here (a merge that fails) stops the pool and its graders at once
+            with closing(_graded(todo, jobs, templates, work, root, workers)) as graded:
+                for i, r in graded:
                     mark_sandbox(r, without)
                     if r.report is not None and merge_results:
                         save_record(root, r, digests[i], src_digests[r.job.assignment], version)
@@ -152,12 +141,6 @@ def run_batch(assignments: list[str], root: Path = ROOT, submitted: Path | None 
                     if bar is not None:
                         bar.set_postfix_str(f"{r.job.student}/{r.job.assignment}", refresh=False)
                         bar.update(1)
-            except BaseException:
-                pool.shutdown(wait=False, cancel_futures=True)
-                _kill_all()
-                raise
-            finally:
-                pool.shutdown(wait=True, cancel_futures=True)
             if gb is not None and results:
                 export_with_failures(gb, root, results)
         finally:
@@ -170,6 +153,45 @@ def run_batch(assignments: list[str], root: Path = ROOT, submitted: Path | None 
     finally:
         files.rmtree(work)
     return _finish([results[i] for i in sorted(results)], started, usage0, workers, csv_path, len(todo), jobs)
+
+
+def _prepare(names: list[str], jobs: list[Job], root: Path, work: Path, workers: int, no_sandbox: bool,
+             check: bool):
+    """What every submission's grading needs, before the first: the sandbox decision (a machine
+    without it is refused unless no_sandbox), the model cache, the warm grader, each assignment's
+    template with its due date and digest, and the self-check of the reference solutions.
+    Returns (without, templates, source digests)."""
+    without = sandbox_gate.decide(no_sandbox)  # before anything is built or graded
+    env = sandbox_gate.job_env(without)
+    for j in jobs:
+        j.env.update(env)
+    grading._warm_model_cache()  # once, before the workers: kernels only read the cache
+    grading.check_environment([ROOT, root])
+    warm_workers.expect(work, sum(not j.problem for j in jobs))  # its warm grader starts meanwhile
+    # late penalties are applied in each student's scratch course: it gets the course's due date
+    due = {a: with_gradebook_retry("reading the due dates", lambda: course_duedate(a, root),
+                                   db=root / "gradebook.db") for a in names}
+    templates = {a: grading.make_template(a, root, work / "templates" / a, duedate=due[a]) for a in names}
+    src_digests = source_digests(names, root, due, bool(without))
+    if check:
+        self_check(names, root, templates, work, workers, env)
+    return without, templates, src_digests
+
+
+def _graded(todo: list[int], jobs: list[Job], templates: dict, work: Path, root: Path, workers: int):
+    """(index, Result) of each job in `todo` as it finishes, `workers` at a time; an interruption
+    (Ctrl-C, an error of the caller's) cancels the rest and kills every grading process."""
+    pool = ThreadPoolExecutor(max_workers=workers)
+    try:
+        futures = {pool.submit(run_job, jobs[i], templates[jobs[i].assignment], work, root, i): i for i in todo}
+        for f in as_completed(futures):
+            yield futures[f], f.result()
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        _kill_all()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def export_with_failures(gb, root: Path, results: dict[int, Result]) -> None:

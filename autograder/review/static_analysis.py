@@ -291,121 +291,134 @@ class _Analysis:
         return set()
 
     def call(self, node: ast.Call, scope) -> set:
-        funcs = self.value(node.func, scope)
-        args = list(node.args) + [k.value for k in node.keywords]
+        """What a call may give: the value of each thing it may call (a library or Python function's
+        result, a notebook function's returns; _reaching_call for the calls that reach names their own
+        way) and whatever went into it."""
         out = set()
         if isinstance(node.func, ast.Attribute) and node.func.attr == "replace" and \
                 any((k.arg or "").startswith("co_") for k in node.keywords):
             out.add(("dyn", "a code object rebuilt (code.replace)"))
-        for f in funcs:
+        for f in self.value(node.func, scope):
+            reached = self._reaching_call(f, node, scope)
+            if reached is not None:
+                out |= reached
+                continue
             kind, ref = f[0], (f[1] if len(f) > 1 else None)
-            if kind == "py" and ref in ("builtins.getattr", "operator.attrgetter") and node.args:
-                if ref == "builtins.getattr" and len(node.args) >= 2:
-                    names = self.strings(node.args[1], scope)
-                    base = self.value(node.args[0], scope)
-                    if names is not None:
-                        for n in names:
-                            out |= self.attr(base, n)
-                    else:
-                        out |= {("dyn", f"a name of {v[1]} computed at run time") for v in base if v[0] == "lib"}
-                        out |= {v for v in base if v[0] in ("def", "dyn")}
-                    out |= set().union(*(self.value(a, scope) for a in node.args[2:]))
-                    continue
-                if ref == "operator.attrgetter":
-                    names = self.strings(node.args[0], scope)
-                    out.add(("attrgetter", tuple(sorted(names)) if names is not None else None))
-                    continue
-            if kind == "attrgetter":
-                base = set().union(*(self.value(a, scope) for a in node.args)) if node.args else set()
-                if ref is None:
-                    out |= {("dyn", f"a name of {v[1]} computed at run time") for v in base if v[0] == "lib"}
-                else:
-                    for n in ref:
-                        cur = base
-                        for part in n.split("."):
-                            cur = self.attr(cur, part)
-                        out |= cur
-                continue
-            if kind == "py" and ref in ("importlib.import_module", "builtins.__import__"):
-                names = self.strings(node.args[0], scope) if node.args else None
-                if names is None:
-                    out.add(("dyn", "a module imported by a computed name"))
-                else:
-                    for n in names:
-                        out |= self.module_value(n) | self.module_value(n.split(".")[0])
-                continue
-            if kind == "py" and ref == "builtins.setattr" and len(node.args) >= 3:
-                names = self.strings(node.args[1], scope)
-                for n in (names or {None}):
-                    self.set_attribute(self.value(node.args[0], scope), n, self.value(node.args[2], scope), scope)
-                continue
-            if kind == "py" and ref == "builtins.vars" and node.args:
-                out |= {("lib", v[1] + ".__dict__") if v[0] == "lib" else v for v in self.value(node.args[0], scope)}
-                continue
-            if kind == "py" and ref in ("builtins.globals", "builtins.locals"):
-                out.add(("globals",))
-                continue
             if kind == "py" and ref in OPAQUE_CALLS:
                 # a value the notebook's text does not show: whatever the call returns is opaque
                 out.add(("dyn", OPAQUE_CALLS[ref]))
-            if kind == "py" and (ref in ("builtins.eval", "builtins.exec", "builtins.compile") or
-                                 "get_ipython" in ref and ref.rsplit(".", 1)[-1] in ("run_cell", "ex", "ev")):
-                code = self.strings(node.args[0], scope) if node.args else None
-                if code is None:
-                    # what the code is made of (unmarshalled bytes...) names it; the namespace it
-                    # runs in (exec(code, ns)) holds whatever it defines
-                    made = {v for v in self.value(node.args[0], scope) if v[0] == "dyn"} if node.args else set()
-                    made = made or {("dyn", "code run with exec/eval from a computed string")}
-                    out |= made
-                    into = node.args[1] if len(node.args) > 1 else None
-                    # exec(code, ns), exec(code, vars(module)), exec(code, module.__dict__)
-                    if isinstance(into, ast.Call) and isinstance(into.func, ast.Name) and into.func.id == "vars" \
-                            and into.args:
-                        into = into.args[0]
-                    elif isinstance(into, ast.Attribute) and into.attr == "__dict__":
-                        into = into.value
-                    if isinstance(into, ast.Name):
-                        scope.bind(into.id, (scope.lookup(into.id) or set()) | made)
-                    continue
-                target = node.args[1] if len(node.args) > 1 else None
-                into = scope if target is None or self._is_globals(target, scope) else scope.child()
-                if into is not scope and into.parent is None:
-                    into = scope.root()
-                for text in code:
-                    out |= self.run_text(text, into, expression=ref.endswith(("eval", ".ev")))
-                if into is not scope and isinstance(target, ast.Name):  # exec(code, ns): ns holds its names
-                    held = set().union(*into.vars.values()) if into.vars else set()
-                    scope.bind(target.id, (scope.lookup(target.id) or set()) | held)
-                continue
-            if kind == "py" and "get_ipython" in ref and ref.rsplit(".", 1)[-1] in ("run_line_magic", "magic"):
-                parts = [self.strings(a, scope) for a in node.args]
-                if parts and all(p is not None and len(p) == 1 for p in parts):
-                    line = " ".join(next(iter(p)) for p in parts)
-                    out |= self.run_text(_python("%" + line.lstrip("%"), self) or "", scope)
-                else:
-                    out.add(("dyn", "an IPython magic with a computed argument"))
-                continue
-            if kind == "globals-get":
-                keys = self.strings(node.args[0], scope) if node.args else None
-                out |= scope.global_values(keys) if keys is not None else \
-                    {("dyn", "the notebook's globals() with a computed key")}
-                continue
-            if kind == "getattribute":
-                names = self.strings(node.args[0], scope) if node.args else None
-                out |= self.attr([ref], next(iter(names))) if names and len(names) == 1 else \
-                    ({("dyn", f"a name of {ref[1]} computed at run time")} if ref[0] == "lib" else set())
-                continue
-            if kind == "lib":
-                out.add(("lib", ref + "()"))
-            elif kind == "py":
-                out.add(("py", ref + "()"))
+            if kind in ("lib", "py"):
+                out.add((kind, ref + "()"))
             elif kind == "def":
                 out.add(f)
                 out |= self.returns(ref, scope)
             elif kind in ("dyn", "mod"):
                 out.add(f)
-        for a in args:  # what goes into a call may come out of it (partial, staticmethod, copy, wraps...)
+        for a in list(node.args) + [k.value for k in node.keywords]:
+            # what goes into a call may come out of it (partial, staticmethod, copy, wraps...)
             out |= {v for v in self.value(a, scope) if v[0] in ("lib", "def", "dyn", "mod")}
+        return out
+
+    def _reaching_call(self, f: tuple, node: ast.Call, scope) -> set | None:
+        """The values of a call of `f` that reaches a name by a string or runs code (getattr,
+        attrgetter, import_module, setattr, vars, globals, exec/eval, IPython's run_cell and magics,
+        a module's __getattribute__); None for an ordinary call."""
+        kind, ref = f[0], (f[1] if len(f) > 1 else None)
+        args = node.args
+        if kind == "attrgetter":
+            base = set().union(*(self.value(a, scope) for a in args)) if args else set()
+            if ref is None:
+                return {("dyn", f"a name of {v[1]} computed at run time") for v in base if v[0] == "lib"}
+            out = set()
+            for n in ref:
+                cur = base
+                for part in n.split("."):
+                    cur = self.attr(cur, part)
+                out |= cur
+            return out
+        if kind == "globals-get":
+            keys = self.strings(args[0], scope) if args else None
+            return scope.global_values(keys) if keys is not None else \
+                {("dyn", "the notebook's globals() with a computed key")}
+        if kind == "getattribute":
+            names = self.strings(args[0], scope) if args else None
+            if names and len(names) == 1:
+                return self.attr([ref], next(iter(names)))
+            return {("dyn", f"a name of {ref[1]} computed at run time")} if ref[0] == "lib" else set()
+        if kind != "py":
+            return None
+        if ref == "builtins.getattr" and len(args) >= 2:
+            return self._getattr(node, scope)
+        if ref == "operator.attrgetter" and args:
+            names = self.strings(args[0], scope)
+            return {("attrgetter", tuple(sorted(names)) if names is not None else None)}
+        if ref in ("importlib.import_module", "builtins.__import__"):
+            names = self.strings(args[0], scope) if args else None
+            if names is None:
+                return {("dyn", "a module imported by a computed name")}
+            return set().union(*(self.module_value(n) | self.module_value(n.split(".")[0]) for n in names))
+        if ref == "builtins.setattr" and len(args) >= 3:
+            for n in (self.strings(args[1], scope) or {None}):
+                self.set_attribute(self.value(args[0], scope), n, self.value(args[2], scope), scope)
+            return set()
+        if ref == "builtins.vars" and args:
+            return {("lib", v[1] + ".__dict__") if v[0] == "lib" else v for v in self.value(args[0], scope)}
+        if ref in ("builtins.globals", "builtins.locals"):
+            return {("globals",)}
+        last = ref.rsplit(".", 1)[-1]
+        if ref in ("builtins.eval", "builtins.exec", "builtins.compile") or \
+                "get_ipython" in ref and last in ("run_cell", "ex", "ev"):
+            return self._exec(node, scope, expression=ref.endswith(("eval", ".ev")))
+        if "get_ipython" in ref and last in ("run_line_magic", "magic"):
+            parts = [self.strings(a, scope) for a in args]
+            if parts and all(p is not None and len(p) == 1 for p in parts):
+                line = " ".join(next(iter(p)) for p in parts)
+                return self.run_text(_python("%" + line.lstrip("%"), self) or "", scope)
+            return {("dyn", "an IPython magic with a computed argument")}
+        return None
+
+    def _getattr(self, node: ast.Call, scope) -> set:
+        """getattr(obj, name[, default])."""
+        names = self.strings(node.args[1], scope)
+        base = self.value(node.args[0], scope)
+        out = set()
+        if names is not None:
+            for n in names:
+                out |= self.attr(base, n)
+        else:
+            out |= {("dyn", f"a name of {v[1]} computed at run time") for v in base if v[0] == "lib"}
+            out |= {v for v in base if v[0] in ("def", "dyn")}
+        return out | set().union(*(self.value(a, scope) for a in node.args[2:]))
+
+    def _exec(self, node: ast.Call, scope, expression: bool) -> set:
+        """exec/eval/compile (or IPython's run_cell) of a string the text shows, followed into the
+        code; of a computed one, named by what it is made of."""
+        code = self.strings(node.args[0], scope) if node.args else None
+        if code is None:
+            # what the code is made of (unmarshalled bytes...) names it; the namespace it
+            # runs in (exec(code, ns)) holds whatever it defines
+            made = {v for v in self.value(node.args[0], scope) if v[0] == "dyn"} if node.args else set()
+            made = made or {("dyn", "code run with exec/eval from a computed string")}
+            into = node.args[1] if len(node.args) > 1 else None
+            # exec(code, ns), exec(code, vars(module)), exec(code, module.__dict__)
+            if isinstance(into, ast.Call) and isinstance(into.func, ast.Name) and into.func.id == "vars" \
+                    and into.args:
+                into = into.args[0]
+            elif isinstance(into, ast.Attribute) and into.attr == "__dict__":
+                into = into.value
+            if isinstance(into, ast.Name):
+                scope.bind(into.id, (scope.lookup(into.id) or set()) | made)
+            return made
+        target = node.args[1] if len(node.args) > 1 else None
+        into = scope if target is None or self._is_globals(target, scope) else scope.child()
+        if into is not scope and into.parent is None:
+            into = scope.root()
+        out = set()
+        for text in code:
+            out |= self.run_text(text, into, expression=expression)
+        if into is not scope and isinstance(target, ast.Name):  # exec(code, ns): ns holds its names
+            held = set().union(*into.vars.values()) if into.vars else set()
+            scope.bind(target.id, (scope.lookup(target.id) or set()) | held)
         return out
 
     def returns(self, def_id: int, scope) -> set:

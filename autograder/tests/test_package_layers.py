@@ -121,3 +121,28 @@ MAX_LINES = 700  # a file a newcomer can read in one sitting; data (the task map
 def test_no_module_of_the_package_is_over_700_lines():
     long = {str(rel): n for rel, p in _modules() if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert long == {}, f"split these along their seams (docs/architecture.md): {long}"
+
+
+MAX_FUNCTION = 80  # a function read on one screen; a longer one is split where it reads better
+
+
+def long_functions(paths) -> dict[str, int]:
+    """{file:function: lines} of every function over MAX_FUNCTION lines in `paths`."""
+    out = {}
+    for p in paths:
+        for n in ast.walk(ast.parse(p.read_text())):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno >= MAX_FUNCTION:
+                out[f"{p.name}:{n.name}"] = n.end_lineno - n.lineno + 1
+    return out
+
+
+def test_no_function_of_the_grader_is_over_80_lines():
+    # the whole package with its top-level modules (bench_grading.py), tests and samples aside
+    paths = [p for p in sorted(PACKAGE.rglob("*.py")) if p.relative_to(PACKAGE).parts[0] not in ("tests", "samples")]
+    assert long_functions(paths) == {}
+
+
+def test_a_long_function_is_caught(tmp_path):
+    f = tmp_path / "long.py"
+    f.write_text("def short():\n    pass\n\n\ndef long():\n" + "    x = 1\n" * MAX_FUNCTION)
+    assert long_functions([f]) == {"long.py:long": MAX_FUNCTION + 1}

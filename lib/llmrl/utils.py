@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import random
 from pathlib import Path
 
 import numpy as np
@@ -32,15 +31,6 @@ def set_threads(n: int = 1) -> None:
         raise ValueError(f"n (threads) must be a positive int, got {n!r}")
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
-
-
-def seed_everything(seed: int) -> torch.Generator:
-    """Seed python, numpy and torch; return a torch.Generator seeded with ``seed``."""
-    check_int("seed", seed, minimum=0)
-    random.seed(seed)
-    np.random.seed(seed % (2**32))
-    torch.manual_seed(seed)
-    return torch.Generator().manual_seed(seed)
 
 
 def make_generator(seed_or_generator: int | torch.Generator | None) -> torch.Generator:
@@ -99,23 +89,6 @@ def check_fields(obj, ints: dict[str, int] | None = None, floats: dict[str, floa
     for name, minimum in (floats or {}).items():
         if getattr(obj, name) is not None:
             check_float(name, getattr(obj, name), minimum=minimum)
-
-
-def check_tensor(name: str, t, ndim: int | None = None, dtype=None, shape=None) -> torch.Tensor:
-    """Raise a ValueError/TypeError naming ``name`` when ``t`` is not the tensor expected."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if ndim is not None and t.ndim != ndim:
-        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(t.shape)}")
-    if dtype is not None:
-        allowed = dtype if isinstance(dtype, tuple) else (dtype,)
-        if t.dtype not in allowed:
-            raise TypeError(f"{name} must have dtype {' or '.join(map(str, allowed))}, got {t.dtype}")
-    if shape is not None:
-        for i, (want, got) in enumerate(zip(shape, t.shape)):
-            if want is not None and want != got:
-                raise ValueError(f"{name} must have shape {tuple(shape)} (None = any), got {tuple(t.shape)}")
-    return t
 
 
 def field_docs(cls) -> dict[str, str]:

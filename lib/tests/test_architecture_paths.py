@@ -78,3 +78,50 @@ def test_a_path_that_is_gone_is_caught():
             "| `rl/` | the loop (`train.py`) and `gone.py` | 6 | 1 |\n"
             "the walk: `hw4/no_such_trainer.py` -> `rl/step.py`\n")
     assert missing_paths(text) == ["gone.py", "hw4/no_such_trainer.py"]
+
+
+def folder_rows(text: str) -> dict[tuple[str, str], list[str]]:
+    """{(package, folder): the row's cells} of the library's and the grader's folder tables."""
+    rows = {}
+    package = "lib/llmrl"
+    for line in text.splitlines():
+        if line.startswith("## "):
+            package = _section_package(line)
+        cells = re.split(r"(?<!\\)\|", line)  # a cell may hold an escaped \|
+        if line.startswith("|") and len(cells) > 3:
+            m = re.fullmatch(r"\s*`([\w-]+)/`(?: \(core\))?\s*", cells[1])
+            if m is not None:
+                rows[(package, "" if m.group(1) == "llmrl" else m.group(1))] = [c.strip() for c in cells[1:-1]]
+    return rows
+
+
+def table_problems(text: str) -> list[str]:
+    """A library row whose files column is not its folder's count of .py files; a grader row that
+    leaves out one of its folder's modules."""
+    out = []
+    for (package, folder), cells in folder_rows(text).items():
+        here = sorted(p.name for p in (ROOT / package / folder).glob("*.py"))
+        if package == "lib/llmrl":
+            if cells[2] != str(len(here)):
+                out.append(f"{folder or 'core'}: {cells[2]} files in the table, {len(here)} in the folder")
+        elif package == "autograder":
+            words = {w.rsplit("/", 1)[-1] for w in _paths(cells[1])}
+            out += [f"{folder}/{n} is not named in its row" for n in here if n != "__init__.py" and n not in words
+                    and not (n.startswith("_holdout") and "`_holdout*.py`" in cells[1])]
+    return out
+
+
+def test_the_folder_tables_count_and_name_every_module():
+    rows = folder_rows(DOC.read_text())
+    assert {f for p, f in rows if p == "lib/llmrl"} >= {"", "tasks", "lm", "rl", "hw4", "tools"}
+    assert {f for p, f in rows if p == "autograder"} >= {"batch", "sandbox", "review", "grading"}
+    assert table_problems(DOC.read_text()) == []
+
+
+def test_a_stale_count_and_an_unnamed_module_are_caught():
+    text = ("## The library (lib/llmrl)\n| `hw4/` | everything | 3 | 10 |\n"
+            "## The grader (autograder/)\n| `batch/` | the batch (`run.py`) | 10 |\n")
+    problems = table_problems(text)
+    assert problems[0].startswith("hw4: 3 files in the table,")
+    assert "batch/fanout.py is not named in its row" in problems
+    assert "batch/run.py is not named in its row" not in problems

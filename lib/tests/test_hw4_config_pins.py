@@ -11,7 +11,7 @@ Pinned in ``data/hw4_config_pins.json``:
   and the run key (a checkpoint resumes only under the same key, so a key that moved would orphan
   every saved run);
 * ``spine``: the RL step's settings of those runs (``spine_config``), on 1 and 2 processes;
-* ``trl``: the ``trl.GRPOConfig`` keywords of those runs and the text ``export-trl --dry-run`` prints.
+* ``trl``: the ``trl.GRPOConfig`` keywords of those runs and the text ``train-trl --dry-run`` prints.
 
 Tolerance of the runs' numbers: 1e-5 absolute plus 1e-5 relative. One thread is deterministic: on
 the machine that recorded them a rerun agrees to the last bit. Another CPU rounds the last bits of

@@ -85,7 +85,7 @@ def test_shares_setting_and_launch_checks(monkeypatch):
     with pytest.raises(ValueError, match="on 3 processes each process holds one share.*n_prompts=8 must be a multiple"):
         data_parallel_config(cfg, rank(0, 3))
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
-    with pytest.raises(ValueError, match="DeepSpeed is for export-trl"):
+    with pytest.raises(ValueError, match="DeepSpeed is for train-trl"):
         data_parallel_config(cfg, rank(0))
     monkeypatch.delenv("ACCELERATE_USE_DEEPSPEED")
     with pytest.raises(ValueError, match="use a multiple of 2"):

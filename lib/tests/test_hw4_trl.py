@@ -133,7 +133,7 @@ def scored(impl, backend, ids, am):
 # ----------------------------------------------------------------------------- rewards, advantages
 
 def test_trl_rewards_are_the_courses_rewards(trl_batch):
-    """TRL's reward pipeline, fed with export-trl's reward functions, gives the task's reward (TRL
+    """TRL's reward pipeline, fed with train-trl's reward functions, gives the task's reward (TRL
     stores rewards in float32: 2e-8 of rounding)."""
     task, completions = trl_batch["task"], trl_batch["completions"]
     course, comps = score(task, completions, ["0"] * len(completions))
@@ -308,7 +308,7 @@ def test_loss_and_parameter_gradients_through_the_model(trl_batch, impl):
 
 def test_trl_scores_at_its_temperature(tmp_path, impl):
     """TRL divides the logits by its temperature before the log-softmax (and samples at it); the course
-    samples at cfg.temperature but scores the untempered policy. export-trl therefore samples through
+    samples at cfg.temperature but scores the untempered policy. train-trl therefore samples through
     generation_kwargs and keeps TRL's temperature at 1.0 unless --trl-temperature."""
     backend = tiny_backend(seed=2)
     task = BenchTask(prompt_tokens=5, new_tokens=6)
@@ -469,7 +469,7 @@ def test_two_trl_steps_on_a_tiny_model(tmp_path):
     cfg = learnable()
     t0 = time.perf_counter()
     run = tx.train_trl(cfg, run_dir=tmp_path, resume=False)
-    print(f"two export-trl steps: {time.perf_counter() - t0:.2f} s (trainer.train {run.seconds:.2f} s)")
+    print(f"two train-trl steps: {time.perf_counter() - t0:.2f} s (trainer.train {run.seconds:.2f} s)")
     per = tx.optimizer_steps_per_rollout(cfg)
     assert per == 2 and run.trainer.state.global_step == 2 * per
     assert [r["step"] for r in run.records] == [0, 1, 2]
@@ -498,13 +498,13 @@ def test_two_trl_steps_on_a_tiny_model(tmp_path):
     assert (tmp_path / "trl" / "checkpoint-4").is_dir()
 
 
-def test_export_trl_command_line_and_resume(tmp_path, capsys):
-    """`python -m llmrl.hw4 export-trl`: --dry-run prints the map; a rerun with more steps resumes from TRL's
+def test_train_trl_command_line_and_resume(tmp_path, capsys):
+    """`python -m llmrl.hw4 train-trl`: --dry-run prints the map; a rerun with more steps resumes from TRL's
     checkpoint and ends where an uninterrupted run ends (same adapter weights)."""
     from llmrl.hw4.__main__ import main
 
     learnable()  # registers the task
-    common = ["export-trl", "--task", "trl_bench", "--algo", "grpo", "--model", tx.TINY_MODEL, "--backend-arg",
+    common = ["train-trl", "--task", "trl_bench", "--algo", "grpo", "--model", tx.TINY_MODEL, "--backend-arg",
               "device=cpu"] + [f"--set={k}={v}" for k, v in dict(n_prompts=2, group_size=4, minibatch_size=4,
                                                                    grad_accum_steps=2, max_new_tokens=8, eval_every=1,
                                                                    eval_limit=2, ckpt_every=1, lr=0.01).items()]
@@ -512,6 +512,9 @@ def test_export_trl_command_line_and_resume(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "max_steps = 6" in out and "loss_type = 'grpo'" in out and "adv_clip" in out
     assert not (tmp_path / "dry").exists()
+    # export-trl, the command's first name, is the same command
+    assert main(["export-trl"] + common[1:] + ["--steps", "3", "--dry-run", "--run-dir", str(tmp_path / "dry")]) == 0
+    assert capsys.readouterr().out == out
     with pytest.raises(SystemExit, match="normalize_advantages"):
         main(common + ["--set", "normalize_advantages=true", "--dry-run"])
     with pytest.raises(SystemExit, match="unknown trl.GRPOConfig"):
@@ -562,8 +565,8 @@ def test_accelerate_configs_parse():
 
 
 @pytest.mark.slow
-def test_export_trl_on_two_cpu_processes(tmp_path):
-    """export-trl under torchrun with 2 CPU processes (gloo): TRL splits each rollout batch between them
+def test_train_trl_on_two_cpu_processes(tmp_path):
+    """train-trl under torchrun with 2 CPU processes (gloo): TRL splits each rollout batch between them
     (minibatch_size / 2 rows each), gathers rewards so groups stay whole, and only rank 0 writes."""
     import os
     import subprocess
@@ -574,7 +577,7 @@ def test_export_trl_on_two_cpu_processes(tmp_path):
     sets = dict(n_prompts=2, group_size=4, minibatch_size=4, grad_accum_steps=1, max_new_tokens=6, eval_every=1,
                 eval_limit=2, ckpt_every=1)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "8731",
-           "-m", "llmrl.hw4", "export-trl", "--task", "format_copy", "--algo", "grpo", "--model", tx.TINY_MODEL,
+           "-m", "llmrl.hw4", "train-trl", "--task", "format_copy", "--algo", "grpo", "--model", tx.TINY_MODEL,
            "--steps", "2", "--run-dir", str(run_dir), "--backend-arg", "device=cpu"] + \
         [f"--set={k}={v}" for k, v in sets.items()]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
@@ -590,9 +593,9 @@ def test_export_trl_on_two_cpu_processes(tmp_path):
 
 
 @pytest.mark.slow
-def test_export_trl_on_smollm2(tmp_path):
+def test_train_trl_on_smollm2(tmp_path):
     """The offline default model: TRL sees exactly the prompt tokens the course's backend feeds it (SmolLM2's
-    chat template with the few-shot turn), and one rollout step of export-trl runs on it."""
+    chat template with the few-shot turn), and one rollout step of train-trl runs on it."""
     import importlib.util
 
     pytest.importorskip("gguf", reason="the hf extra is not installed (pip install -e '.[hf]')")

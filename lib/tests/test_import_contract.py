@@ -299,3 +299,11 @@ def test_no_module_of_the_library_is_over_700_lines():
     # a file a newcomer can read in one sitting; tables (claims.json) are data files.
     long = {name: n for name, path in modules(PACKAGE).items() if (n := len(path.read_text().splitlines())) > 700}
     assert long == {}, f"split these along their seams (docs/architecture.md): {long}"
+
+
+def test_no_function_of_the_library_is_over_80_lines():
+    # a function read on one screen; a longer one is split where it reads better
+    long = {f"{name}.{n.name}": n.end_lineno - n.lineno + 1 for name, path in modules(PACKAGE).items()
+            for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno >= 80}
+    assert long == {}

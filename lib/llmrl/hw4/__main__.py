@@ -10,7 +10,7 @@ command continues an interrupted run from its last checkpoint; ``--fresh`` start
 processes: ``torchrun --nproc_per_node 2 -m llmrl.hw4 train ...`` or ``accelerate launch
 --config_file configs/accelerate/ddp.yaml --num_processes 2 -m llmrl.hw4 train ...`` (docs/hw4_gpu.md).
 ``python -m llmrl.hw4 sweep`` runs the ablation study; ``python -m llmrl.hw4 pretrain`` builds the
-character model's cache. ``python -m llmrl.hw4 export-trl --task format_copy --algo grpo`` runs the same
+character model's cache. ``python -m llmrl.hw4 train-trl --task format_copy --algo grpo`` runs the same
 configuration with TRL's GRPOTrainer (docs/hw4_trl.md; ``--dry-run`` prints the mapped settings only).
 """
 
@@ -78,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("pretrain", help="build (or check) the cached character model")
 
-    e = sub.add_parser("export-trl", help="the same run with TRL's GRPOTrainer (a Hugging Face model; docs/hw4_trl.md)")
+    # train-trl trains with TRL's GRPOTrainer; export-trl, its first name, still works
+    e = sub.add_parser("train-trl", aliases=["export-trl"], help="the same run with TRL's GRPOTrainer (a Hugging Face model; docs/hw4_trl.md)")
     e.add_argument("--task", required=True, help="format_copy | math_toy | math_hard | a registered task")
     e.add_argument("--algo", required=True, choices=ALGOS)
     e.add_argument("--model", help="hub name, local directory, smollm2-135m-instruct (default) or tiny-random")
@@ -135,8 +136,8 @@ def main(argv=None) -> int:
         model = load_base_model(progress=True)
         print(f"character model ready: {model.num_parameters():,} parameters ({time.perf_counter() - t0:.1f} s)")
         return 0
-    if args.command == "export-trl":
-        return export_trl(args)
+    if args.command in ("train-trl", "export-trl"):
+        return train_trl(args)
     from .impl import load_impl
     impl = load_impl(args.impl)
     if args.command == "train":
@@ -200,8 +201,8 @@ def main(argv=None) -> int:
     return 1
 
 
-def export_trl(args) -> int:
-    """``export-trl``: the run's configuration, mapped onto trl.GRPOConfig and trained by TRL."""
+def train_trl(args) -> int:
+    """``train-trl``: the run's configuration, mapped onto trl.GRPOConfig and trained by TRL."""
     from dataclasses import replace
 
     cfg = config_from_args(args)
@@ -210,13 +211,13 @@ def export_trl(args) -> int:
     try:
         from . import trl_runner
     except ImportError as e:
-        raise SystemExit(f"export-trl needs the trl extra (pip install -e '.[hf,trl]'): {e}") from None
+        raise SystemExit(f"train-trl needs the trl extra (pip install -e '.[hf,trl]'): {e}") from None
     run_dir = Path(args.run_dir or f"artifacts/hw4/trl/{cfg.task}-{cfg.algo}-seed{cfg.seed}")
     try:
         kwargs = trl_runner.grpo_config_kwargs(cfg, run_dir / "trl", trl_temperature=args.trl_temperature,
                                                **trl_overrides)
     except ValueError as e:
-        raise SystemExit(f"export-trl: {e}") from None
+        raise SystemExit(f"train-trl: {e}") from None
     if args.dry_run:
         print(trl_runner.describe_mapping(cfg, kwargs))
         return 0
@@ -225,7 +226,7 @@ def export_trl(args) -> int:
         from trl import GRPOConfig
         unknown = sorted(set(trl_overrides) - set(GRPOConfig.__dataclass_fields__))
     except ImportError as e:
-        raise SystemExit(f"export-trl needs the trl extra (pip install -e '.[hf,trl]'): {e}") from None
+        raise SystemExit(f"train-trl needs the trl extra (pip install -e '.[hf,trl]'): {e}") from None
     if unknown:
         raise SystemExit(f"--trl-arg: unknown trl.GRPOConfig field(s) {unknown}")
     t0 = time.perf_counter()
@@ -233,7 +234,7 @@ def export_trl(args) -> int:
         run = trl_runner.train_trl(cfg, run_dir=run_dir, resume=not args.fresh, progress=args.progress,
                                    trl_temperature=args.trl_temperature, trl_overrides=trl_overrides)
     except ValueError as e:
-        raise SystemExit(f"export-trl: {e}") from None
+        raise SystemExit(f"train-trl: {e}") from None
     first = next((r for r in run.records if "eval_exact_match" in r), {})
     print(f"{cfg.task} {cfg.algo} on TRL {trl.__version__}: {cfg.steps} rollout steps "
           f"({trl_runner.optimizer_steps_per_rollout(cfg)} optimizer steps each) in {time.perf_counter() - t0:.1f} s; "

@@ -259,8 +259,8 @@ def data_parallel_config(cfg: HW4Config, group: Group) -> HW4Config:
     for var, engine in (("ACCELERATE_USE_DEEPSPEED", "DeepSpeed"), ("ACCELERATE_USE_FSDP", "FSDP")):
         if os.environ.get(var, "").lower() == "true":
             raise ValueError(f"the course's trainer runs plain data parallel (each process holds the model; "
-                             f"gradients are averaged); {engine} is for export-trl: python -m llmrl.hw4 "
-                             f"export-trl ... (docs/hw4_gpu.md), or launch train with configs/accelerate/ddp.yaml")
+                             f"gradients are averaged); {engine} is for train-trl: python -m llmrl.hw4 "
+                             f"train-trl ... (docs/hw4_gpu.md), or launch train with configs/accelerate/ddp.yaml")
     if not group.active:
         return cfg
     if cfg.shares == 1:

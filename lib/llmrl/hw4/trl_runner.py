@@ -1,7 +1,7 @@
 """hw4's runs on TRL's GRPOTrainer: the course's tasks, rewards and settings handed over to TRL, and
 the run (:func:`train_trl`). (Imported as ``llmrl.hw4.trl_export`` too, its old name.)
 
-``python -m llmrl.hw4 export-trl --task format_copy --algo grpo --model smollm2`` trains the policy
+``python -m llmrl.hw4 train-trl --task format_copy --algo grpo --model smollm2`` trains the policy
 that ``python -m llmrl.hw4 train ... --backend hf`` would train, with TRL doing the rollouts and
 the update instead of the course's trainer:
 
@@ -108,7 +108,7 @@ HYPERPARAMETERS: tuple[Mapped, ...] = (
            "so the course's clip at 5 only binds for groups of 27 or more"),
     Mapped("normalize_advantages", None,
            "no counterpart (TRL's scale_rewards='batch' replaces the group std by the batch std; it does "
-           "not renormalise group advantages): export-trl refuses normalize_advantages=True"),
+           "not renormalise group advantages): train-trl refuses normalize_advantages=True"),
     Mapped("algo='reinforce'", "num_iterations=1",
            "no REINFORCE loss in TRL: with one optimizer step per rollout batch TRL's ratio is 1 and its "
            "gradient equals GR-REINFORCE's (its loss value does not); with more steps per batch TRL's later "
@@ -117,10 +117,10 @@ HYPERPARAMETERS: tuple[Mapped, ...] = (
     Mapped("(truncated completions)", "mask_truncated_completions=False", "both train on completions cut at the cap"),
     Mapped("shares", None,
            "the course trainer's data-parallel layout (docs/hw4_gpu.md); TRL splits each rollout batch over its "
-           "processes itself, so export-trl refuses shares other than 1"),
+           "processes itself, so train-trl refuses shares other than 1"),
     Mapped("seed", "seed", "TRL seeds torch's global generator; the prompts follow the course's generator"),
     Mapped("eval_every, eval_limit", None,
-           "TRL evaluates by sampling on an eval_dataset; export-trl runs the course's greedy evaluation in a "
+           "TRL evaluates by sampling on an eval_dataset; train-trl runs the course's greedy evaluation in a "
            "callback instead (eval_exact_match, eval_reward in metrics.jsonl)"),
     Mapped("ckpt_every", "save_steps",
            "converted to optimizer steps; TRL keeps the last checkpoint (save_total_limit=1)"),
@@ -143,7 +143,7 @@ METRICS: tuple[Mapped, ...] = (
     Mapped("reward_std", "reward_std",
            "std over the batch: population std in the course, Bessel-corrected (n - 1) in TRL"),
     Mapped("reward_<component>_mean", "rewards/<component>/mean", "per component, e.g. rewards/correct/mean"),
-    Mapped("sampled_accuracy", "exact_match", "logged by export-trl's reward function (TRL has no exact match)"),
+    Mapped("sampled_accuracy", "exact_match", "logged by train-trl's reward function (TRL has no exact match)"),
     Mapped("kl_to_reference_k3_token_mean_nats", "kl",
            "token mean of k3 under the policy being updated in both, averaged over the step's minibatches; TRL "
            "logs it only when beta > 0"),
@@ -161,11 +161,11 @@ METRICS: tuple[Mapped, ...] = (
     Mapped("advantage_abs_mean", None, "TRL logs the advantages only per completion (log_completions)"),
     Mapped("kl_to_reference_k1_sum_nats", None, "the course's KL under the sampling policy (k1 summed per "
            "completion); TRL has only its k3 mean"),
-    Mapped("eval_exact_match", None, "export-trl's callback: the course's greedy eval on the fixed eval set"),
-    Mapped("eval_reward", None, "export-trl's callback, as eval_exact_match"),
+    Mapped("eval_exact_match", None, "train-trl's callback: the course's greedy eval on the fixed eval set"),
+    Mapped("eval_reward", None, "train-trl's callback, as eval_exact_match"),
     Mapped("step_seconds", "step_time",
            "TRL's step_time is the time of one optimizer step's training_step calls (generation included); "
-           "export-trl writes the wall time between rollout steps as step_seconds"),
+           "train-trl writes the wall time between rollout steps as step_seconds"),
 )
 
 

@@ -412,6 +412,26 @@ class TinyLMStack:
 
     # -- sampling --------------------------------------------------------------------------------
     @torch.no_grad()
+    def _streams(self, n_prompts: int, generators) -> int:
+        """The number of seeds' generators, checked against the prompts and the stack's seeds."""
+        n = len(generators)
+        if n < 1 or n_prompts % n:
+            raise ValueError(f"{n_prompts} prompts cannot be split among {n} seeds' generators")
+        if self.n_seeds > 1 and n != self.n_seeds:
+            raise ValueError(f"this stack holds {self.n_seeds} seeds but {n} generators were given")
+        return n
+
+    def _prefill(self, prompts: torch.Tensor, G: int, Lc: int, layers, head, caches, banned_bias) -> torch.Tensor:
+        """The prompts [S, N, P] through every layer, causal over their own P slots of the caches;
+        returns each prompt's last logits once for each of the G rows of its group, [S*N*G, Vp]."""
+        S, N, P = prompts.shape
+        x = self._embed(prompts, torch.arange(P))
+        bias = _causal_bias(P, Lc)
+        for i, (layer, cache) in enumerate(zip(layers, caches)):  # the last layer: the last position only
+            x = self._attention(x, layer, bias, N, P, cache, slice(0, P), keep=1 if i == len(layers) - 1 else None)
+        last = self._head(x.view(S, N, -1, self.config.d)[:, :, -1], head, banned_bias)
+        return last.repeat_interleave(G, 1).view(S * N * G, self.vocab_padded)
+
     def sample(self, prompt_tokens: torch.Tensor, group_size: int, max_new_tokens: int, temperature: float,
                generators: Sequence[torch.Generator], *, eos: int, pad: int, top_p: float = 1.0,
                banned: torch.Tensor | None = None, sampler=None, cap_with_eos: bool = False,
@@ -431,11 +451,7 @@ class TinyLMStack:
         (+ 1 with ``cap_with_eos``); rows seed-major, then grouped by prompt.
         """
         NS, P = prompt_tokens.shape
-        n_streams = len(generators)
-        if n_streams < 1 or NS % n_streams:
-            raise ValueError(f"{NS} prompts cannot be split among {n_streams} seeds' generators")
-        if self.n_seeds > 1 and n_streams != self.n_seeds:
-            raise ValueError(f"this stack holds {self.n_seeds} seeds but {n_streams} generators were given")
+        n_streams = self._streams(NS, generators)
         G, Wi = group_size, max_new_tokens - 1  # Wi: tokens fed back in per row
         self._check_len(P + max_new_tokens)
         S = self.n_seeds
@@ -445,16 +461,9 @@ class TinyLMStack:
         Lc = padded(P + G * Wi)
         caches = self._decode_caches((2, S * N, H, Lc, D // H))
         layers, head = self._prepared(fold=True)
-        banned_bias = None
-        if banned is not None:
-            banned_bias = torch.zeros(1, 1, Vp, dtype=self.tok.dtype).masked_fill_(F.pad(banned, (0, Vp - V)).view(1, 1, Vp), NEG_INF)
-        # the prompt: causal over its own P slots of the cache; its last logits open every row of its group
-        x = self._embed(prompt_tokens.view(S, N, P), torch.arange(P))
-        bias = _causal_bias(P, Lc)
-        for i, (layer, cache) in enumerate(zip(layers, caches)):  # the last layer: the last position only
-            x = self._attention(x, layer, bias, N, P, cache, slice(0, P), keep=1 if i == len(layers) - 1 else None)
-        last = self._head(x.view(S, N, -1, D)[:, :, -1], head, banned_bias)
-        last = last.repeat_interleave(G, 1).view(S * N * G, Vp)
+        banned_bias = None if banned is None else \
+            torch.zeros(1, 1, Vp, dtype=self.tok.dtype).masked_fill_(F.pad(banned, (0, Vp - V)).view(1, 1, Vp), NEG_INF)
+        last = self._prefill(prompt_tokens.view(S, N, P), G, Lc, layers, head, caches, banned_bias)
         BT = NS * G
         W = max_new_tokens + int(cap_with_eos)
         toks, opens, lps = [], [], []  # per decode step: the tokens, which rows were open, their log-probs
@@ -469,13 +478,7 @@ class TinyLMStack:
             elif temperature == 0:
                 tok = last.argmax(-1)
             else:
-                z = last if temperature == 1.0 else last / temperature
-                if top_p < 1.0:
-                    from .sampling import top_p_filter
-                    probs = torch.softmax(top_p_filter(z[:, :V], top_p), -1)
-                else:
-                    probs = z.softmax(-1)[:, :V]
-                tok = (probs / draw.noise(t)).argmax(-1)
+                tok = (_tempered(last, temperature, top_p, V) / draw.noise(t)).argmax(-1)
             if logprobs:  # every row's; the rows already done are zeroed at the end
                 lps.append(torch.log_softmax(last, -1).gather(1, tok[:, None]))
             opens.append(~done)
@@ -492,12 +495,7 @@ class TinyLMStack:
         if bool(torch.isnan(last).any()):  # weights gone bad: keep no buffer that may hold their keys
             self._caches.clear()
         n = len(toks)  # the columns drawn; the rest (every row done early, the EOS column) are padding
-        out = torch.stack(toks, 1) if n == W else torch.cat([torch.stack(toks, 1), torch.full((BT, W - n), pad)], 1)
-        chosen = torch.stack(opens, 1) if n == W else torch.cat([torch.stack(opens, 1), done.new_zeros(BT, W - n)], 1)
-        logps = None
-        if logprobs:  # in the default dtype (float32) whatever the model's
-            logps = torch.cat(lps, 1).to(torch.get_default_dtype()).masked_fill_(~chosen[:, :n], 0.0)
-            logps = logps if n == W else F.pad(logps, (0, W - n))
+        out, chosen, logps = _columns(toks, opens, lps if logprobs else None, W, pad)
         if draw is not None:
             # the decode steps each seed's stream took, the steps with a row of it still open: a run
             # of that seed alone stops once its own rows are done, so its generator must move on by
@@ -510,6 +508,32 @@ class TinyLMStack:
         if cap_with_eos:
             out[~done, W - 1] = eos
         return out, chosen, logps
+
+
+def _tempered(logits: torch.Tensor, temperature: float, top_p: float, V: int) -> torch.Tensor:
+    """The distribution the decode loop draws from: softmax(logits / temperature), top-p filtered
+    below 1, over the real vocabulary (the first V of the padded columns)."""
+    z = logits if temperature == 1.0 else logits / temperature
+    if top_p < 1.0:
+        from .sampling import top_p_filter
+        return torch.softmax(top_p_filter(z[:, :V], top_p), -1)
+    return z.softmax(-1)[:, :V]
+
+
+def _columns(toks: list, opens: list, lps: list | None, W: int, pad: int):
+    """The decode steps' tokens, open flags and log-probs (one [BT] or [BT, 1] tensor a step) as
+    [BT, W] tensors: the columns past the last step drawn are padding, not chosen, log-prob 0; the
+    log-probs (None: not asked for) in the default dtype (float32) whatever the model's and 0 where
+    not chosen."""
+    n = len(toks)
+    out, chosen = torch.stack(toks, 1), torch.stack(opens, 1)
+    if n < W:
+        out = torch.cat([out, torch.full((out.shape[0], W - n), pad)], 1)
+        chosen = torch.cat([chosen, chosen.new_zeros(chosen.shape[0], W - n)], 1)
+    if lps is None:
+        return out, chosen, None
+    logps = torch.cat(lps, 1).to(torch.get_default_dtype()).masked_fill_(~chosen[:, :n], 0.0)
+    return out, chosen, (logps if n == W else F.pad(logps, (0, W - n)))
 
 
 def _call_sampler(sampler, logits, temperature, generator, B):

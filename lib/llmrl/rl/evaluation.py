@@ -1,7 +1,7 @@
 """Evaluation of a TinyLM policy on the addition task.
 
 Greedy and sampled accuracy, the unbiased pass@k, mean per-token entropy, per-token KL between two
-policies (exact, summed over the vocabulary), per-bucket accuracy and answer diversity. Every
+policies (exact, summed over the vocabulary) and answer diversity. Every
 function takes a seed, so the same model gives the same numbers.
 """
 
@@ -12,10 +12,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..tasks.addition import BUCKETS, TWO_DIGIT, Problems, eval_problems, is_answer, is_correct
+from ..tasks.addition import TWO_DIGIT, Problems, eval_problems, is_answer, is_correct
 from .losses import full_vocab_kl
 from ..lm.sampling import Rollout, generate, masked_mean, response_logits
-from ..utils import check_int
 
 
 def pass_at_k(n, c, k):
@@ -74,15 +73,6 @@ def correct_counts(model, problems: Problems, n_samples: int, temperature: float
     return is_correct(r.responses, r.answers).view(len(problems), n_samples).sum(1).numpy()
 
 
-def pass_at_k_curve(model, problems: Problems, n_samples: int = 64, ks: Sequence[int] | None = None,
-                    temperature: float = 1.0, seed: int = 0) -> dict[int, float]:
-    """{k: mean unbiased pass@k over problems} from ``n_samples`` samples each (k = 1..n by default)."""
-    check_int("n_samples", n_samples, minimum=1)
-    ks = list(range(1, n_samples + 1)) if ks is None else list(ks)
-    c = correct_counts(model, problems, n_samples, temperature, seed)
-    return {k: float(np.mean(pass_at_k(n_samples, c, k))) for k in ks}
-
-
 @torch.no_grad()
 def token_entropy(logits: torch.Tensor, mask: torch.Tensor) -> float:
     """Mean entropy (nats) of softmax(logits) [B, R, V] over the True positions of mask [B, R]."""
@@ -109,12 +99,6 @@ def kl_to_teacher(student, teacher, problems: Problems | None = None, n_samples:
     """Per-token KL(student || teacher) on the student's own samples (T = 1)."""
     problems = eval_problems() if problems is None else problems
     return exact_token_kl(student, teacher, generate(student, problems, n_samples, 1.0, seed))
-
-
-def bucket_accuracy(model, n_per_bucket: int = 200, temperature: float = 0.0, buckets=BUCKETS,
-                    seed: int = 12345) -> dict[str, float]:
-    """Accuracy on a fixed set of ``n_per_bucket`` problems from each bucket."""
-    return {b: accuracy(model, eval_problems(n_per_bucket, [b], seed), temperature, 1, seed) for b in buckets}
 
 
 @torch.no_grad()

@@ -102,10 +102,6 @@ def right_length(response: str, answer: int) -> float:
     return float(len(response) == len(str(answer)))
 
 
-def units_digit_right(response: str, answer: int) -> float:
-    return float(len(response) > 0 and response[-1] == str(answer)[-1])
-
-
 def digits_right(response: str, answer: int) -> float:
     """Share of the answer's digits matched in place, aligned on the right."""
     target = str(answer)
