@@ -318,3 +318,26 @@ def test_the_benchmark_counts_submissions_per_minute_per_core_and_compares_the_g
     assert "plain nbgrader / this grader, cold" in bench.table(fig)
     with pytest.raises(ValueError, match="modes must be"):
         bench.run(subs, tmp_path / "x", workers=1, modes=("hot",))
+
+
+def test_a_plain_nbgrader_failure_is_tried_once_more_and_a_second_names_nbgraders_error(tmp_path, monkeypatch, capsys):
+    import subprocess as sp
+
+    from autograder import bench_grading as bench
+
+    runs = []
+    failing = sp.CompletedProcess([], 1, "", "Traceback (most recent call last):\nKeyError: 'grade_id'\n"
+                                  "[AutogradeApp | ERROR] Please see the the above traceback for details\n")
+
+    def fake(argv, **kw):
+        runs.append(argv)
+        return failing if len(runs) in outcomes else sp.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(bench.subprocess, "run", fake)
+    outcomes = {1}  # the first try fails, the second passes
+    assert bench._nbgrader(tmp_path, ["autograde", "hw4", "--student", "s"]) >= 0 and len(runs) == 2
+    assert "KeyError: 'grade_id'" in capsys.readouterr().err
+    runs.clear()
+    outcomes = {1, 2}
+    with pytest.raises(bench.BenchError, match=r"failed 2 times; the last: .*KeyError: 'grade_id'"):
+        bench._nbgrader(tmp_path, ["autograde", "hw4", "--student", "s"])
