@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -57,23 +58,51 @@ class Queue:
             now: float | None = None, state: str = "queued", message: str = "") -> tuple[int, list[int]]:
         """(the new job's id, the ids of that student's queued submissions of the assignment it replaces)."""
         now = time.time() if now is None else now
+        with self._transaction():
+            older = self._replace_queued(student, assignment, now) if state == "queued" else []
+            cur = self.db.execute(
+                "INSERT INTO jobs (student, assignment, folder, key, submitted_at, mode, queued_at, state, message)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (student, assignment, folder, key, submitted_at, mode, now,
+                                                        state, message))
+        return cur.lastrowid, older
+
+    def ready(self, job_id: int, submitted_at: str, now: float | None = None) -> list[int]:
+        """An arriving job, copied out of the inbound, queued as handed in at `submitted_at`; the ids of
+        the student's older queued submissions of the assignment it replaces, in the same transaction
+        (no worker takes one of them in between)."""
+        now = time.time() if now is None else now
+        with self._transaction():
+            row = self.db.execute("SELECT student, assignment FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            self.db.execute("UPDATE jobs SET state = 'queued', submitted_at = ?, attempts = 0, started_at = NULL"
+                            " WHERE id = ?", (submitted_at, job_id))
+            return self._replace_queued(row["student"], row["assignment"], now, before=job_id)
+
+    def requeue(self, job_id: int) -> None:
+        """A job whose grading was cut short, back in the queue (its tries are counted by take)."""
+        with self.lock:
+            self.db.execute("UPDATE jobs SET state = 'queued' WHERE id = ?", (job_id,))
+
+    def _replace_queued(self, student: str, assignment: str, now: float, before: int | None = None) -> list[int]:
+        """Within a transaction: the student's queued submissions of the assignment (those before job
+        `before`) marked replaced; their ids."""
+        sql, args = "SELECT id FROM jobs WHERE student = ? AND assignment = ? AND state = 'queued'", [student, assignment]
+        if before is not None:
+            sql, args = sql + " AND id < ?", args + [before]
+        older = [r[0] for r in self.db.execute(sql, args)]
+        self.db.executemany("UPDATE jobs SET state = 'replaced', finished_at = ?, message = ? WHERE id = ?",
+                            [(now, "replaced by a newer submission before it was graded", i) for i in older])
+        return older
+
+    @contextlib.contextmanager
+    def _transaction(self):
         with self.lock:
             self.db.execute("BEGIN IMMEDIATE")
             try:
-                older = [r[0] for r in self.db.execute(
-                    "SELECT id FROM jobs WHERE student = ? AND assignment = ? AND state = 'queued'", (student, assignment))]
-                if state == "queued" and older:
-                    self.db.executemany("UPDATE jobs SET state = 'replaced', finished_at = ?, message = ? WHERE id = ?",
-                                        [(now, "replaced by a newer submission before it was graded", i) for i in older])
-                cur = self.db.execute(
-                    "INSERT INTO jobs (student, assignment, folder, key, submitted_at, mode, queued_at, state, message)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (student, assignment, folder, key, submitted_at, mode, now,
-                                                            state, message))
+                yield
                 self.db.execute("COMMIT")
             except BaseException:
                 self.db.execute("ROLLBACK")
                 raise
-        return cur.lastrowid, older if state == "queued" else []
 
     def recover(self, now: float | None = None) -> list[sqlite3.Row]:
         """After a restart: every job left running is queued again, or held after MAX_ATTEMPTS tries."""

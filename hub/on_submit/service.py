@@ -138,17 +138,8 @@ class Service:
             self.queue.finish(job_id, "refused", f"your submission could not be read: {e.strerror if isinstance(e, OSError) and e.strerror else e}")
             self.delivery.deliver(self.queue.get(job_id))
             return
-        with self.queue.lock:
-            self.queue.db.execute("UPDATE jobs SET state = 'queued', submitted_at = ?, attempts = 0, started_at = NULL"
-                                  " WHERE id = ?", (submitted_at, job_id))
-        # the older queued ones of this student are replaced now that this one is complete
-        with self.queue.lock:
-            older = [r[0] for r in self.queue.db.execute(
-                "SELECT id FROM jobs WHERE student = ? AND assignment = ? AND state = 'queued' AND id < ?",
-                (student, assignment, job_id))]
-            for i in older:
-                self.queue.db.execute("UPDATE jobs SET state = 'replaced', finished_at = ?, message = ? WHERE id = ?",
-                                      (time.time(), "replaced by a newer submission before it was graded", i))
+        # queued, and the older queued ones of this student replaced, now that this one is complete
+        older = self.queue.ready(job_id, submitted_at)
         for i in older:
             shutil.rmtree(self.s.spool / str(i), ignore_errors=True)
         self.log(f"queued {student}/{assignment} ({folder.name}) as job {job_id}"
@@ -267,8 +258,7 @@ class Service:
             tail = "; ".join((log or "").strip().splitlines()[-3:])[:500]
             self.log(f"job {job_id}: the grading exited with {proc.returncode}: {tail}")
             if row["attempts"] < MAX_ATTEMPTS:
-                with self.queue.lock:
-                    self.queue.db.execute("UPDATE jobs SET state = 'queued' WHERE id = ?", (job_id,))
+                self.queue.requeue(job_id)
                 return
             self.queue.finish(job_id, "held", f"its grading failed {row['attempts']} times")
             self.store(row, None, spool)

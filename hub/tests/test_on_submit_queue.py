@@ -201,3 +201,17 @@ def test_the_service_loads_the_graders_modules_before_its_threads_start(tmp_path
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "LOADED [True, True]" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_an_arrived_submission_replaces_the_older_queued_ones_at_once_and_a_failed_grading_is_retried(q):
+    older = _add(q, "alice", 0, now=1.0)
+    bob = _add(q, "bob", 0, now=2.0)
+    arriving, replaced = q.add("alice", "lab11", "alice+lab11+t1+r", "alice-1", "", "score", now=3.0, state="arriving")
+    assert replaced == [] and q.get(older)["state"] == "queued"  # still being copied: the older one stays
+    assert q.ready(arriving, "t1", now=4.0) == [older]
+    assert q.get(older)["state"] == "replaced" and q.get(bob)["state"] == "queued"
+    assert q.get(arriving)["state"] == "queued" and q.get(arriving)["submitted_at"] == "t1"
+    assert q.take(10, now=5.0)["id"] == bob  # queued before alice's new one
+    assert q.take(10, now=6.0)["id"] == arriving and q.get(arriving)["attempts"] == 1
+    q.requeue(arriving)  # its grading failed once: queued again, the try counted
+    assert q.get(arriving)["state"] == "queued" and q.get(arriving)["attempts"] == 1
