@@ -47,8 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.batch import run as batch
-from autograder.batch.gradebook_merge import (backup_gradebook, course_duedate, prepare_gradebook, save_record,
-                                              with_gradebook_retry)
+from autograder.batch.gradebook_merge import backup_gradebook, course_duedates, prepare_gradebook, save_record
 from autograder.batch.jobs import Job, Result, find_jobs, grader_version
 from autograder.course.layout import COPY_IGNORE, PipelineError, ROOT
 from autograder.sandbox import safe_files as files
@@ -189,10 +188,8 @@ def grade_on_cluster(client, assignments: list[str], root: Path = ROOT, submitte
     version = grader_version()
     shard_list: list[Shard] = []
     futures: dict = {}
-    run = _Run(client, jobs, retries, futures)
     try:
         due, src_digests, backup, digests, results = _course_state(names, jobs, root, no_sandbox, version, regrade)
-        run.results = results
         todo = [i for i in range(len(jobs)) if i not in results]
         batch._write_table(csv_path, jobs, results)
         bar = batch.progress_bar(len(jobs), len(results)) if progress else None
@@ -204,8 +201,8 @@ def grade_on_cluster(client, assignments: list[str], root: Path = ROOT, submitte
             batch._write_table(csv_path, jobs, results)
             count = min(len(todo), shards or workers) if todo else 0
             shard_list = [Shard(k, todo[k::count]) for k in range(count)]
-            run.payload = {"run": run.id, "grader": version, "due": due, "graders": graders, "no_sandbox": no_sandbox,
-                           "course": course_files(root, names)}
+            run = _Run(client, jobs, results, retries, futures, course_files(root, names),
+                       {"grader": version, "due": due, "graders": graders, "no_sandbox": no_sandbox})
             index = {(j.assignment, j.student): i for i, j in enumerate(jobs)}
 
             def merge(out: dict, shard: Shard) -> None:
@@ -249,8 +246,7 @@ def grade_on_cluster(client, assignments: list[str], root: Path = ROOT, submitte
 def _course_state(names: list[str], jobs: list[Job], root: Path, no_sandbox: bool, version: str, regrade: bool):
     """(due dates, source digests, the gradebook's backup, each job's digest, the results reused from
     records or failed already) before the first shard is sent."""
-    due = {a: with_gradebook_retry("reading the due dates", lambda a=a: course_duedate(a, root),
-                                   db=root / "gradebook.db") for a in names}
+    due = course_duedates(names, root)
     # the same digests as the batch on one machine: records made here and there are interchangeable
     src_digests = batch.source_digests(names, root, due, no_sandbox)
     for a in names:
@@ -275,20 +271,20 @@ class _Run:
     """One run's shards in flight: sending a shard, and what to do with each that comes back (merge
     it, send it again after a lost worker, or mark its students failed)."""
 
-    def __init__(self, client, jobs: list[Job], retries: int, futures: dict):
-        self.client, self.jobs, self.retries, self.futures = client, jobs, retries, futures
+    def __init__(self, client, jobs: list[Job], results: dict[int, Result], retries: int, futures: dict,
+                 course: dict[str, bytes], common: dict):
+        self.client, self.jobs, self.results, self.retries, self.futures = client, jobs, results, retries, futures
         self.id = uuid.uuid4().hex[:10]
-        self.results: dict[int, Result] = {}
-        self.payload: dict = {}  # what every shard of the run carries: grader, due dates, the course's files
+        self.course = course                    # the course's files, in every shard
+        self.common = {"run": self.id, **common}  # what else every shard carries: grader, due dates, ...
         self.notes: list[str] = []
         self.cpu = 0.0
 
     def send(self, shard: Shard):
         shard.attempts += 1
-        common = {k: v for k, v in self.payload.items() if k != "course"}
-        payload = {**common, "shard": shard.number, "attempt": shard.attempts,
+        payload = {**self.common, "shard": shard.number, "attempt": shard.attempts,
                    "assignments": sorted({self.jobs[i].assignment for i in shard.jobs}),
-                   "files": {**self.payload["course"], **submission_files([self.jobs[i] for i in shard.jobs])}}
+                   "files": {**self.course, **submission_files([self.jobs[i] for i in shard.jobs])}}
         fut = self.client.submit(grade_shard, payload, key=f"llmrl-shard-{self.id}-{shard.number}-{shard.attempts}",
                                  pure=False, retries=0)
         self.futures[fut] = shard

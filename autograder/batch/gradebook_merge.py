@@ -136,6 +136,13 @@ def course_duedate(assignment: str, root: Path):
                             f"graded") from None
 
 
+def course_duedates(assignments, root: Path) -> dict:
+    """{assignment: course_duedate}, each read with with_gradebook_retry (a gradebook another
+    process holds is waited for)."""
+    return {a: with_gradebook_retry("reading the due dates", lambda a=a: course_duedate(a, root),
+                                    db=root / "gradebook.db") for a in assignments}
+
+
 def _connect(db: Path, timeout: float) -> sqlite3.Connection:
     return sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=timeout)
 

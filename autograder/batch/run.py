@@ -55,7 +55,7 @@ from contextlib import closing
 from pathlib import Path
 
 from autograder.batch import sandbox_gate, warm_workers
-from autograder.batch.gradebook_merge import (backup_gradebook, copy_outputs, course_duedate, export_grades,
+from autograder.batch.gradebook_merge import (backup_gradebook, copy_outputs, course_duedates, export_grades,
                                               gradebook_problem, load_record, merge, prepare_gradebook,
                                               restore_gradebook, save_record, with_gradebook_retry)
 from autograder.batch.jobs import (BatchStop, COLUMNS, Job, Result, SELF_CHECK, _digest_files, _digest_side,
@@ -169,8 +169,7 @@ def _prepare(names: list[str], jobs: list[Job], root: Path, work: Path, workers:
     grading.check_environment([ROOT, root])
     warm_workers.expect(work, sum(not j.problem for j in jobs))  # its warm grader starts meanwhile
     # late penalties are applied in each student's scratch course: it gets the course's due date
-    due = {a: with_gradebook_retry("reading the due dates", lambda: course_duedate(a, root),
-                                   db=root / "gradebook.db") for a in names}
+    due = course_duedates(names, root)
     templates = {a: grading.make_template(a, root, work / "templates" / a, duedate=due[a]) for a in names}
     src_digests = source_digests(names, root, due, bool(without))
     if check:

@@ -178,10 +178,9 @@ class Service:
                 os.chmod(dst, 0o700)
 
     def due_date(self, assignment: str) -> str:
-        from autograder.batch.gradebook_merge import course_duedate, with_gradebook_retry
+        from autograder.batch.gradebook_merge import course_duedates
 
-        due = with_gradebook_retry("reading the due date", lambda: course_duedate(assignment, self.s.course_dir),
-                                   db=self.s.course_dir / "gradebook.db")
+        due = course_duedates([assignment], self.s.course_dir)[assignment]
         return "" if due is None else due.isoformat()
 
     def grader_env(self) -> dict:

@@ -50,17 +50,26 @@ def _exists(path: str, package: str, folder: str | None) -> bool:
         folder is not None and (ROOT / package / folder / path).exists())
 
 
+def _cells(line: str) -> list[str]:
+    """A table row's cells split on its unescaped | (a cell may hold an escaped \\|); [] for a line
+    that is no table row."""
+    return re.split(r"(?<!\\)\|", line) if line.startswith("|") else []
+
+
+def _folder(cells: list[str]) -> str | None:
+    """The folder a folder table's row is about ("" for the library's core), or None."""
+    m = re.fullmatch(r"\s*`([\w-]+)/`(?: \(core\))?\s*", cells[1]) if len(cells) > 2 else None
+    return None if m is None else ("" if m.group(1) == "llmrl" else m.group(1))
+
+
 def missing_paths(text: str) -> list[str]:
     missing = []
     package = "lib/llmrl"
     for line in text.splitlines():
         if line.startswith("## "):
             package = _section_package(line)
-        folder = None
-        cells = line.split("|")
-        if line.startswith("|") and len(cells) > 2:
-            m = re.fullmatch(r"\s*`([\w-]+)/`(?: \(core\))?\s*", cells[1])
-            folder = None if m is None else ("" if m.group(1) == "llmrl" else m.group(1))
+        cells = _cells(line)
+        folder = _folder(cells)
         for p in _paths(line):
             if p in NOT_FILES:
                 continue
@@ -87,11 +96,10 @@ def folder_rows(text: str) -> dict[tuple[str, str], list[str]]:
     for line in text.splitlines():
         if line.startswith("## "):
             package = _section_package(line)
-        cells = re.split(r"(?<!\\)\|", line)  # a cell may hold an escaped \|
-        if line.startswith("|") and len(cells) > 3:
-            m = re.fullmatch(r"\s*`([\w-]+)/`(?: \(core\))?\s*", cells[1])
-            if m is not None:
-                rows[(package, "" if m.group(1) == "llmrl" else m.group(1))] = [c.strip() for c in cells[1:-1]]
+        cells = _cells(line)
+        folder = _folder(cells)
+        if folder is not None and len(cells) > 3:
+            rows[(package, folder)] = [c.strip() for c in cells[1:-1]]
     return rows
 
 
